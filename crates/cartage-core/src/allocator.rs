@@ -1,0 +1,708 @@
+//! The caching allocator, written once for every backend (DESIGN "alloc"; ARTICLE R20–R22).
+//!
+//! A backend supplies a [`SegmentSource`] — raw device allocations (`cuMemAlloc`,
+//! `wgpu::Device::create_buffer`, aligned host memory). [`CachingAllocator`] carves blocks out of
+//! those segments:
+//! - requests round up to 512 bytes; up to 1 MiB they come from the *small pool* (2 MiB segments),
+//!   larger ones from the *large pool* (20 MiB segments below 10 MiB, else rounded to 2 MiB);
+//! - a free block is reused best-fit and split when the rest is worth keeping; a freed block
+//!   merges with free neighbours of the same segment;
+//! - freed memory stays *reserved* for reuse (reserved ≫ allocated is normal; allocated growing
+//!   step after step is a leak) until [`CachingAllocator::empty_cache`] returns whole free
+//!   segments to the device;
+//! - running out of memory frees the cache and retries once, then returns
+//!   [`crate::Error::OutOfMemory`] with an [`OomReport`] that says whether fragmentation is the cause.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::panic::Location;
+use std::sync::Mutex;
+
+use crate::device::Device;
+use crate::error::{Error, Result, Site};
+
+/// A raw segment from a backend's [`SegmentSource`]: an id unique within that source and a
+/// backend-defined address (a host pointer, a `CUdeviceptr`, or 0 where buffers are objects).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SegmentHandle {
+    /// Unique id within the source.
+    pub id: u64,
+    /// Backend-defined base address.
+    pub addr: u64,
+}
+
+/// A byte range inside a segment: what kernels and copies address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferSlice {
+    /// The segment.
+    pub segment: SegmentHandle,
+    /// Byte offset of the range in the segment.
+    pub offset: usize,
+    /// Length of the range in bytes.
+    pub len: usize,
+}
+
+impl BufferSlice {
+    /// The backend address of the first byte (`segment.addr + offset`).
+    pub fn addr(&self) -> u64 {
+        self.segment.addr + self.offset as u64
+    }
+
+    /// A sub-range, checked against this range.
+    pub fn slice(&self, offset: usize, len: usize) -> Result<BufferSlice> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::invalid(
+                "slice",
+                format!("bytes {offset}..{} are outside a buffer of {} bytes", offset.saturating_add(len), self.len),
+            ));
+        }
+        Ok(BufferSlice { segment: self.segment, offset: self.offset + offset, len })
+    }
+}
+
+/// Why a [`SegmentSource`] could not allocate.
+#[derive(Debug)]
+pub enum SegmentError {
+    /// The device has no room: the allocator frees its cache and retries, then reports OOM.
+    OutOfMemory,
+    /// Any other failure, passed through.
+    Failed(Error),
+}
+
+/// Free and total memory of a device, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryInfo {
+    /// Bytes the device could still hand out.
+    pub free: u64,
+    /// The device's capacity.
+    pub total: u64,
+}
+
+/// Raw device memory for [`CachingAllocator`]; the only allocation code a backend writes.
+pub trait SegmentSource: Send + Sync {
+    /// Allocate a segment of exactly `bytes` bytes.
+    fn allocate_segment(&self, bytes: usize) -> std::result::Result<SegmentHandle, SegmentError>;
+    /// Return a segment. The allocator calls this only when no block of it is in use.
+    fn release_segment(&self, segment: SegmentHandle);
+    /// Free and total device memory, where the device can tell.
+    fn memory_info(&self) -> Option<MemoryInfo>;
+}
+
+/// Tuning of the allocator (the defaults follow PyTorch's CUDA caching allocator).
+#[derive(Clone, Copy, Debug)]
+pub struct AllocatorConfig {
+    /// Every block is a multiple of this (and segments are aligned to it by the backend).
+    pub round: usize,
+    /// Requests up to this many bytes use the small pool.
+    pub small_limit: usize,
+    /// Segment size of the small pool.
+    pub small_segment: usize,
+    /// Requests below this use a `medium_segment`-byte segment in the large pool.
+    pub medium_limit: usize,
+    /// Segment size for medium requests.
+    pub medium_segment: usize,
+    /// Large segments are rounded up to a multiple of this.
+    pub large_round: usize,
+    /// A cap on reserved bytes (`None`: the device's own capacity is the only limit).
+    pub limit: Option<usize>,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        AllocatorConfig {
+            round: 512,
+            small_limit: 1 << 20,
+            small_segment: 2 << 20,
+            medium_limit: 10 << 20,
+            medium_segment: 20 << 20,
+            large_round: 2 << 20,
+            limit: None,
+        }
+    }
+}
+
+/// A block handed out by [`CachingAllocator::alloc`]; give it back with
+/// [`CachingAllocator::free`]. It is deliberately not `Clone`.
+#[derive(Debug)]
+pub struct Allocation {
+    slice: BufferSlice,
+    requested: usize,
+}
+
+impl Allocation {
+    /// The block's bytes (the block may be larger than requested; see [`Allocation::requested`]).
+    pub fn slice(&self) -> BufferSlice {
+        self.slice
+    }
+
+    /// The bytes asked for.
+    pub fn requested(&self) -> usize {
+        self.requested
+    }
+}
+
+/// Counters every backend reports the same way (R20).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes in blocks held by live allocations.
+    pub allocated_bytes: usize,
+    /// Bytes the caller asked for in live allocations (≤ allocated: rounding).
+    pub requested_bytes: usize,
+    /// Bytes in segments taken from the device (allocated + cached free).
+    pub reserved_bytes: usize,
+    /// Highest `allocated_bytes` since creation or [`CachingAllocator::reset_peaks`].
+    pub peak_allocated_bytes: usize,
+    /// Highest `reserved_bytes` since creation or the last reset.
+    pub peak_reserved_bytes: usize,
+    /// Live blocks.
+    pub active_blocks: usize,
+    /// Cached free blocks.
+    pub inactive_blocks: usize,
+    /// Bytes in cached free blocks.
+    pub inactive_bytes: usize,
+    /// The largest cached free block.
+    pub largest_free_block: usize,
+    /// Segments held.
+    pub segments: usize,
+    /// Allocations served.
+    pub alloc_count: u64,
+    /// Blocks returned.
+    pub free_count: u64,
+    /// Allocations served from the cache.
+    pub cache_hits: u64,
+    /// Allocations that needed a new segment.
+    pub cache_misses: u64,
+    /// Segments taken from the device.
+    pub segment_allocs: u64,
+    /// Segments returned to the device.
+    pub segment_frees: u64,
+    /// Out-of-memory errors raised.
+    pub oom_count: u64,
+    /// Calls of `empty_cache` (explicit or on the way to an OOM).
+    pub empty_cache_count: u64,
+}
+
+impl MemoryStats {
+    /// 1 − largest free block / free bytes in the cache: 0 when the free memory is one block,
+    /// near 1 when it is scattered in small holes (R22).
+    pub fn fragmentation(&self) -> f64 {
+        if self.inactive_bytes == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free_block as f64 / self.inactive_bytes as f64
+        }
+    }
+}
+
+/// A live block, for out-of-memory reports and memory summaries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveBlock {
+    /// Block bytes.
+    pub bytes: usize,
+    /// Where it was allocated (the tensor's creation site).
+    pub site: Site,
+}
+
+/// Everything an out-of-memory error reports (R22, R28).
+#[derive(Clone, Debug)]
+pub struct OomReport {
+    /// The device.
+    pub device: Device,
+    /// Bytes asked for.
+    pub requested: usize,
+    /// Device capacity, where known.
+    pub capacity: Option<u64>,
+    /// Device free memory when the error was raised, where known.
+    pub free: Option<u64>,
+    /// A user-set cap on reserved memory, if any.
+    pub limit: Option<usize>,
+    /// Bytes held by live blocks.
+    pub allocated: usize,
+    /// Bytes held in segments.
+    pub reserved: usize,
+    /// The largest cached free block.
+    pub largest_free_block: usize,
+    /// The largest live blocks with their creation sites, largest first.
+    pub largest_live: Vec<LiveBlock>,
+}
+
+impl OomReport {
+    /// True when the cache held enough free bytes in total but no block large enough.
+    pub fn fragmentation_is_cause(&self) -> bool {
+        self.reserved - self.allocated >= self.requested && self.largest_free_block < self.requested
+    }
+}
+
+/// `1.50 GiB`-style byte counts.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{v:.2} {}", UNITS[unit]) }
+}
+
+impl fmt::Display for OomReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = |n: usize| format_bytes(n as u64);
+        write!(f, "out of memory on {}: tried to allocate {}", self.device, b(self.requested))?;
+        match (self.capacity, self.free) {
+            (Some(cap), Some(free)) => write!(f, "; the device has {} in total, {} free", format_bytes(cap), format_bytes(free))?,
+            (Some(cap), None) => write!(f, "; the device has {} in total", format_bytes(cap))?,
+            _ => {}
+        }
+        if let Some(limit) = self.limit {
+            write!(f, "; the allocator's limit is {}", b(limit))?;
+        }
+        write!(
+            f,
+            ". cartage holds {} reserved, of which {} allocated by live tensors and {} cached free (largest free block {}). ",
+            b(self.reserved),
+            b(self.allocated),
+            b(self.reserved - self.allocated),
+            b(self.largest_free_block)
+        )?;
+        if self.fragmentation_is_cause() {
+            write!(
+                f,
+                "Fragmentation is the cause: enough memory is free in total but scattered in blocks smaller than the request. \
+                 Allocate long-lived large tensors first, or call empty_cache() between phases. "
+            )?;
+        } else if self.requested as u64 > self.capacity.unwrap_or(u64::MAX) {
+            write!(f, "The request alone exceeds the device's capacity: check the shape and dtype that produced it (bytes = numel × dtype size). ")?;
+        } else {
+            write!(
+                f,
+                "Live tensors hold the memory: drop what you no longer need, lower the batch size, or use a 16-bit dtype. "
+            )?;
+        }
+        if !self.largest_live.is_empty() {
+            write!(f, "Largest live allocations:")?;
+            for block in &self.largest_live {
+                write!(f, " {} at {};", b(block.bytes), block.site)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Pool {
+    Small = 0,
+    Large = 1,
+}
+
+#[derive(Debug)]
+struct Block {
+    size: usize,
+    live: Option<(usize, Site)>,
+}
+
+#[derive(Debug)]
+struct Segment {
+    handle: SegmentHandle,
+    size: usize,
+    pool: Pool,
+    blocks: BTreeMap<usize, Block>,
+}
+
+#[derive(Default)]
+struct State {
+    segments: HashMap<u64, Segment>,
+    /// Free blocks per pool, ordered by (size, segment id, offset) for best fit.
+    free: [BTreeSet<(usize, u64, usize)>; 2],
+    stats: MemoryStats,
+}
+
+/// The caching allocator every backend uses; see the module docs.
+///
+/// ```
+/// use cartage_core::allocator::testing::MockSource;
+/// use cartage_core::{CachingAllocator, Device};
+/// let alloc = CachingAllocator::new(Device::cpu(), Box::new(MockSource::new(64 << 20)), Default::default());
+/// let a = alloc.alloc(1000).unwrap();
+/// assert_eq!(alloc.stats().allocated_bytes, 1024);
+/// alloc.free(a);
+/// let b = alloc.alloc(900).unwrap(); // served from the cache
+/// assert_eq!(alloc.stats().cache_hits, 1);
+/// alloc.free(b);
+/// alloc.empty_cache();
+/// assert_eq!(alloc.stats().reserved_bytes, 0);
+/// ```
+pub struct CachingAllocator {
+    device: Device,
+    source: Box<dyn SegmentSource>,
+    config: Mutex<AllocatorConfig>,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for CachingAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachingAllocator").field("device", &self.device).field("stats", &self.stats()).finish()
+    }
+}
+
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|v| v / to * to)
+}
+
+impl CachingAllocator {
+    /// An allocator for `device` over `source`.
+    pub fn new(device: Device, source: Box<dyn SegmentSource>, config: AllocatorConfig) -> Self {
+        CachingAllocator { device, source, config: Mutex::new(config), state: Mutex::new(State::default()) }
+    }
+
+    /// The device this allocator serves.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The segment source underneath.
+    pub fn source(&self) -> &dyn SegmentSource {
+        self.source.as_ref()
+    }
+
+    /// Cap reserved memory at `limit` bytes (`None` removes the cap).
+    pub fn set_limit(&self, limit: Option<usize>) {
+        self.lock_config().limit = limit;
+    }
+
+    fn lock_config(&self) -> std::sync::MutexGuard<'_, AllocatorConfig> {
+        self.config.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocate at least `bytes` bytes, recording the caller as the creation site.
+    #[track_caller]
+    pub fn alloc(&self, bytes: usize) -> Result<Allocation> {
+        self.alloc_at(bytes, Location::caller())
+    }
+
+    /// Allocate at least `bytes` bytes, recording `site` as the creation site.
+    pub fn alloc_at(&self, bytes: usize, site: Site) -> Result<Allocation> {
+        let config = *self.lock_config();
+        let rounded = round_up(bytes.max(1), config.round).ok_or_else(|| self.oom_unlocked(bytes, &config))?;
+        let pool = if rounded <= config.small_limit { Pool::Small } else { Pool::Large };
+        let mut state = self.lock();
+        state.stats.alloc_count += 1;
+        if let Some(slice) = Self::take_free(&mut state, pool, rounded, bytes, site, &config) {
+            state.stats.cache_hits += 1;
+            return Ok(Allocation { slice, requested: bytes });
+        }
+        let segment_size = match pool {
+            Pool::Small => config.small_segment,
+            Pool::Large if rounded < config.medium_limit => config.medium_segment,
+            Pool::Large => round_up(rounded, config.large_round).ok_or_else(|| self.oom_unlocked(bytes, &config))?,
+        };
+        let handle = match self.new_segment(&mut state, segment_size, &config) {
+            Ok(h) => h,
+            Err(SegmentError::OutOfMemory) => {
+                self.release_free_segments(&mut state);
+                match self.new_segment(&mut state, segment_size, &config) {
+                    Ok(h) => h,
+                    Err(SegmentError::OutOfMemory) => {
+                        state.stats.oom_count += 1;
+                        state.stats.alloc_count -= 1;
+                        let report = self.report(&state, bytes, &config);
+                        tracing::warn!(device = %self.device, requested = bytes, "out of memory");
+                        return Err(Error::OutOfMemory(Box::new(report)));
+                    }
+                    Err(SegmentError::Failed(e)) => {
+                        state.stats.alloc_count -= 1;
+                        return Err(e);
+                    }
+                }
+            }
+            Err(SegmentError::Failed(e)) => {
+                state.stats.alloc_count -= 1;
+                return Err(e);
+            }
+        };
+        state.stats.cache_misses += 1;
+        let mut blocks = BTreeMap::new();
+        blocks.insert(0, Block { size: segment_size, live: None });
+        state.segments.insert(handle.id, Segment { handle, size: segment_size, pool, blocks });
+        state.free[pool as usize].insert((segment_size, handle.id, 0));
+        state.stats.inactive_blocks += 1;
+        state.stats.inactive_bytes += segment_size;
+        let slice = Self::take_free(&mut state, pool, rounded, bytes, site, &config)
+            .expect("a fresh segment always fits the request it was sized for");
+        Ok(Allocation { slice, requested: bytes })
+    }
+
+    fn new_segment(&self, state: &mut State, size: usize, config: &AllocatorConfig) -> std::result::Result<SegmentHandle, SegmentError> {
+        if let Some(limit) = config.limit
+            && state.stats.reserved_bytes.saturating_add(size) > limit
+        {
+            return Err(SegmentError::OutOfMemory);
+        }
+        let handle = self.source.allocate_segment(size)?;
+        state.stats.reserved_bytes += size;
+        state.stats.segments += 1;
+        state.stats.segment_allocs += 1;
+        state.stats.peak_reserved_bytes = state.stats.peak_reserved_bytes.max(state.stats.reserved_bytes);
+        Ok(handle)
+    }
+
+    fn take_free(
+        state: &mut State,
+        pool: Pool,
+        rounded: usize,
+        requested: usize,
+        site: Site,
+        config: &AllocatorConfig,
+    ) -> Option<BufferSlice> {
+        let &(size, seg_id, offset) = state.free[pool as usize].range((rounded, 0, 0)..).next()?;
+        state.free[pool as usize].remove(&(size, seg_id, offset));
+        let segment = state.segments.get_mut(&seg_id)?;
+        let remainder = size - rounded;
+        let split = match pool {
+            Pool::Small => remainder >= config.round,
+            Pool::Large => remainder > config.small_limit,
+        };
+        let block_size = if split { rounded } else { size };
+        let block = segment.blocks.get_mut(&offset)?;
+        block.size = block_size;
+        block.live = Some((requested, site));
+        let handle = segment.handle;
+        if split {
+            segment.blocks.insert(offset + rounded, Block { size: remainder, live: None });
+            state.free[pool as usize].insert((remainder, seg_id, offset + rounded));
+        } else {
+            state.stats.inactive_blocks -= 1;
+        }
+        let s = &mut state.stats;
+        s.inactive_bytes -= block_size;
+        s.allocated_bytes += block_size;
+        s.requested_bytes += requested;
+        s.active_blocks += 1;
+        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
+        Some(BufferSlice { segment: handle, offset, len: requested })
+    }
+
+    /// Return a block to the cache (merging with free neighbours). The memory stays reserved.
+    pub fn free(&self, allocation: Allocation) {
+        let slice = allocation.slice;
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some(segment) = state.segments.get_mut(&slice.segment.id) else {
+            tracing::error!(device = %self.device, segment = slice.segment.id, "free of a block from an unknown segment (ignored)");
+            return;
+        };
+        let pool = segment.pool as usize;
+        let Some(block) = segment.blocks.get_mut(&slice.offset).filter(|b| b.live.is_some()) else {
+            tracing::error!(device = %self.device, offset = slice.offset, "free of a block that is not live (ignored)");
+            return;
+        };
+        let (requested, _) = block.live.take().unwrap_or((0, Location::caller()));
+        let mut offset = slice.offset;
+        let mut size = block.size;
+        state.stats.allocated_bytes -= size;
+        state.stats.requested_bytes -= requested;
+        state.stats.active_blocks -= 1;
+        state.stats.free_count += 1;
+        state.stats.inactive_bytes += size;
+        // Merge with the following block.
+        if let Some((&next_off, next)) = segment.blocks.range(offset + size..).next()
+            && next_off == offset + size
+            && next.live.is_none()
+        {
+            let next_size = next.size;
+            state.free[pool].remove(&(next_size, segment.handle.id, next_off));
+            segment.blocks.remove(&next_off);
+            size += next_size;
+            state.stats.inactive_blocks -= 1;
+        }
+        // Merge with the preceding block.
+        if let Some((&prev_off, prev)) = segment.blocks.range(..offset).next_back()
+            && prev_off + prev.size == offset
+            && prev.live.is_none()
+        {
+            let prev_size = prev.size;
+            state.free[pool].remove(&(prev_size, segment.handle.id, prev_off));
+            segment.blocks.remove(&offset);
+            offset = prev_off;
+            size += prev_size;
+            state.stats.inactive_blocks -= 1;
+        }
+        if let Some(block) = segment.blocks.get_mut(&offset) {
+            block.size = size;
+        }
+        state.free[pool].insert((size, segment.handle.id, offset));
+        state.stats.inactive_blocks += 1;
+    }
+
+    fn release_free_segments(&self, state: &mut State) -> usize {
+        state.stats.empty_cache_count += 1;
+        let empty: Vec<u64> = state
+            .segments
+            .values()
+            .filter(|s| s.blocks.len() == 1 && s.blocks.values().all(|b| b.live.is_none()))
+            .map(|s| s.handle.id)
+            .collect();
+        let mut released = 0;
+        for id in empty {
+            if let Some(segment) = state.segments.remove(&id) {
+                state.free[segment.pool as usize].remove(&(segment.size, id, 0));
+                self.source.release_segment(segment.handle);
+                released += segment.size;
+                state.stats.reserved_bytes -= segment.size;
+                state.stats.inactive_bytes -= segment.size;
+                state.stats.inactive_blocks -= 1;
+                state.stats.segments -= 1;
+                state.stats.segment_frees += 1;
+            }
+        }
+        released
+    }
+
+    /// Return every wholly free segment to the device; returns the bytes released. Blocks in use
+    /// and partly used segments stay: `empty_cache` only frees what is cached and free (R21).
+    pub fn empty_cache(&self) -> usize {
+        let mut state = self.lock();
+        let released = self.release_free_segments(&mut state);
+        tracing::debug!(device = %self.device, released, "empty_cache");
+        released
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> MemoryStats {
+        let state = self.lock();
+        let mut s = state.stats;
+        s.largest_free_block = Self::largest_free(&state);
+        s
+    }
+
+    /// Reset the peak counters to the current values.
+    pub fn reset_peaks(&self) {
+        let mut state = self.lock();
+        state.stats.peak_allocated_bytes = state.stats.allocated_bytes;
+        state.stats.peak_reserved_bytes = state.stats.reserved_bytes;
+    }
+
+    /// The `n` largest live blocks with their creation sites, largest first.
+    pub fn largest_live(&self, n: usize) -> Vec<LiveBlock> {
+        Self::largest_live_locked(&self.lock(), n)
+    }
+
+    fn largest_live_locked(state: &State, n: usize) -> Vec<LiveBlock> {
+        let mut live: Vec<LiveBlock> = state
+            .segments
+            .values()
+            .flat_map(|s| s.blocks.values())
+            .filter_map(|b| b.live.map(|(_, site)| LiveBlock { bytes: b.size, site }))
+            .collect();
+        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.truncate(n);
+        live
+    }
+
+    fn largest_free(state: &State) -> usize {
+        state.free.iter().filter_map(|f| f.iter().next_back().map(|e| e.0)).max().unwrap_or(0)
+    }
+
+    fn report(&self, state: &State, requested: usize, config: &AllocatorConfig) -> OomReport {
+        let info = self.source.memory_info();
+        OomReport {
+            device: self.device,
+            requested,
+            capacity: info.map(|i| i.total),
+            free: info.map(|i| i.free),
+            limit: config.limit,
+            allocated: state.stats.allocated_bytes,
+            reserved: state.stats.reserved_bytes,
+            largest_free_block: Self::largest_free(state),
+            largest_live: Self::largest_live_locked(state, 5),
+        }
+    }
+
+    fn oom_unlocked(&self, requested: usize, config: &AllocatorConfig) -> Error {
+        let state = self.lock();
+        Error::OutOfMemory(Box::new(self.report(&state, requested, config)))
+    }
+}
+
+impl Drop for CachingAllocator {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (_, segment) in state.segments.drain() {
+            self.source.release_segment(segment.handle);
+        }
+    }
+}
+
+/// A GPU-free [`SegmentSource`] for tests of the allocator and the frontend.
+pub mod testing {
+    use std::sync::Mutex;
+
+    use super::{MemoryInfo, SegmentError, SegmentHandle, SegmentSource};
+
+    /// Hands out fake addresses from a fixed capacity and records every call.
+    #[derive(Debug)]
+    pub struct MockSource {
+        capacity: usize,
+        state: Mutex<MockState>,
+    }
+
+    #[derive(Debug, Default)]
+    struct MockState {
+        used: usize,
+        next_id: u64,
+        live: Vec<(SegmentHandle, usize)>,
+        allocs: usize,
+        releases: usize,
+    }
+
+    impl MockSource {
+        /// A source with `capacity` bytes of pretend device memory.
+        pub fn new(capacity: usize) -> Self {
+            MockSource { capacity, state: Mutex::new(MockState::default()) }
+        }
+
+        /// (segments allocated, segments released) so far.
+        pub fn calls(&self) -> (usize, usize) {
+            let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            (s.allocs, s.releases)
+        }
+
+        /// Bytes currently taken from the pretend device.
+        pub fn used(&self) -> usize {
+            self.state.lock().unwrap_or_else(|p| p.into_inner()).used
+        }
+    }
+
+    impl SegmentSource for MockSource {
+        fn allocate_segment(&self, bytes: usize) -> Result<SegmentHandle, SegmentError> {
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if s.used + bytes > self.capacity {
+                return Err(SegmentError::OutOfMemory);
+            }
+            s.used += bytes;
+            s.next_id += 1;
+            s.allocs += 1;
+            let handle = SegmentHandle { id: s.next_id, addr: s.next_id << 40 };
+            s.live.push((handle, bytes));
+            Ok(handle)
+        }
+
+        fn release_segment(&self, segment: SegmentHandle) {
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = s.live.iter().position(|(h, _)| *h == segment) {
+                let (_, bytes) = s.live.swap_remove(i);
+                s.used -= bytes;
+                s.releases += 1;
+            }
+        }
+
+        fn memory_info(&self) -> Option<MemoryInfo> {
+            let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            Some(MemoryInfo { free: (self.capacity - s.used) as u64, total: self.capacity as u64 })
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The [`Backend`] trait: what every device implements — alloc, copy, launch, sync — plus what a
+//! user must be able to ask a device (capabilities, memory statistics, device timing).
+//!
+//! Small on purpose: an op is a [`Kernel`] value given to [`Backend::launch`], not a method.
+//! Memory comes from the backend's [`CachingAllocator`], so statistics and `empty_cache` mean the
+//! same on every device.
+
+use std::any::Any;
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use crate::allocator::{Allocation, BufferSlice, CachingAllocator, MemoryStats};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result, Site};
+use crate::kernel::{Kernel, Op};
+use crate::pinned::{CopyHandle, PinnedBuffer};
+
+/// What a device can run, asked up front instead of failing later (R26).
+#[derive(Clone, Debug, Default)]
+pub struct Capabilities {
+    supported: HashSet<(Op, DType)>,
+    /// Largest single buffer the device can bind, in bytes.
+    pub max_buffer_bytes: u64,
+    /// True when the device runs f16 arithmetic natively.
+    pub native_f16: bool,
+    /// True when the device can time work on its own clock (events, timestamp queries).
+    pub device_timing: bool,
+    /// True when asynchronous copies really overlap with compute.
+    pub async_copies: bool,
+}
+
+impl Capabilities {
+    /// Every op for every dtype it is defined for (see [`Op::defined_for`]), minus `except`.
+    pub fn all_defined(except: impl Fn(Op, DType) -> bool) -> Self {
+        let mut supported = HashSet::new();
+        for op in Op::all() {
+            for dtype in DType::ALL {
+                if op.defined_for(dtype) && !except(op, dtype) {
+                    supported.insert((op, dtype));
+                }
+            }
+        }
+        Capabilities { supported, ..Default::default() }
+    }
+
+    /// True when `op` runs for `dtype` here.
+    pub fn supports(&self, op: Op, dtype: DType) -> bool {
+        self.supported.contains(&(op, dtype))
+    }
+
+    /// The dtypes `op` runs for here.
+    pub fn dtypes_for(&self, op: Op) -> Vec<DType> {
+        DType::ALL.into_iter().filter(|&d| self.supports(op, d)).collect()
+    }
+
+    /// The number of (op, dtype) pairs supported.
+    pub fn len(&self) -> usize {
+        self.supported.len()
+    }
+
+    /// True when nothing is supported.
+    pub fn is_empty(&self) -> bool {
+        self.supported.is_empty()
+    }
+}
+
+/// A description of a device for reports and `cargo xtask devices`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device.
+    pub device: Device,
+    /// Its name (`NVIDIA H200`, `llvmpipe (LLVM 15.0.6, 256 bits)`, the CPU model…).
+    pub name: String,
+    /// Total memory in bytes, where known.
+    pub total_memory: Option<u64>,
+    /// Backend-specific details (driver version, compute capability, adapter type…).
+    pub details: Vec<(String, String)>,
+}
+
+impl fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.device, self.name)
+    }
+}
+
+/// A point on a device's timeline, from [`Backend::record_event`].
+pub struct Event {
+    inner: Box<dyn Any + Send + Sync>,
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Event")
+    }
+}
+
+impl Event {
+    /// Wrap a backend's event.
+    pub fn new(inner: impl Any + Send + Sync) -> Self {
+        Event { inner: Box::new(inner) }
+    }
+
+    /// The backend's event, if it is of type `T`.
+    pub fn downcast_ref<T: 'static>(&self) -> Option<&T> {
+        self.inner.downcast_ref()
+    }
+}
+
+/// A device: memory, copies, kernels, synchronisation. Object-safe; the frontend holds
+/// `Arc<dyn Backend>` and never looks at the concrete type (invariant 1).
+pub trait Backend: Send + Sync + 'static {
+    /// This device.
+    fn device(&self) -> Device;
+
+    /// Name and details.
+    fn info(&self) -> DeviceInfo;
+
+    /// What runs here.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// The caching allocator holding this device's memory.
+    fn allocator(&self) -> &CachingAllocator;
+
+    /// Allocate `bytes` of device memory; `site` is the creation site reported on OOM.
+    fn alloc(&self, bytes: usize, site: Site) -> Result<Allocation> {
+        self.allocator().alloc_at(bytes, site)
+    }
+
+    /// Give memory back to the cache. Backends that run asynchronously make sure work already
+    /// queued on the block finishes before the block is reused (stream order).
+    fn free(&self, allocation: Allocation) {
+        self.allocator().free(allocation)
+    }
+
+    /// Copy host bytes into device memory; returns when `src` may be reused.
+    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()>;
+
+    /// Copy device memory into host bytes; returns when `dst` holds the data (a host sync).
+    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()>;
+
+    /// Copy between two ranges of this device's memory (in stream order).
+    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()>;
+
+    /// Run a kernel (asynchronously where the device is asynchronous).
+    fn launch(&self, kernel: &Kernel) -> Result<()>;
+
+    /// Wait until all queued work on this device has finished.
+    fn synchronize(&self) -> Result<()>;
+
+    /// Memory counters (the allocator's).
+    fn memory_stats(&self) -> MemoryStats {
+        self.allocator().stats()
+    }
+
+    /// Return cached free segments to the device; the bytes released.
+    fn empty_cache(&self) -> Result<usize> {
+        self.synchronize()?;
+        Ok(self.allocator().empty_cache())
+    }
+
+    /// Allocate pinned host memory for asynchronous copies with this device.
+    fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
+        Ok(PinnedBuffer::host(bytes))
+    }
+
+    /// Start copying `src` into device memory; `src` stays borrowed until the handle completes.
+    fn write_async<'a>(&self, dst: BufferSlice, src: &'a PinnedBuffer) -> Result<CopyHandle<'a>> {
+        let len = dst.len.min(src.len());
+        self.write(dst, &src.as_slice()[..len])?;
+        Ok(CopyHandle::completed())
+    }
+
+    /// Start copying device memory into `dst`; `dst` stays borrowed until the handle completes.
+    fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut PinnedBuffer) -> Result<CopyHandle<'a>> {
+        let len = src.len.min(dst.len());
+        self.read(src, &mut dst.as_mut_slice()[..len])?;
+        Ok(CopyHandle::completed())
+    }
+
+    /// Copy from this device straight into another device's memory (peer copy), when the two
+    /// can; `Ok(false)` when they cannot and the caller should stage through the host.
+    fn copy_to_peer(&self, _src: BufferSlice, _dst_backend: &dyn Backend, _dst: BufferSlice) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Record an event on the device's timeline.
+    fn record_event(&self) -> Result<Event>;
+
+    /// Time between two recorded events, on the device's clock (waits for `end`).
+    fn elapsed(&self, start: &Event, end: &Event) -> Result<Duration>;
+
+    /// The concrete backend, for backend-specific extensions (never used by the frontend).
+    fn as_any(&self) -> &dyn Any;
+
+    /// Fail with [`Error::Unsupported`] unless `kernel` runs here.
+    fn check_supported(&self, kernel: &Kernel) -> Result<()> {
+        let (op, dtype) = (kernel.op(), kernel.dtype());
+        if self.capabilities().supports(op, dtype) {
+            Ok(())
+        } else {
+            let reason = if op.defined_for(dtype) {
+                "this backend has no kernel for it"
+            } else {
+                "the op is not defined for this dtype on any device"
+            };
+            Err(Error::unsupported(op.name(), dtype, self.device(), reason))
+        }
+    }
+}

@@ -1,0 +1,523 @@
+//! The [`Kernel`] vocabulary: one value per operation a backend launches.
+//!
+//! Adding an op adds a variant here and one match arm per backend, never a trait method. Every
+//! tensor operand is a [`TensorArg`]: a buffer, a strided [`Layout`] (broadcast = stride 0) and a
+//! dtype. Backends read strided operands in place; none makes a hidden contiguous copy.
+//!
+//! # Semantics every backend follows (the conformance suite checks them)
+//! - f16/bf16 are computed in f32 and rounded once on store.
+//! - Integer add/sub/mul/neg/abs wrap. Integer `Div` truncates toward zero; `x / 0` is 0.
+//!   Integer `Pow` with a negative exponent is 0 unless the base is 1 (1) or -1 (±1).
+//! - Bool takes part in `Fill`, `Arange` (non-zero → true), `Cast`, `Copy`, `Where`, `Compare`,
+//!   `Maximum`/`Minimum` (or/and), `Reduce` Max/Min/ArgMax/ArgMin, `Gather`, `IndexSelect`.
+//! - `Cast` follows Rust `as`: float→int truncates toward zero and saturates, NaN → 0;
+//!   anything→bool is `!= 0`; bool→number is 0 or 1.
+//! - `Arange`: `out[i] = start + i * step` evaluated in f64, then cast.
+//! - `Random`: element `i` (row-major position in `out`) draws from Philox4x32-10 at counter
+//!   `offset + i` with key `seed` ([`crate::random`]), so one seed gives the same values on every
+//!   backend.
+//! - `Reduce`: `out` has the input's rank with reduced dimensions of size 1. Sum, Max and Min
+//!   keep the input dtype (integer sums wrap); Mean and LogSumExp are float-only; ArgMax/ArgMin
+//!   reduce exactly one dimension, write i64, and pick the first extreme index. Max/Min propagate
+//!   NaN. A sum over zero elements is 0, a mean is NaN; Max/Min/Arg* of zero elements is an error
+//!   raised by the frontend before launch.
+//! - `Softmax` (and log-softmax) over one dimension, float only, max-subtracted.
+//! - `Matmul`: `lhs` [B, M, K] × `rhs` [B, K, N] → `out` [B, M, N], any strides (batch stride 0
+//!   broadcasts), float dtypes only; `out` is contiguous.
+//! - `Gather` (torch.gather): `out[i..] = input[.. index[i..] ..]` along `dim`, `out` shaped like
+//!   `index`. `IndexSelect`: rows of `input` along `dim` chosen by a 1-D `index`. Indices are i32
+//!   or i64; negative or ≥ size → [`crate::Error::IndexOutOfRange`], never garbage.
+
+use crate::allocator::BufferSlice;
+use crate::dtype::{DType, Scalar};
+use crate::layout::{Dims, Layout};
+
+/// One tensor operand of a kernel.
+#[derive(Clone, Debug)]
+pub struct TensorArg {
+    /// Where the data lives (segment, byte offset of element 0 of the buffer, byte length).
+    pub buffer: BufferSlice,
+    /// The strided view into `buffer`, in elements.
+    pub layout: Layout,
+    /// The element type.
+    pub dtype: DType,
+}
+
+impl TensorArg {
+    /// Byte offset of the view's first element inside the segment.
+    pub fn byte_offset(&self) -> usize {
+        self.buffer.offset + self.layout.offset() * self.dtype.size_in_bytes()
+    }
+}
+
+/// Element-wise functions of one operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Relu,
+    Tanh,
+    Sigmoid,
+    /// The exact (erf) form: `x * 0.5 * (1 + erf(x / sqrt 2))`.
+    Gelu,
+}
+
+impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 9] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Relu,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Gelu,
+    ];
+
+    /// Lower-case name (kernel names are `<op>_<dtype>`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Gelu => "gelu",
+        }
+    }
+
+    /// True for ops defined on integers too (neg, abs, relu).
+    pub const fn integer_ok(self) -> bool {
+        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+    }
+}
+
+/// Element-wise functions of two operands (same dtype; the output has that dtype).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Maximum,
+    Minimum,
+}
+
+impl BinaryOp {
+    /// Every binary op.
+    pub const ALL: [BinaryOp; 7] =
+        [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Maximum, BinaryOp::Minimum];
+
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+}
+
+/// Comparisons; the output is bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    /// Every comparison.
+    pub const ALL: [CompareOp; 6] = [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
+
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
+        }
+    }
+}
+
+/// Reductions over chosen dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    ArgMax,
+    ArgMin,
+    LogSumExp,
+}
+
+impl ReduceOp {
+    /// Every reduction.
+    pub const ALL: [ReduceOp; 7] =
+        [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin, ReduceOp::LogSumExp];
+
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+            ReduceOp::LogSumExp => "logsumexp",
+        }
+    }
+
+    /// The dtype of the result for an input of `dtype`.
+    pub const fn output_dtype(self, dtype: DType) -> DType {
+        match self {
+            ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
+            _ => dtype,
+        }
+    }
+}
+
+/// The distribution of a `Random` kernel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Distribution {
+    /// Uniform on `[low, high)`.
+    Uniform {
+        /// Lower bound (inclusive).
+        low: f64,
+        /// Upper bound (exclusive).
+        high: f64,
+    },
+    /// Normal with `mean` and standard deviation `std` (Box–Muller).
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
+}
+
+/// One operation, with its operands, ready to launch on a backend.
+#[derive(Clone, Debug)]
+pub enum Kernel {
+    /// Write `value` to every element of `out`.
+    Fill {
+        /// Destination.
+        out: TensorArg,
+        /// The value (cast to `out.dtype`).
+        value: Scalar,
+    },
+    /// `out[i] = start + i * step`.
+    Arange {
+        /// Destination.
+        out: TensorArg,
+        /// First value.
+        start: f64,
+        /// Increment.
+        step: f64,
+    },
+    /// Counter-based random numbers (float dtypes).
+    Random {
+        /// Destination.
+        out: TensorArg,
+        /// Distribution and its parameters.
+        distribution: Distribution,
+        /// Philox key.
+        seed: u64,
+        /// Philox counter of element 0.
+        offset: u64,
+    },
+    /// Convert dtypes (`input.dtype` → `out.dtype`), same shape.
+    Cast {
+        /// Source.
+        input: TensorArg,
+        /// Destination.
+        out: TensorArg,
+    },
+    /// Strided copy, same dtype and shape (makes views contiguous, writes into views).
+    Copy {
+        /// Source.
+        input: TensorArg,
+        /// Destination.
+        out: TensorArg,
+    },
+    /// Element-wise unary function.
+    Unary {
+        /// The function.
+        op: UnaryOp,
+        /// Source.
+        input: TensorArg,
+        /// Destination (same dtype and shape).
+        out: TensorArg,
+    },
+    /// Element-wise binary function; `lhs`/`rhs` layouts are already broadcast to `out`'s shape.
+    Binary {
+        /// The function.
+        op: BinaryOp,
+        /// First operand.
+        lhs: TensorArg,
+        /// Second operand.
+        rhs: TensorArg,
+        /// Destination.
+        out: TensorArg,
+    },
+    /// Element-wise comparison to bool; operands broadcast to `out`'s shape.
+    Compare {
+        /// The comparison.
+        op: CompareOp,
+        /// First operand.
+        lhs: TensorArg,
+        /// Second operand.
+        rhs: TensorArg,
+        /// Destination (bool).
+        out: TensorArg,
+    },
+    /// `out = cond ? on_true : on_false`; all broadcast to `out`'s shape; `cond` is bool.
+    Where {
+        /// Condition (bool).
+        cond: TensorArg,
+        /// Taken where `cond` is true.
+        on_true: TensorArg,
+        /// Taken where `cond` is false.
+        on_false: TensorArg,
+        /// Destination.
+        out: TensorArg,
+    },
+    /// Reduce `dims` of `input` (sorted, distinct); `out` keeps them with size 1.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Source.
+        input: TensorArg,
+        /// Dimensions to reduce.
+        dims: Dims,
+        /// Destination.
+        out: TensorArg,
+    },
+    /// Softmax (or log-softmax) along `dim`.
+    Softmax {
+        /// Source.
+        input: TensorArg,
+        /// The dimension.
+        dim: usize,
+        /// Log-softmax when true.
+        log: bool,
+        /// Destination (same shape and dtype).
+        out: TensorArg,
+    },
+    /// Batched matrix product `[B, M, K] × [B, K, N] → [B, M, N]`.
+    Matmul {
+        /// Left operand, rank 3.
+        lhs: TensorArg,
+        /// Right operand, rank 3.
+        rhs: TensorArg,
+        /// Destination, rank 3, contiguous.
+        out: TensorArg,
+    },
+    /// torch.gather along `dim`.
+    Gather {
+        /// Source.
+        input: TensorArg,
+        /// Indices (i32/i64), same rank as `input`.
+        index: TensorArg,
+        /// The gathered dimension.
+        dim: usize,
+        /// Destination, shaped like `index`.
+        out: TensorArg,
+    },
+    /// Select entries of `input` along `dim` by a 1-D `index`.
+    IndexSelect {
+        /// Source.
+        input: TensorArg,
+        /// Indices (i32/i64), rank 1.
+        index: TensorArg,
+        /// The indexed dimension.
+        dim: usize,
+        /// Destination.
+        out: TensorArg,
+    },
+}
+
+impl Kernel {
+    /// The op this kernel performs, for capability checks and error messages.
+    pub fn op(&self) -> Op {
+        match self {
+            Kernel::Fill { .. } => Op::Fill,
+            Kernel::Arange { .. } => Op::Arange,
+            Kernel::Random { distribution: Distribution::Uniform { .. }, .. } => Op::RandomUniform,
+            Kernel::Random { distribution: Distribution::Normal { .. }, .. } => Op::RandomNormal,
+            Kernel::Cast { out, .. } => Op::Cast(out.dtype),
+            Kernel::Copy { .. } => Op::Copy,
+            Kernel::Unary { op, .. } => Op::Unary(*op),
+            Kernel::Binary { op, .. } => Op::Binary(*op),
+            Kernel::Compare { op, .. } => Op::Compare(*op),
+            Kernel::Where { .. } => Op::Where,
+            Kernel::Reduce { op, .. } => Op::Reduce(*op),
+            Kernel::Softmax { log: false, .. } => Op::Softmax,
+            Kernel::Softmax { log: true, .. } => Op::LogSoftmax,
+            Kernel::Matmul { .. } => Op::Matmul,
+            Kernel::Gather { .. } => Op::Gather,
+            Kernel::IndexSelect { .. } => Op::IndexSelect,
+        }
+    }
+
+    /// The dtype that selects the kernel (the input's for casts, reductions and selections; the
+    /// compared operands' for comparisons; the values' for `Where`).
+    pub fn dtype(&self) -> DType {
+        match self {
+            Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => out.dtype,
+            Kernel::Cast { input, .. }
+            | Kernel::Copy { input, .. }
+            | Kernel::Unary { input, .. }
+            | Kernel::Reduce { input, .. }
+            | Kernel::Softmax { input, .. }
+            | Kernel::Gather { input, .. }
+            | Kernel::IndexSelect { input, .. } => input.dtype,
+            Kernel::Binary { lhs, .. } | Kernel::Compare { lhs, .. } | Kernel::Matmul { lhs, .. } => lhs.dtype,
+            Kernel::Where { on_true, .. } => on_true.dtype,
+        }
+    }
+
+    /// Every operand, outputs last (backends use it for bounds checks and buffer binding).
+    pub fn operands(&self) -> Vec<&TensorArg> {
+        match self {
+            Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => vec![out],
+            Kernel::Cast { input, out }
+            | Kernel::Copy { input, out }
+            | Kernel::Unary { input, out, .. }
+            | Kernel::Reduce { input, out, .. }
+            | Kernel::Softmax { input, out, .. } => vec![input, out],
+            Kernel::Binary { lhs, rhs, out, .. } | Kernel::Compare { lhs, rhs, out, .. } | Kernel::Matmul { lhs, rhs, out } => {
+                vec![lhs, rhs, out]
+            }
+            Kernel::Where { cond, on_true, on_false, out } => vec![cond, on_true, on_false, out],
+            Kernel::Gather { input, index, out, .. } | Kernel::IndexSelect { input, index, out, .. } => vec![input, index, out],
+        }
+    }
+
+    /// Check that every operand's layout fits inside its buffer; a backend calls this before
+    /// touching memory so that a malformed kernel is an error, never an out-of-bounds access.
+    pub fn check_bounds(&self) -> crate::Result<()> {
+        for arg in self.operands() {
+            let extent = arg.layout.checked_extent().ok_or_else(|| crate::Error::SizeOverflow {
+                shape: arg.layout.shape().to_vec(),
+                dtype: arg.dtype,
+            })?;
+            let needed = extent.checked_mul(arg.dtype.size_in_bytes()).unwrap_or(usize::MAX);
+            if needed > arg.buffer.len {
+                return Err(crate::Error::invalid(
+                    "launch",
+                    format!(
+                        "`{}` operand of shape {:?} needs {needed} bytes but its buffer holds {}",
+                        self.op().name(),
+                        arg.layout.shape(),
+                        arg.buffer.len
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An op without operands: the unit of [`crate::Capabilities`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Op {
+    Fill,
+    Arange,
+    RandomUniform,
+    RandomNormal,
+    /// A cast *to* this dtype (the table's dtype is the source).
+    Cast(DType),
+    Copy,
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare(CompareOp),
+    Where,
+    Reduce(ReduceOp),
+    Softmax,
+    LogSoftmax,
+    Matmul,
+    Gather,
+    IndexSelect,
+}
+
+impl Op {
+    /// Every op, casts included.
+    pub fn all() -> Vec<Op> {
+        let mut ops = vec![Op::Fill, Op::Arange, Op::RandomUniform, Op::RandomNormal, Op::Copy];
+        ops.extend(DType::ALL.iter().map(|&d| Op::Cast(d)));
+        ops.extend(UnaryOp::ALL.iter().map(|&o| Op::Unary(o)));
+        ops.extend(BinaryOp::ALL.iter().map(|&o| Op::Binary(o)));
+        ops.extend(CompareOp::ALL.iter().map(|&o| Op::Compare(o)));
+        ops.push(Op::Where);
+        ops.extend(ReduceOp::ALL.iter().map(|&o| Op::Reduce(o)));
+        ops.extend([Op::Softmax, Op::LogSoftmax, Op::Matmul, Op::Gather, Op::IndexSelect]);
+        ops
+    }
+
+    /// The op's name (`add`, `sum`, `cast_to_f16`, …).
+    pub fn name(&self) -> String {
+        match self {
+            Op::Fill => "fill".into(),
+            Op::Arange => "arange".into(),
+            Op::RandomUniform => "rand".into(),
+            Op::RandomNormal => "randn".into(),
+            Op::Cast(d) => format!("cast_to_{d}"),
+            Op::Copy => "copy".into(),
+            Op::Unary(o) => o.name().into(),
+            Op::Binary(o) => o.name().into(),
+            Op::Compare(o) => o.name().into(),
+            Op::Where => "where".into(),
+            Op::Reduce(o) => o.name().into(),
+            Op::Softmax => "softmax".into(),
+            Op::LogSoftmax => "log_softmax".into(),
+            Op::Matmul => "matmul".into(),
+            Op::Gather => "gather".into(),
+            Op::IndexSelect => "index_select".into(),
+        }
+    }
+
+    /// Whether the op is defined for `dtype` at all (independent of any backend; see the
+    /// module docs). Backends support a subset of this.
+    pub fn defined_for(&self, dtype: DType) -> bool {
+        let float = dtype.is_float();
+        let boolean = dtype == DType::Bool;
+        match self {
+            Op::Fill | Op::Arange | Op::Cast(_) | Op::Copy | Op::Where | Op::Gather | Op::IndexSelect => true,
+            Op::Compare(_) => true,
+            Op::RandomUniform | Op::RandomNormal | Op::Softmax | Op::LogSoftmax | Op::Matmul => float,
+            Op::Unary(u) => float || (u.integer_ok() && !boolean),
+            Op::Binary(BinaryOp::Maximum | BinaryOp::Minimum) => true,
+            Op::Binary(_) => !boolean,
+            Op::Reduce(ReduceOp::Mean | ReduceOp::LogSumExp) => float,
+            Op::Reduce(ReduceOp::Sum) => !boolean,
+            Op::Reduce(_) => true,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! cartage-core: the vocabulary every cartage backend and the frontend share.
+//!
+//! - [`Device`]: where data lives, always with an explicit ordinal (`cpu`, `cuda:0`, `wgpu:1`).
+//! - [`DType`] and [`Element`]: element types and their byte sizes.
+//! - [`Layout`]: shape, strides (broadcast = stride 0) and offset, with overflow-checked sizes.
+//! - [`Kernel`]: one value per operation a backend can launch.
+//! - [`Backend`]: the small trait each device implements (alloc, copy, launch, sync, stats).
+//! - [`CachingAllocator`]: the one caching allocator every backend puts under its memory.
+//! - [`Error`]: one variant per failure, each message naming the likely cause and what to check.
+//!
+//! This crate depends on no GPU crate (an invariant checked by the workspace's tidy test).
+
+pub mod allocator;
+pub mod backend;
+pub mod device;
+pub mod dtype;
+pub mod error;
+pub mod kernel;
+pub mod layout;
+pub mod pinned;
+pub mod random;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
+
+pub use allocator::format_bytes;
+pub use layout::{checked_bytes, checked_numel, contiguous_strides, resolve_dim};
+pub use pinned::pinned_bytes_peak;
+
+pub use allocator::{
+    Allocation, AllocatorConfig, BufferSlice, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport,
+    SegmentError, SegmentHandle, SegmentSource,
+};
+pub use backend::{Backend, Capabilities, DeviceInfo, Event};
+pub use device::{Device, DeviceKind};
+pub use dtype::{DType, Element, Scalar};
+pub use error::{Error, Result, Site};
+pub use kernel::{
+    BinaryOp, CompareOp, Distribution, Kernel, Op, ReduceOp, TensorArg, UnaryOp,
+};
+pub use layout::{Dims, Layout, broadcast_shapes};
+pub use pinned::{CopyCompletion, CopyHandle, PinnedBuffer, pinned_bytes_in_use};

@@ -1,0 +1,1 @@
+//! The cpu backend of cartage.

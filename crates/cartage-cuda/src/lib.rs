@@ -1,0 +1,1 @@
+//! The cuda backend of cartage.

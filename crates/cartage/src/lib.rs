@@ -1,0 +1,1 @@
+//! cartage: tensors that know where they live.
