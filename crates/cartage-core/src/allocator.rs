@@ -53,10 +53,18 @@ impl BufferSlice {
         if offset.checked_add(len).is_none_or(|end| end > self.len) {
             return Err(Error::invalid(
                 "slice",
-                format!("bytes {offset}..{} are outside a buffer of {} bytes", offset.saturating_add(len), self.len),
+                format!(
+                    "bytes {offset}..{} are outside a buffer of {} bytes",
+                    offset.saturating_add(len),
+                    self.len
+                ),
             ));
         }
-        Ok(BufferSlice { segment: self.segment, offset: self.offset + offset, len })
+        Ok(BufferSlice {
+            segment: self.segment,
+            offset: self.offset + offset,
+            len,
+        })
     }
 }
 
@@ -242,15 +250,29 @@ pub fn format_bytes(bytes: u64) -> String {
         v /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{v:.2} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[unit])
+    }
 }
 
 impl fmt::Display for OomReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = |n: usize| format_bytes(n as u64);
-        write!(f, "out of memory on {}: tried to allocate {}", self.device, b(self.requested))?;
+        write!(
+            f,
+            "out of memory on {}: tried to allocate {}",
+            self.device,
+            b(self.requested)
+        )?;
         match (self.capacity, self.free) {
-            (Some(cap), Some(free)) => write!(f, "; the device has {} in total, {} free", format_bytes(cap), format_bytes(free))?,
+            (Some(cap), Some(free)) => write!(
+                f,
+                "; the device has {} in total, {} free",
+                format_bytes(cap),
+                format_bytes(free)
+            )?,
             (Some(cap), None) => write!(f, "; the device has {} in total", format_bytes(cap))?,
             _ => {}
         }
@@ -272,7 +294,10 @@ impl fmt::Display for OomReport {
                  Allocate long-lived large tensors first, or call empty_cache() between phases. "
             )?;
         } else if self.requested as u64 > self.capacity.unwrap_or(u64::MAX) {
-            write!(f, "The request alone exceeds the device's capacity: check the shape and dtype that produced it (bytes = numel × dtype size). ")?;
+            write!(
+                f,
+                "The request alone exceeds the device's capacity: check the shape and dtype that produced it (bytes = numel × dtype size). "
+            )?;
         } else {
             write!(
                 f,
@@ -341,7 +366,10 @@ pub struct CachingAllocator {
 
 impl fmt::Debug for CachingAllocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CachingAllocator").field("device", &self.device).field("stats", &self.stats()).finish()
+        f.debug_struct("CachingAllocator")
+            .field("device", &self.device)
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -352,7 +380,12 @@ fn round_up(n: usize, to: usize) -> Option<usize> {
 impl CachingAllocator {
     /// An allocator for `device` over `source`.
     pub fn new(device: Device, source: Box<dyn SegmentSource>, config: AllocatorConfig) -> Self {
-        CachingAllocator { device, source, config: Mutex::new(config), state: Mutex::new(State::default()) }
+        CachingAllocator {
+            device,
+            source,
+            config: Mutex::new(config),
+            state: Mutex::new(State::default()),
+        }
     }
 
     /// The device this allocator serves.
@@ -388,12 +421,19 @@ impl CachingAllocator {
     pub fn alloc_at(&self, bytes: usize, site: Site) -> Result<Allocation> {
         let config = *self.lock_config();
         let rounded = round_up(bytes.max(1), config.round).ok_or_else(|| self.oom_unlocked(bytes, &config))?;
-        let pool = if rounded <= config.small_limit { Pool::Small } else { Pool::Large };
+        let pool = if rounded <= config.small_limit {
+            Pool::Small
+        } else {
+            Pool::Large
+        };
         let mut state = self.lock();
         state.stats.alloc_count += 1;
         if let Some(slice) = Self::take_free(&mut state, pool, rounded, bytes, site, &config) {
             state.stats.cache_hits += 1;
-            return Ok(Allocation { slice, requested: bytes });
+            return Ok(Allocation {
+                slice,
+                requested: bytes,
+            });
         }
         let segment_size = match pool {
             Pool::Small => config.small_segment,
@@ -426,17 +466,39 @@ impl CachingAllocator {
         };
         state.stats.cache_misses += 1;
         let mut blocks = BTreeMap::new();
-        blocks.insert(0, Block { size: segment_size, live: None });
-        state.segments.insert(handle.id, Segment { handle, size: segment_size, pool, blocks });
+        blocks.insert(
+            0,
+            Block {
+                size: segment_size,
+                live: None,
+            },
+        );
+        state.segments.insert(
+            handle.id,
+            Segment {
+                handle,
+                size: segment_size,
+                pool,
+                blocks,
+            },
+        );
         state.free[pool as usize].insert((segment_size, handle.id, 0));
         state.stats.inactive_blocks += 1;
         state.stats.inactive_bytes += segment_size;
         let slice = Self::take_free(&mut state, pool, rounded, bytes, site, &config)
             .expect("a fresh segment always fits the request it was sized for");
-        Ok(Allocation { slice, requested: bytes })
+        Ok(Allocation {
+            slice,
+            requested: bytes,
+        })
     }
 
-    fn new_segment(&self, state: &mut State, size: usize, config: &AllocatorConfig) -> std::result::Result<SegmentHandle, SegmentError> {
+    fn new_segment(
+        &self,
+        state: &mut State,
+        size: usize,
+        config: &AllocatorConfig,
+    ) -> std::result::Result<SegmentHandle, SegmentError> {
         if let Some(limit) = config.limit
             && state.stats.reserved_bytes.saturating_add(size) > limit
         {
@@ -472,7 +534,13 @@ impl CachingAllocator {
         block.live = Some((requested, site));
         let handle = segment.handle;
         if split {
-            segment.blocks.insert(offset + rounded, Block { size: remainder, live: None });
+            segment.blocks.insert(
+                offset + rounded,
+                Block {
+                    size: remainder,
+                    live: None,
+                },
+            );
             state.free[pool as usize].insert((remainder, seg_id, offset + rounded));
         } else {
             state.stats.inactive_blocks -= 1;
@@ -483,7 +551,11 @@ impl CachingAllocator {
         s.requested_bytes += requested;
         s.active_blocks += 1;
         s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
-        Some(BufferSlice { segment: handle, offset, len: requested })
+        Some(BufferSlice {
+            segment: handle,
+            offset,
+            len: requested,
+        })
     }
 
     /// Return a block to the cache (merging with free neighbours). The memory stays reserved.
@@ -604,7 +676,12 @@ impl CachingAllocator {
     }
 
     fn largest_free(state: &State) -> usize {
-        state.free.iter().filter_map(|f| f.iter().next_back().map(|e| e.0)).max().unwrap_or(0)
+        state
+            .free
+            .iter()
+            .filter_map(|f| f.iter().next_back().map(|e| e.0))
+            .max()
+            .unwrap_or(0)
     }
 
     fn report(&self, state: &State, requested: usize, config: &AllocatorConfig) -> OomReport {
@@ -662,7 +739,10 @@ pub mod testing {
     impl MockSource {
         /// A source with `capacity` bytes of pretend device memory.
         pub fn new(capacity: usize) -> Self {
-            MockSource { capacity, state: Mutex::new(MockState::default()) }
+            MockSource {
+                capacity,
+                state: Mutex::new(MockState::default()),
+            }
         }
 
         /// (segments allocated, segments released) so far.
@@ -686,7 +766,10 @@ pub mod testing {
             s.used += bytes;
             s.next_id += 1;
             s.allocs += 1;
-            let handle = SegmentHandle { id: s.next_id, addr: s.next_id << 40 };
+            let handle = SegmentHandle {
+                id: s.next_id,
+                addr: s.next_id << 40,
+            };
             s.live.push((handle, bytes));
             Ok(handle)
         }
@@ -702,7 +785,10 @@ pub mod testing {
 
         fn memory_info(&self) -> Option<MemoryInfo> {
             let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            Some(MemoryInfo { free: (self.capacity - s.used) as u64, total: self.capacity as u64 })
+            Some(MemoryInfo {
+                free: (self.capacity - s.used) as u64,
+                total: self.capacity as u64,
+            })
         }
     }
 }

@@ -42,7 +42,10 @@ impl Capabilities {
                 }
             }
         }
-        Capabilities { supported, ..Default::default() }
+        Capabilities {
+            supported,
+            ..Default::default()
+        }
     }
 
     /// True when `op` runs for `dtype` here.

@@ -48,17 +48,26 @@ pub struct Device {
 impl Device {
     /// The host processor.
     pub const fn cpu() -> Self {
-        Device { kind: DeviceKind::Cpu, ordinal: 0 }
+        Device {
+            kind: DeviceKind::Cpu,
+            ordinal: 0,
+        }
     }
 
     /// CUDA device number `ordinal`.
     pub const fn cuda(ordinal: usize) -> Self {
-        Device { kind: DeviceKind::Cuda, ordinal }
+        Device {
+            kind: DeviceKind::Cuda,
+            ordinal,
+        }
     }
 
     /// wgpu adapter number `ordinal` (in the order documented by the wgpu backend).
     pub const fn wgpu(ordinal: usize) -> Self {
-        Device { kind: DeviceKind::Wgpu, ordinal }
+        Device {
+            kind: DeviceKind::Wgpu,
+            ordinal,
+        }
     }
 
     /// A device from its parts.
@@ -96,7 +105,10 @@ impl FromStr for Device {
 
     fn from_str(s: &str) -> Result<Self, Error> {
         let text = s.trim();
-        let invalid = |reason: String| Error::InvalidDevice { input: s.to_string(), reason };
+        let invalid = |reason: String| Error::InvalidDevice {
+            input: s.to_string(),
+            reason,
+        };
         let lower = text.to_ascii_lowercase();
         let (name, ordinal) = match lower.split_once(':') {
             Some((name, ordinal)) => (name, Some(ordinal)),
@@ -115,19 +127,16 @@ impl FromStr for Device {
         match (kind, ordinal) {
             (DeviceKind::Cpu, None) => Ok(Device::cpu()),
             (DeviceKind::Cpu, Some("0")) => Ok(Device::cpu()),
-            (DeviceKind::Cpu, Some(_)) => {
-                Err(invalid("the CPU has no ordinal other than 0; write `cpu`".to_string()))
-            }
+            (DeviceKind::Cpu, Some(_)) => Err(invalid("the CPU has no ordinal other than 0; write `cpu`".to_string())),
             (_, None) => Err(invalid(format!(
                 "a bare `{name}` would mean \"whichever device is current\"; cartage has no \
                  current device, so name one with its ordinal, e.g. `{name}:0`"
             ))),
-            (_, Some(ordinal)) => ordinal
-                .parse::<usize>()
-                .map(|n| Device::new(kind, n))
-                .map_err(|_| {
-                    invalid(format!("`{ordinal}` is not a device ordinal; expected `{name}:N` with N = 0, 1, …"))
-                }),
+            (_, Some(ordinal)) => ordinal.parse::<usize>().map(|n| Device::new(kind, n)).map_err(|_| {
+                invalid(format!(
+                    "`{ordinal}` is not a device ordinal; expected `{name}:N` with N = 0, 1, …"
+                ))
+            }),
         }
     }
 }

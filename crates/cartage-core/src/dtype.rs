@@ -276,7 +276,10 @@ mod tests {
     #[test]
     fn scalar_bytes_round_trip() {
         assert_eq!(Scalar::Int(i64::MAX).to_bytes(DType::I64), i64::MAX.to_le_bytes());
-        assert_eq!(Scalar::Float(1.5).to_bytes(DType::BF16), bf16::from_f32(1.5).to_le_bytes());
+        assert_eq!(
+            Scalar::Float(1.5).to_bytes(DType::BF16),
+            bf16::from_f32(1.5).to_le_bytes()
+        );
         assert_eq!(Scalar::Float(-2.7).to_bytes(DType::I32), (-2i32).to_le_bytes());
         assert_eq!(Scalar::Bool(true).to_bytes(DType::F32), 1f32.to_le_bytes());
     }

@@ -77,7 +77,11 @@ pub enum Error {
     },
 
     /// Shapes that do not fit together for this op.
-    #[error("`{op}`: shapes {} and {} do not fit: {reason}", ShapeDisplay(lhs), ShapeDisplay(rhs))]
+    #[error(
+        "`{op}`: shapes {} and {} do not fit: {reason}",
+        ShapeDisplay(lhs),
+        ShapeDisplay(rhs)
+    )]
     ShapeMismatch {
         /// The op.
         op: &'static str,
@@ -90,7 +94,9 @@ pub enum Error {
     },
 
     /// A dimension index beyond the tensor's rank.
-    #[error("`{op}`: dimension {dim} is out of range for a tensor of rank {rank} (valid: 0..{rank}, or negative from the end)")]
+    #[error(
+        "`{op}`: dimension {dim} is out of range for a tensor of rank {rank} (valid: 0..{rank}, or negative from the end)"
+    )]
     DimOutOfRange {
         /// The op.
         op: &'static str,
@@ -110,7 +116,10 @@ pub enum Error {
     },
 
     /// A shape whose element or byte count overflows `usize`.
-    #[error("shape {} of {dtype} overflows the addressable size: its element or byte count does not fit in memory. Check for a dimension computed from an uninitialised or negative value", ShapeDisplay(shape))]
+    #[error(
+        "shape {} of {dtype} overflows the addressable size: its element or byte count does not fit in memory. Check for a dimension computed from an uninitialised or negative value",
+        ShapeDisplay(shape)
+    )]
     SizeOverflow {
         /// The shape.
         shape: Vec<usize>,
@@ -132,7 +141,9 @@ pub enum Error {
     },
 
     /// An index outside the indexed dimension, found on the device.
-    #[error("`{op}`: index {index} is out of range for dimension {dim} of size {size} on {device}. Check how the indices were computed (off by one? wrong vocabulary size?)")]
+    #[error(
+        "`{op}`: index {index} is out of range for dimension {dim} of size {size} on {device}. Check how the indices were computed (off by one? wrong vocabulary size?)"
+    )]
     IndexOutOfRange {
         /// The op.
         op: &'static str,
@@ -147,7 +158,10 @@ pub enum Error {
     },
 
     /// `item()` on a tensor with other than one element.
-    #[error("`item`: the tensor has shape {} ({numel} elements); `item` needs exactly one. Reduce it first or use `to_vec`", ShapeDisplay(shape))]
+    #[error(
+        "`item`: the tensor has shape {} ({numel} elements); `item` needs exactly one. Reduce it first or use `to_vec`",
+        ShapeDisplay(shape)
+    )]
     NotAScalar {
         /// The shape.
         shape: Vec<usize>,
@@ -156,7 +170,9 @@ pub enum Error {
     },
 
     /// A backend that cannot run an op for a dtype (R26).
-    #[error("`{op}` for {dtype} is not supported on {device}: {reason}. Ask `capabilities()` before choosing a dtype, or cast with `.to_dtype(..)`")]
+    #[error(
+        "`{op}` for {dtype} is not supported on {device}: {reason}. Ask `capabilities()` before choosing a dtype, or cast with `.to_dtype(..)`"
+    )]
     Unsupported {
         /// The op.
         op: String,
@@ -182,7 +198,9 @@ pub enum Error {
     },
 
     /// A device whose backend was not compiled into this build (R28: "not compiled with CUDA").
-    #[error("{device} was asked for, but this build of cartage was compiled without its backend. Enable the `{feature}` feature of the `cartage` crate (e.g. `cargo build --features {feature}`), or pick another device with CARTAGE_DEVICE")]
+    #[error(
+        "{device} was asked for, but this build of cartage was compiled without its backend. Enable the `{feature}` feature of the `cartage` crate (e.g. `cargo build --features {feature}`), or pick another device with CARTAGE_DEVICE"
+    )]
     BackendNotCompiled {
         /// The device asked for.
         device: Device,
@@ -259,11 +277,19 @@ impl Error {
 
     /// Shorthand for [`Error::Unsupported`].
     pub fn unsupported(op: impl Into<String>, dtype: DType, device: Device, reason: impl Into<String>) -> Self {
-        Error::Unsupported { op: op.into(), dtype, device, reason: reason.into() }
+        Error::Unsupported {
+            op: op.into(),
+            dtype,
+            device,
+            reason: reason.into(),
+        }
     }
 
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
-        Error::InvalidArgument { op, reason: reason.into() }
+        Error::InvalidArgument {
+            op,
+            reason: reason.into(),
+        }
     }
 }

@@ -116,8 +116,15 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     /// Every binary op.
-    pub const ALL: [BinaryOp; 7] =
-        [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Pow, BinaryOp::Maximum, BinaryOp::Minimum];
+    pub const ALL: [BinaryOp; 7] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+    ];
 
     /// Lower-case name.
     pub const fn name(self) -> &'static str {
@@ -147,7 +154,14 @@ pub enum CompareOp {
 
 impl CompareOp {
     /// Every comparison.
-    pub const ALL: [CompareOp; 6] = [CompareOp::Eq, CompareOp::Ne, CompareOp::Lt, CompareOp::Le, CompareOp::Gt, CompareOp::Ge];
+    pub const ALL: [CompareOp; 6] = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ];
 
     /// Lower-case name.
     pub const fn name(self) -> &'static str {
@@ -177,8 +191,15 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// Every reduction.
-    pub const ALL: [ReduceOp; 7] =
-        [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin, ReduceOp::LogSumExp];
+    pub const ALL: [ReduceOp; 7] = [
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::ArgMax,
+        ReduceOp::ArgMin,
+        ReduceOp::LogSumExp,
+    ];
 
     /// Lower-case name.
     pub const fn name(self) -> &'static str {
@@ -368,8 +389,14 @@ impl Kernel {
         match self {
             Kernel::Fill { .. } => Op::Fill,
             Kernel::Arange { .. } => Op::Arange,
-            Kernel::Random { distribution: Distribution::Uniform { .. }, .. } => Op::RandomUniform,
-            Kernel::Random { distribution: Distribution::Normal { .. }, .. } => Op::RandomNormal,
+            Kernel::Random {
+                distribution: Distribution::Uniform { .. },
+                ..
+            } => Op::RandomUniform,
+            Kernel::Random {
+                distribution: Distribution::Normal { .. },
+                ..
+            } => Op::RandomNormal,
             Kernel::Cast { out, .. } => Op::Cast(out.dtype),
             Kernel::Copy { .. } => Op::Copy,
             Kernel::Unary { op, .. } => Op::Unary(*op),
@@ -411,11 +438,20 @@ impl Kernel {
             | Kernel::Unary { input, out, .. }
             | Kernel::Reduce { input, out, .. }
             | Kernel::Softmax { input, out, .. } => vec![input, out],
-            Kernel::Binary { lhs, rhs, out, .. } | Kernel::Compare { lhs, rhs, out, .. } | Kernel::Matmul { lhs, rhs, out } => {
+            Kernel::Binary { lhs, rhs, out, .. }
+            | Kernel::Compare { lhs, rhs, out, .. }
+            | Kernel::Matmul { lhs, rhs, out } => {
                 vec![lhs, rhs, out]
             }
-            Kernel::Where { cond, on_true, on_false, out } => vec![cond, on_true, on_false, out],
-            Kernel::Gather { input, index, out, .. } | Kernel::IndexSelect { input, index, out, .. } => vec![input, index, out],
+            Kernel::Where {
+                cond,
+                on_true,
+                on_false,
+                out,
+            } => vec![cond, on_true, on_false, out],
+            Kernel::Gather { input, index, out, .. } | Kernel::IndexSelect { input, index, out, .. } => {
+                vec![input, index, out]
+            }
         }
     }
 

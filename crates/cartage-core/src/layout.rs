@@ -22,7 +22,10 @@ pub fn checked_bytes(shape: &[usize], dtype: DType) -> Result<usize> {
     checked_numel(shape)
         .and_then(|n| n.checked_mul(dtype.size_in_bytes()))
         .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| Error::SizeOverflow { shape: shape.to_vec(), dtype })
+        .ok_or_else(|| Error::SizeOverflow {
+            shape: shape.to_vec(),
+            dtype,
+        })
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.
@@ -91,9 +94,16 @@ impl Layout {
     /// A contiguous row-major layout of `shape`; fails if its element count overflows.
     pub fn contiguous(shape: &[usize]) -> Result<Layout> {
         if checked_numel(shape).is_none() {
-            return Err(Error::SizeOverflow { shape: shape.to_vec(), dtype: DType::U8 });
+            return Err(Error::SizeOverflow {
+                shape: shape.to_vec(),
+                dtype: DType::U8,
+            });
         }
-        Ok(Layout { shape: SmallVec::from_slice(shape), strides: contiguous_strides(shape), offset: 0 })
+        Ok(Layout {
+            shape: SmallVec::from_slice(shape),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        })
     }
 
     /// A layout from explicit parts. Checks that the reachable extent does not overflow.
@@ -104,9 +114,16 @@ impl Layout {
                 format!("{} sizes but {} strides", shape.len(), strides.len()),
             ));
         }
-        let layout = Layout { shape: SmallVec::from_slice(shape), strides: SmallVec::from_slice(strides), offset };
+        let layout = Layout {
+            shape: SmallVec::from_slice(shape),
+            strides: SmallVec::from_slice(strides),
+            offset,
+        };
         if checked_numel(shape).is_none() || layout.checked_extent().is_none() {
-            return Err(Error::SizeOverflow { shape: shape.to_vec(), dtype: DType::U8 });
+            return Err(Error::SizeOverflow {
+                shape: shape.to_vec(),
+                dtype: DType::U8,
+            });
         }
         Ok(layout)
     }
@@ -183,7 +200,11 @@ impl Layout {
     pub fn transpose(&self, a: usize, b: usize) -> Result<Layout> {
         let rank = self.rank();
         if a >= rank || b >= rank {
-            return Err(Error::DimOutOfRange { op: "transpose", dim: a.max(b) as isize, rank });
+            return Err(Error::DimOutOfRange {
+                op: "transpose",
+                dim: a.max(b) as isize,
+                rank,
+            });
         }
         let mut l = self.clone();
         l.shape.swap(a, b);
@@ -212,13 +233,20 @@ impl Layout {
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Layout> {
         let rank = self.rank();
         if dim >= rank {
-            return Err(Error::DimOutOfRange { op: "narrow", dim: dim as isize, rank });
+            return Err(Error::DimOutOfRange {
+                op: "narrow",
+                dim: dim as isize,
+                rank,
+            });
         }
         let size = self.shape[dim];
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::invalid(
                 "narrow",
-                format!("range {start}..{} is outside dimension {dim} of size {size}", start.saturating_add(len)),
+                format!(
+                    "range {start}..{} is outside dimension {dim} of size {size}",
+                    start.saturating_add(len)
+                ),
             ));
         }
         let mut l = self.clone();
@@ -236,7 +264,8 @@ impl Layout {
             op: "broadcast_to",
             lhs: self.shape.to_vec(),
             rhs: shape.to_vec(),
-            reason: "each dimension must equal the target or be 1, and the target may only add leading dimensions".to_string(),
+            reason: "each dimension must equal the target or be 1, and the target may only add leading dimensions"
+                .to_string(),
         };
         if rank < self.rank() {
             return Err(fail());
@@ -254,15 +283,25 @@ impl Layout {
             };
         }
         if checked_numel(shape).is_none() {
-            return Err(Error::SizeOverflow { shape: shape.to_vec(), dtype: DType::U8 });
+            return Err(Error::SizeOverflow {
+                shape: shape.to_vec(),
+                dtype: DType::U8,
+            });
         }
-        Ok(Layout { shape: SmallVec::from_slice(shape), strides, offset: self.offset })
+        Ok(Layout {
+            shape: SmallVec::from_slice(shape),
+            strides,
+            offset: self.offset,
+        })
     }
 
     /// A view with a new shape of the same element count, when the strides allow it
     /// (always for contiguous data); `Ok(None)` when the data must be copied first.
     pub fn reshape(&self, shape: &[usize]) -> Result<Option<Layout>> {
-        let numel = checked_numel(shape).ok_or_else(|| Error::SizeOverflow { shape: shape.to_vec(), dtype: DType::U8 })?;
+        let numel = checked_numel(shape).ok_or_else(|| Error::SizeOverflow {
+            shape: shape.to_vec(),
+            dtype: DType::U8,
+        })?;
         if numel != self.numel() {
             return Err(Error::ShapeMismatch {
                 op: "reshape",
@@ -272,10 +311,20 @@ impl Layout {
             });
         }
         if self.is_contiguous() {
-            return Ok(Some(Layout { shape: SmallVec::from_slice(shape), strides: contiguous_strides(shape), offset: self.offset }));
+            return Ok(Some(Layout {
+                shape: SmallVec::from_slice(shape),
+                strides: contiguous_strides(shape),
+                offset: self.offset,
+            }));
         }
         // General case: split/merge runs of dimensions that are mutually contiguous.
-        let old: Vec<(usize, usize)> = self.shape.iter().copied().zip(self.strides.iter().copied()).filter(|&(d, _)| d != 1).collect();
+        let old: Vec<(usize, usize)> = self
+            .shape
+            .iter()
+            .copied()
+            .zip(self.strides.iter().copied())
+            .filter(|&(d, _)| d != 1)
+            .collect();
         let mut strides: Dims = SmallVec::from_elem(0, shape.len());
         let (mut oi, mut ni) = (0usize, 0usize);
         while ni < shape.len() {
@@ -318,17 +367,28 @@ impl Layout {
             oi += 1;
             ni += 1;
         }
-        Ok(Some(Layout { shape: SmallVec::from_slice(shape), strides, offset: self.offset }))
+        Ok(Some(Layout {
+            shape: SmallVec::from_slice(shape),
+            strides,
+            offset: self.offset,
+        }))
     }
 
     /// Remove dimension `dim`, which must have size 1 (a view).
     pub fn squeeze(&self, dim: usize) -> Result<Layout> {
         let rank = self.rank();
         if dim >= rank {
-            return Err(Error::DimOutOfRange { op: "squeeze", dim: dim as isize, rank });
+            return Err(Error::DimOutOfRange {
+                op: "squeeze",
+                dim: dim as isize,
+                rank,
+            });
         }
         if self.shape[dim] != 1 {
-            return Err(Error::invalid("squeeze", format!("dimension {dim} has size {}, not 1", self.shape[dim])));
+            return Err(Error::invalid(
+                "squeeze",
+                format!("dimension {dim} has size {}, not 1", self.shape[dim]),
+            ));
         }
         let mut l = self.clone();
         l.shape.remove(dim);
@@ -340,10 +400,18 @@ impl Layout {
     pub fn unsqueeze(&self, dim: usize) -> Result<Layout> {
         let rank = self.rank();
         if dim > rank {
-            return Err(Error::DimOutOfRange { op: "unsqueeze", dim: dim as isize, rank: rank + 1 });
+            return Err(Error::DimOutOfRange {
+                op: "unsqueeze",
+                dim: dim as isize,
+                rank: rank + 1,
+            });
         }
         let mut l = self.clone();
-        let stride = if dim < rank { self.strides[dim] * self.shape[dim] } else { 1 };
+        let stride = if dim < rank {
+            self.strides[dim] * self.shape[dim]
+        } else {
+            1
+        };
         l.shape.insert(dim, 1);
         l.strides.insert(dim, stride.max(1));
         Ok(l)
@@ -370,9 +438,17 @@ impl Layout {
             strides.push(s);
         }
         if self.numel() == 0 {
-            return Layout { shape: SmallVec::from_slice(&[0]), strides: SmallVec::from_slice(&[1]), offset: self.offset };
+            return Layout {
+                shape: SmallVec::from_slice(&[0]),
+                strides: SmallVec::from_slice(&[1]),
+                offset: self.offset,
+            };
         }
-        Layout { shape, strides, offset: self.offset }
+        Layout {
+            shape,
+            strides,
+            offset: self.offset,
+        }
     }
 
     /// The element offsets of this view in row-major order.

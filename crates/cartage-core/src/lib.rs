@@ -34,8 +34,6 @@ pub use backend::{Backend, Capabilities, DeviceInfo, Event};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, Result, Site};
-pub use kernel::{
-    BinaryOp, CompareOp, Distribution, Kernel, Op, ReduceOp, TensorArg, UnaryOp,
-};
+pub use kernel::{BinaryOp, CompareOp, Distribution, Kernel, Op, ReduceOp, TensorArg, UnaryOp};
 pub use layout::{Dims, Layout, broadcast_shapes};
 pub use pinned::{CopyCompletion, CopyHandle, PinnedBuffer, pinned_bytes_in_use};

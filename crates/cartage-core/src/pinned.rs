@@ -50,7 +50,10 @@ unsafe impl Sync for PinnedBuffer {}
 
 impl std::fmt::Debug for PinnedBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedBuffer").field("len", &self.len).field("device", &self.device).finish()
+        f.debug_struct("PinnedBuffer")
+            .field("len", &self.len)
+            .field("device", &self.device)
+            .finish()
     }
 }
 
@@ -80,7 +83,12 @@ impl PinnedBuffer {
     pub unsafe fn from_raw(ptr: NonNull<u8>, len: usize, device: Device, release: Release) -> Self {
         let now = PINNED_BYTES.fetch_add(len as u64, Ordering::Relaxed) + len as u64;
         PINNED_PEAK.fetch_max(now, Ordering::Relaxed);
-        PinnedBuffer { ptr, len, device, release: Some(release) }
+        PinnedBuffer {
+            ptr,
+            len,
+            device,
+            release: Some(release),
+        }
     }
 
     /// The device whose driver pinned this memory (`cpu` for [`PinnedBuffer::host`]).
@@ -149,12 +157,18 @@ pub struct CopyHandle<'a> {
 impl<'a> CopyHandle<'a> {
     /// A handle for a backend-specific completion.
     pub fn new(completion: Box<dyn CopyCompletion + 'a>) -> Self {
-        CopyHandle { completion: Some(completion), _borrow: PhantomData }
+        CopyHandle {
+            completion: Some(completion),
+            _borrow: PhantomData,
+        }
     }
 
     /// A handle for a copy that already completed (synchronous backends).
     pub fn completed() -> Self {
-        CopyHandle { completion: None, _borrow: PhantomData }
+        CopyHandle {
+            completion: None,
+            _borrow: PhantomData,
+        }
     }
 
     /// Block until the copy completes; the borrow of the pinned buffer ends here.

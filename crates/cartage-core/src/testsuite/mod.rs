@@ -1,0 +1,1 @@
+//! The backend conformance suite (filled in by the testsuite work).
