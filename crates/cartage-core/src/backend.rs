@@ -69,6 +69,26 @@ impl Capabilities {
     }
 }
 
+/// How f32 matrix products may trade precision for speed (ARTICLE R32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatmulPrecision {
+    /// True f32 arithmetic (the default everywhere).
+    #[default]
+    Highest,
+    /// TF32 tensor cores for f32 inputs where the device has them (10-bit mantissa products).
+    High,
+}
+
+impl MatmulPrecision {
+    /// `highest` or `high`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::Highest => "highest",
+            MatmulPrecision::High => "high",
+        }
+    }
+}
+
 /// A description of a device for reports and `cargo xtask devices`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
@@ -186,6 +206,17 @@ pub trait Backend: Send + Sync + 'static {
     /// can; `Ok(false)` when they cannot and the caller should stage through the host.
     fn copy_to_peer(&self, _src: BufferSlice, _dst_backend: &dyn Backend, _dst: BufferSlice) -> Result<bool> {
         Ok(false)
+    }
+
+    /// The f32 matmul precision in effect on this device.
+    fn matmul_precision(&self) -> MatmulPrecision {
+        MatmulPrecision::Highest
+    }
+
+    /// Choose the f32 matmul precision; devices without a faster mode keep `Highest` and
+    /// return `Ok(false)`.
+    fn set_matmul_precision(&self, precision: MatmulPrecision) -> Result<bool> {
+        Ok(precision == MatmulPrecision::Highest)
     }
 
     /// Record an event on the device's timeline.

@@ -30,7 +30,7 @@ pub use allocator::{
     Allocation, AllocatorConfig, BufferSlice, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport,
     SegmentError, SegmentHandle, SegmentSource,
 };
-pub use backend::{Backend, Capabilities, DeviceInfo, Event};
+pub use backend::{Backend, Capabilities, DeviceInfo, Event, MatmulPrecision};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, Result, Site};
