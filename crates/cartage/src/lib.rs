@@ -1,1 +1,50 @@
 //! cartage: tensors that know where they live.
+//!
+//! A [`Tensor`] is shared device storage plus a strided [`Layout`], a [`DType`], the [`Device`] it
+//! lives on and its origin (the source line where it was created or last moved). Everything that
+//! costs — moving between devices, reading back to the host, copying a strided view — is an
+//! explicit call, and every op checks devices and dtypes with errors that name both operands and
+//! where each came from.
+//!
+//! ```
+//! use cartage::prelude::*;
+//!
+//! # fn main() -> cartage::Result<()> {
+//! let device = Device::pick()?; // CARTAGE_DEVICE, else the best device found
+//! let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, &device)?.reshape(&[2, 3])?;
+//! let y = Tensor::full(&[3], 0.5, DType::F32, &device)?;
+//! let z = x.mul(&y)?.sum(&[1], false)?;
+//! assert_eq!(z.to_vec::<f32>()?, vec![1.5, 6.0]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - [`runtime`]: the device registry (one backend per device, opened on first use), memory
+//!   statistics and `empty_cache` per device, host-sync and implicit-copy counters.
+//! - [`DevicePick`]: `Device::pick()` and `Device::best_available()`.
+//! - [`tensor`]: [`Tensor`] — constructors, views, ops, moves and host reads.
+//!
+//! The backends compiled in are chosen by the features `cpu` (default), `cuda` and `wgpu`.
+
+pub mod bench;
+pub mod runtime;
+pub mod tensor;
+
+pub use cartage_core::{
+    Allocation, BinaryOp, BufferSlice, CompareOp, CopyHandle, Dims, Distribution, Event, Kernel, LiveBlock, MemoryInfo,
+    OomReport, Op, PinnedBuffer, ReduceOp, Site, TensorArg, UnaryOp, pinned_bytes_in_use, pinned_bytes_peak,
+};
+pub use cartage_core::{
+    Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,
+    Result, Scalar, format_bytes,
+};
+pub use runtime::{
+    DevicePick, RuntimeStats, alloc_pinned, backend, devices, empty_cache, memory_stats, reset_peak_memory_stats,
+    reset_stats, set_matmul_precision, stats, synchronize,
+};
+pub use tensor::{Storage, Tensor};
+
+/// The names most programs need: `use cartage::prelude::*;`.
+pub mod prelude {
+    pub use crate::{DType, Device, DevicePick, Result, Tensor};
+}

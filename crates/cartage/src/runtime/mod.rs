@@ -1,0 +1,59 @@
+//! The runtime: which devices exist, one backend per device, and what the program has cost.
+//!
+//! - [`backend`] opens a device's backend on first use and caches it; [`devices`] lists every
+//!   device the compiled-in backends can open.
+//! - [`DevicePick`] (`Device::pick()`) is the one place that reads `CARTAGE_DEVICE`.
+//! - [`memory_stats`], [`empty_cache`], [`reset_peak_memory_stats`] and [`synchronize`] act on
+//!   one device; [`stats`] reports host syncs (with call sites) and implicit copies.
+//!
+//! There is no "current device": every function here takes the device it acts on.
+
+mod pick;
+mod registry;
+mod stats;
+
+pub use pick::{DEVICE_ENV, DevicePick, pick_from};
+pub use registry::{BackendStatus, backend, backend_statuses, devices, is_software_adapter};
+pub use stats::{RuntimeStats, reset_stats, stats};
+pub(crate) use stats::{record_host_sync, record_implicit_copy};
+
+use cartage_core::{Device, MatmulPrecision, MemoryStats, PinnedBuffer, Result};
+
+/// Wait until all work queued on `device` has finished.
+pub fn synchronize(device: &Device) -> Result<()> {
+    backend(device)?.synchronize()
+}
+
+/// The caching allocator's counters for `device` (allocated, reserved, peaks, counts).
+pub fn memory_stats(device: &Device) -> Result<MemoryStats> {
+    Ok(backend(device)?.memory_stats())
+}
+
+/// Return `device`'s cached free segments to the device; the bytes released.
+///
+/// It only frees what is cached *and* free: live tensors keep their memory. Call it between
+/// phases of a program (after loading, before a large allocation of another kind), not every
+/// step: the cache exists so that steady-state allocation costs nothing (R21).
+pub fn empty_cache(device: &Device) -> Result<usize> {
+    backend(device)?.empty_cache()
+}
+
+/// Reset the peak counters of `device` to the current values.
+pub fn reset_peak_memory_stats(device: &Device) -> Result<()> {
+    backend(device)?.allocator().reset_peaks();
+    Ok(())
+}
+
+/// Choose the f32 matmul precision of `device`; `Ok(false)` when the device has no faster mode
+/// and keeps full f32. The choice is logged.
+pub fn set_matmul_precision(device: &Device, precision: MatmulPrecision) -> Result<bool> {
+    let applied = backend(device)?.set_matmul_precision(precision)?;
+    tracing::info!(%device, precision = precision.name(), applied, "matmul precision");
+    Ok(applied)
+}
+
+/// Allocate `bytes` of pinned (page-locked) host memory for asynchronous copies with `device`.
+/// Pinned memory cannot be swapped out: it is counted by [`crate::pinned_bytes_in_use`].
+pub fn alloc_pinned(device: &Device, bytes: usize) -> Result<PinnedBuffer> {
+    backend(device)?.alloc_pinned(bytes)
+}

@@ -1,0 +1,95 @@
+//! Host reads: `to_vec`, `to_vec_f64` and `item`. Each is an explicit synchronisation point —
+//! the host waits for the device — and is counted with its call site in `cartage::stats()`, so
+//! a loop that reads back every step shows up (R5).
+
+use cartage_core::{DType, Element, Error, Result, Site};
+use half::{bf16, f16};
+
+use super::{Tensor, caller};
+use crate::runtime;
+
+impl Tensor {
+    /// The elements in row-major order. `T` must be this tensor's element type
+    /// ([`Error::DTypeMismatch`] otherwise: convert with `to_dtype` first, or use `to_vec_f64`).
+    #[track_caller]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let site = caller();
+        self.expect_dtype::<T>("to_vec", site)?;
+        runtime::record_host_sync(site);
+        Ok(T::from_le_bytes_slice(&self.read_bytes(site)?))
+    }
+
+    /// The elements in row-major order, widened to `f64` (any dtype; booleans are 0 or 1).
+    #[track_caller]
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        let site = caller();
+        runtime::record_host_sync(site);
+        let bytes = self.read_bytes(site)?;
+        Ok(match self.dtype {
+            DType::F32 => widen::<f32>(&bytes),
+            DType::F64 => f64::from_le_bytes_slice(&bytes),
+            DType::F16 => widen::<f16>(&bytes),
+            DType::BF16 => widen::<bf16>(&bytes),
+            DType::I32 => widen::<i32>(&bytes),
+            DType::I64 => widen::<i64>(&bytes),
+            DType::U8 => widen::<u8>(&bytes),
+            DType::Bool => widen::<bool>(&bytes),
+        })
+    }
+
+    /// The one element of a tensor with exactly one element ([`Error::NotAScalar`] otherwise).
+    #[track_caller]
+    pub fn item<T: Element>(&self) -> Result<T> {
+        let site = caller();
+        self.expect_dtype::<T>("item", site)?;
+        if self.numel() != 1 {
+            return Err(Error::NotAScalar {
+                shape: self.shape().to_vec(),
+                numel: self.numel(),
+            });
+        }
+        runtime::record_host_sync(site);
+        let size = self.dtype.size_in_bytes();
+        let mut bytes = [0u8; 8];
+        let slice = self.storage.buffer().slice(self.layout.offset() * size, size)?;
+        self.backend().read(slice, &mut bytes[..size])?;
+        T::from_le_bytes_slice(&bytes[..size])
+            .first()
+            .copied()
+            .ok_or_else(|| Error::invalid("item", "the device returned no bytes"))
+    }
+
+    fn expect_dtype<T: Element>(&self, op: &'static str, site: Site) -> Result<()> {
+        if T::DTYPE == self.dtype {
+            return Ok(());
+        }
+        Err(Error::DTypeMismatch {
+            op,
+            lhs: self.dtype,
+            lhs_site: self.origin,
+            rhs: T::DTYPE,
+            rhs_site: site,
+        })
+    }
+
+    /// The viewed elements as little-endian bytes, row-major (a strided view is made contiguous
+    /// on the device first: counted as an implicit copy).
+    fn read_bytes(&self, site: Site) -> Result<Vec<u8>> {
+        let contiguous = if self.is_contiguous() {
+            self.clone()
+        } else {
+            let copy = self.contiguous_at(site)?;
+            runtime::record_implicit_copy("host read of a strided view", copy.size_in_bytes(), site);
+            copy
+        };
+        let mut bytes = vec![0u8; contiguous.size_in_bytes()];
+        if !bytes.is_empty() {
+            self.backend().read(contiguous.contiguous_slice()?, &mut bytes)?;
+        }
+        Ok(bytes)
+    }
+}
+
+fn widen<T: Element>(bytes: &[u8]) -> Vec<f64> {
+    T::from_le_bytes_slice(bytes).into_iter().map(Element::to_f64).collect()
+}

@@ -1,0 +1,74 @@
+//! Indexing by tensors: `gather` (torch.gather) and `index_select`. Index tensors are i32 or
+//! i64 on every device (a float index is [`Error::WrongDType`] everywhere, R27); an index out of
+//! range is [`Error::IndexOutOfRange`] reported by the device, never garbage.
+
+use cartage_core::{Dims, Error, Kernel, Result, resolve_dim};
+
+use super::{Tensor, caller, check};
+
+impl Tensor {
+    /// `out[i][j][k] = self[index[i][j][k]][j][k]` for `dim = 0` (and likewise for other
+    /// dims): the output has `index`'s shape; `index` has this tensor's rank and no dimension
+    /// other than `dim` larger than this tensor's.
+    #[track_caller]
+    pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let site = caller();
+        check::same_device("gather", self, index)?;
+        check::index_dtype("gather", index)?;
+        let d = resolve_dim("gather", dim, self.rank())?;
+        let fits = index.rank() == self.rank()
+            && index
+                .shape()
+                .iter()
+                .zip(self.shape())
+                .enumerate()
+                .all(|(i, (&n, &s))| i == d || n <= s);
+        if !fits {
+            return Err(Error::ShapeMismatch {
+                op: "gather",
+                lhs: self.shape().to_vec(),
+                rhs: index.shape().to_vec(),
+                reason: format!(
+                    "the index must have the input's rank and no dimension other than {d} larger than the input's"
+                ),
+            });
+        }
+        let out = self.alloc_like(index.shape(), self.dtype, site)?;
+        let kernel = Kernel::Gather {
+            input: self.as_arg(),
+            index: index.as_arg(),
+            dim: d,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, out.numel())?;
+        Ok(out)
+    }
+
+    /// The entries of dimension `dim` listed by the 1-D `index`, in that order.
+    #[track_caller]
+    pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
+        let site = caller();
+        check::same_device("index_select", self, index)?;
+        check::index_dtype("index_select", index)?;
+        let d = resolve_dim("index_select", dim, self.rank())?;
+        if index.rank() != 1 {
+            return Err(Error::ShapeMismatch {
+                op: "index_select",
+                lhs: self.shape().to_vec(),
+                rhs: index.shape().to_vec(),
+                reason: "the index must be one-dimensional".into(),
+            });
+        }
+        let mut shape: Dims = Dims::from_slice(self.shape());
+        shape[d] = index.numel();
+        let out = self.alloc_like(&shape, self.dtype, site)?;
+        let kernel = Kernel::IndexSelect {
+            input: self.as_arg(),
+            index: index.as_arg(),
+            dim: d,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, out.numel())?;
+        Ok(out)
+    }
+}

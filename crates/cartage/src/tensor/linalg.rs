@@ -1,0 +1,106 @@
+//! `matmul` with numpy's rules: 1-D × 1-D is a dot product, a 1-D operand gains (and then loses)
+//! a unit dimension, and operands of rank ≥ 3 broadcast their batch dimensions. Everything runs
+//! as one `Kernel::Matmul` on `[B, M, K] × [B, K, N]`; batch dimensions are collapsed as a view
+//! when the strides allow it (always for contiguous or broadcast operands), else the operand is
+//! copied, logged and counted as an implicit copy.
+
+use cartage_core::{Dims, Error, Kernel, Layout, Result, Scalar, Site, broadcast_shapes};
+
+use super::{Tensor, caller, check};
+use crate::runtime;
+
+impl Tensor {
+    /// Matrix product (see the module docs for ranks and broadcasting). Float dtypes only.
+    #[track_caller]
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let site = caller();
+        check::same_device_and_dtype("matmul", self, rhs)?;
+        check::float("matmul", self.dtype)?;
+        if self.rank() == 0 || rhs.rank() == 0 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: self.shape().to_vec(),
+                rhs: rhs.shape().to_vec(),
+                reason: "both operands need at least one dimension; use `mul` to scale by a scalar".into(),
+            });
+        }
+        let lhs = if self.rank() == 1 {
+            self.unsqueeze(0)?
+        } else {
+            self.clone()
+        };
+        let rhs_m = if rhs.rank() == 1 {
+            rhs.unsqueeze(1)?
+        } else {
+            rhs.clone()
+        };
+        let out = lhs.matmul_batched(&rhs_m, site)?;
+        let mut shape: Dims = Dims::from_slice(out.shape());
+        if rhs.rank() == 1 {
+            shape.remove(shape.len() - 1);
+        }
+        if self.rank() == 1 {
+            shape.remove(shape.len() - if rhs.rank() == 1 { 1 } else { 2 });
+        }
+        out.view_contiguous(&shape)
+    }
+
+    /// Both operands of rank ≥ 2.
+    fn matmul_batched(&self, rhs: &Tensor, site: Site) -> Result<Tensor> {
+        let (ls, rs) = (self.shape(), rhs.shape());
+        let (m, k) = (ls[ls.len() - 2], ls[ls.len() - 1]);
+        let (k2, n) = (rs[rs.len() - 2], rs[rs.len() - 1]);
+        let mismatch = |reason: String| Error::ShapeMismatch {
+            op: "matmul",
+            lhs: ls.to_vec(),
+            rhs: rs.to_vec(),
+            reason,
+        };
+        if k != k2 {
+            return Err(mismatch(format!(
+                "the inner dimensions differ: {k} columns on the left, {k2} rows on the right"
+            )));
+        }
+        let batch = broadcast_shapes(&ls[..ls.len() - 2], &rs[..rs.len() - 2])
+            .map_err(|_| mismatch("the batch dimensions do not broadcast".into()))?;
+        let b: usize = batch.iter().product();
+        let mut out_shape = batch.clone();
+        out_shape.extend_from_slice(&[m, n]);
+        let out = self.alloc_like(&out_shape, self.dtype, site)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
+        if k == 0 {
+            let fill = Kernel::Fill {
+                out: out.as_arg(),
+                value: Scalar::Int(0),
+            };
+            out.launch(&fill, out.numel())?;
+            return Ok(out);
+        }
+        let lhs3 = self.batch_view(&batch, [m, k], b, site)?;
+        let rhs3 = rhs.batch_view(&batch, [k, n], b, site)?;
+        let out3 = Layout::contiguous(&[b, m, n])?;
+        let kernel = Kernel::Matmul {
+            lhs: lhs3.as_arg(),
+            rhs: rhs3.as_arg(),
+            out: out.arg_with(out3),
+        };
+        out.launch(&kernel, out.numel())?;
+        Ok(out)
+    }
+
+    /// This operand broadcast to `batch + matrix` and viewed as `[b, rows, cols]`.
+    fn batch_view(&self, batch: &[usize], matrix: [usize; 2], b: usize, site: Site) -> Result<Tensor> {
+        let mut full: Dims = Dims::from_slice(batch);
+        full.extend_from_slice(&matrix);
+        let broadcast = self.layout.broadcast_to(&full)?;
+        let target = [b, matrix[0], matrix[1]];
+        if let Some(layout) = broadcast.reshape(&target)? {
+            return Ok(self.with_layout(layout));
+        }
+        let copy = self.with_layout(broadcast).contiguous_at(site)?;
+        runtime::record_implicit_copy("matmul batch", copy.size_in_bytes(), site);
+        copy.view_contiguous(&target)
+    }
+}

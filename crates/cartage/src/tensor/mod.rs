@@ -1,0 +1,257 @@
+//! [`Tensor`]: shared device storage + a strided layout + dtype + device + origin.
+//!
+//! Cloning a tensor is cheap and shares its storage; views (transpose, permute, narrow, reshape
+//! of compatible strides, broadcast, squeeze/unsqueeze) share it too. Ops return new tensors as
+//! `Result<Tensor>` and check devices and dtypes first. The origin is the source location
+//! (`#[track_caller]`) where the tensor was created or last moved; views keep their source's
+//! origin, so an error names the line that decided where the data lives.
+//!
+//! The methods live in one file per job: [`create`](self::create) (constructors),
+//! `view` (views), `elementwise` (unary, binary, comparison, where), `reduce`
+//! (reductions, softmax), `linalg` (matmul), `index` (gather, index_select),
+//! `transfer` (moves, casts, contiguous, copy_from, async copies) and `host` (reads).
+
+mod check;
+pub mod create;
+mod elementwise;
+mod host;
+mod index;
+mod linalg;
+mod reduce;
+mod transfer;
+mod view;
+
+use std::fmt;
+use std::panic::Location;
+use std::sync::Arc;
+
+use cartage_core::{
+    Allocation, Backend, BufferSlice, DType, Device, Kernel, Layout, Result, Site, TensorArg, checked_bytes,
+};
+
+/// Device memory owned by one or more tensors; given back to the backend's cache on drop.
+pub struct Storage {
+    backend: Arc<dyn Backend>,
+    allocation: Option<Allocation>,
+}
+
+impl Storage {
+    /// Allocate `bytes` on `backend`, recording `site` as the creation site (shown on OOM).
+    pub fn new(backend: &Arc<dyn Backend>, bytes: usize, site: Site) -> Result<Storage> {
+        let allocation = backend.alloc(bytes, site)?;
+        Ok(Storage {
+            backend: Arc::clone(backend),
+            allocation: Some(allocation),
+        })
+    }
+
+    /// The backend that owns the memory.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The bytes of the storage (exactly the bytes asked for).
+    pub fn buffer(&self) -> BufferSlice {
+        match &self.allocation {
+            Some(a) => a.slice(),
+            None => unreachable!("a storage holds its allocation until it is dropped"),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.buffer().len
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(allocation) = self.allocation.take() {
+            self.backend.free(allocation);
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Storage")
+            .field("device", &self.backend.device())
+            .field("bytes", &self.len_bytes())
+            .finish()
+    }
+}
+
+/// An n-dimensional array on one device. See the module docs.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    layout: Layout,
+    dtype: DType,
+    device: Device,
+    origin: Site,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({:?}, {}, {}, from {})",
+            self.shape(),
+            self.dtype,
+            self.device,
+            self.origin
+        )
+    }
+}
+
+impl Tensor {
+    /// The sizes of each dimension.
+    pub fn shape(&self) -> &[usize] {
+        self.layout.shape()
+    }
+
+    /// Same as [`Tensor::shape`].
+    pub fn dims(&self) -> &[usize] {
+        self.layout.shape()
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.layout.rank()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Where the data lives.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Shape, strides and offset (in elements).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Where this tensor was created or last moved (views keep their source's origin).
+    pub fn origin(&self) -> Site {
+        self.origin
+    }
+
+    /// Bytes of the elements this tensor views: numel × dtype size (R19).
+    pub fn size_in_bytes(&self) -> usize {
+        self.numel() * self.dtype.size_in_bytes()
+    }
+
+    /// Bytes of the storage underneath (a view may see less of it).
+    pub fn storage_bytes(&self) -> usize {
+        self.storage.len_bytes()
+    }
+
+    /// True when the elements are dense and row-major in memory.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// True when both tensors view the same storage.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// The backend this tensor's device runs on.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.storage.backend
+    }
+
+    /// The storage underneath.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// This tensor as a kernel operand, for backend-level code (benches, loaders).
+    pub fn as_arg(&self) -> TensorArg {
+        TensorArg {
+            buffer: self.storage.buffer(),
+            layout: self.layout.clone(),
+            dtype: self.dtype,
+        }
+    }
+
+    /// This tensor's storage seen through another layout, as a kernel operand.
+    fn arg_with(&self, layout: Layout) -> TensorArg {
+        TensorArg {
+            buffer: self.storage.buffer(),
+            layout,
+            dtype: self.dtype,
+        }
+    }
+
+    /// A view of the same storage with another layout (the origin is kept).
+    fn with_layout(&self, layout: Layout) -> Tensor {
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            layout,
+            dtype: self.dtype,
+            device: self.device,
+            origin: self.origin,
+        }
+    }
+
+    /// The same tensor with a new origin (a no-op move or cast).
+    fn moved_here(&self, site: Site) -> Tensor {
+        Tensor {
+            origin: site,
+            ..self.clone()
+        }
+    }
+
+    /// A fresh contiguous tensor on `backend`, contents unspecified: every caller writes all
+    /// of it (by a kernel or a copy) before handing it out.
+    fn alloc_on(backend: &Arc<dyn Backend>, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
+        let bytes = checked_bytes(shape, dtype)?;
+        let layout = Layout::contiguous(shape)?;
+        let storage = Storage::new(backend, bytes, site)?;
+        Ok(Tensor {
+            storage: Arc::new(storage),
+            layout,
+            dtype,
+            device: backend.device(),
+            origin: site,
+        })
+    }
+
+    /// A fresh contiguous tensor on this tensor's device (for op outputs).
+    fn alloc_like(&self, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
+        Tensor::alloc_on(self.backend(), shape, dtype, site)
+    }
+
+    /// Launch `kernel` on this tensor's backend unless the output is empty.
+    fn launch(&self, kernel: &Kernel, out_numel: usize) -> Result<()> {
+        if out_numel == 0 {
+            return Ok(());
+        }
+        self.backend().launch(kernel)
+    }
+
+    /// The byte range of a contiguous tensor's elements inside its storage.
+    fn contiguous_slice(&self) -> Result<BufferSlice> {
+        debug_assert!(self.is_contiguous());
+        let size = self.dtype.size_in_bytes();
+        self.storage
+            .buffer()
+            .slice(self.layout.offset() * size, self.numel() * size)
+    }
+}
+
+/// The caller's location, for `#[track_caller]` functions.
+#[track_caller]
+fn caller() -> Site {
+    Location::caller()
+}
