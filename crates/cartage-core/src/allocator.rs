@@ -403,6 +403,11 @@ impl CachingAllocator {
         self.lock_config().limit = limit;
     }
 
+    /// The cap on reserved memory set by [`CachingAllocator::set_limit`], if any.
+    pub fn limit(&self) -> Option<usize> {
+        self.lock_config().limit
+    }
+
     fn lock_config(&self) -> std::sync::MutexGuard<'_, AllocatorConfig> {
         self.config.lock().unwrap_or_else(|p| p.into_inner())
     }
