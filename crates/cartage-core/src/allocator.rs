@@ -218,6 +218,8 @@ pub struct OomReport {
     pub device: Device,
     /// Bytes asked for.
     pub requested: usize,
+    /// Where the failing allocation was asked for (the tensor's creation site), where known.
+    pub requested_at: Option<Site>,
     /// Device capacity, where known.
     pub capacity: Option<u64>,
     /// Device free memory when the error was raised, where known.
@@ -266,6 +268,9 @@ impl fmt::Display for OomReport {
             self.device,
             b(self.requested)
         )?;
+        if let Some(site) = self.requested_at {
+            write!(f, " at {site}")?;
+        }
         match (self.capacity, self.free) {
             (Some(cap), Some(free)) => write!(
                 f,
@@ -425,7 +430,7 @@ impl CachingAllocator {
     /// Allocate at least `bytes` bytes, recording `site` as the creation site.
     pub fn alloc_at(&self, bytes: usize, site: Site) -> Result<Allocation> {
         let config = *self.lock_config();
-        let rounded = round_up(bytes.max(1), config.round).ok_or_else(|| self.oom_unlocked(bytes, &config))?;
+        let rounded = round_up(bytes.max(1), config.round).ok_or_else(|| self.oom_unlocked(bytes, site, &config))?;
         let pool = if rounded <= config.small_limit {
             Pool::Small
         } else {
@@ -443,7 +448,20 @@ impl CachingAllocator {
         let segment_size = match pool {
             Pool::Small => config.small_segment,
             Pool::Large if rounded < config.medium_limit => config.medium_segment,
-            Pool::Large => round_up(rounded, config.large_round).ok_or_else(|| self.oom_unlocked(bytes, &config))?,
+            Pool::Large => match round_up(rounded, config.large_round) {
+                Some(size) => size,
+                // The state is locked here: build the report from it (never lock twice).
+                None => {
+                    state.stats.alloc_count -= 1;
+                    state.stats.oom_count += 1;
+                    return Err(Error::OutOfMemory(Box::new(self.report(
+                        &state,
+                        bytes,
+                        Some(site),
+                        &config,
+                    ))));
+                }
+            },
         };
         let handle = match self.new_segment(&mut state, segment_size, &config) {
             Ok(h) => h,
@@ -454,7 +472,7 @@ impl CachingAllocator {
                     Err(SegmentError::OutOfMemory) => {
                         state.stats.oom_count += 1;
                         state.stats.alloc_count -= 1;
-                        let report = self.report(&state, bytes, &config);
+                        let report = self.report(&state, bytes, Some(site), &config);
                         tracing::warn!(device = %self.device, requested = bytes, "out of memory");
                         return Err(Error::OutOfMemory(Box::new(report)));
                     }
@@ -689,11 +707,18 @@ impl CachingAllocator {
             .unwrap_or(0)
     }
 
-    fn report(&self, state: &State, requested: usize, config: &AllocatorConfig) -> OomReport {
+    fn report(
+        &self,
+        state: &State,
+        requested: usize,
+        requested_at: Option<Site>,
+        config: &AllocatorConfig,
+    ) -> OomReport {
         let info = self.source.memory_info();
         OomReport {
             device: self.device,
             requested,
+            requested_at,
             capacity: info.map(|i| i.total),
             free: info.map(|i| i.free),
             limit: config.limit,
@@ -704,9 +729,9 @@ impl CachingAllocator {
         }
     }
 
-    fn oom_unlocked(&self, requested: usize, config: &AllocatorConfig) -> Error {
+    fn oom_unlocked(&self, requested: usize, site: Site, config: &AllocatorConfig) -> Error {
         let state = self.lock();
-        Error::OutOfMemory(Box::new(self.report(&state, requested, config)))
+        Error::OutOfMemory(Box::new(self.report(&state, requested, Some(site), config)))
     }
 }
 
