@@ -27,6 +27,7 @@
 //! The backends compiled in are chosen by the features `cpu` (default), `cuda` and `wgpu`.
 
 pub mod bench;
+pub mod memory;
 pub mod runtime;
 pub mod tensor;
 
@@ -42,6 +43,7 @@ pub use runtime::{
     DevicePick, RuntimeStats, alloc_pinned, backend, devices, empty_cache, memory_stats, reset_peak_memory_stats,
     reset_stats, set_matmul_precision, stats, synchronize,
 };
+pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use tensor::{Storage, Tensor};
 
 /// The names most programs need: `use cartage::prelude::*;`.
