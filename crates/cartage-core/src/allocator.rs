@@ -693,7 +693,7 @@ impl CachingAllocator {
             .flat_map(|s| s.blocks.values())
             .filter_map(|b| b.live.map(|(_, site)| LiveBlock { bytes: b.size, site }))
             .collect();
-        live.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        live.sort_by_key(|b| std::cmp::Reverse(b.bytes));
         live.truncate(n);
         live
     }

@@ -159,9 +159,19 @@ impl Scalar {
             DType::F64 => self.as_f64().to_le_bytes().to_vec(),
             DType::F16 => f16::from_f64(self.as_f64()).to_le_bytes().to_vec(),
             DType::BF16 => bf16::from_f64(self.as_f64()).to_le_bytes().to_vec(),
-            DType::I32 => (self.as_i64() as i32).to_le_bytes().to_vec(),
+            // A float converts straight to the target (`as` truncates and saturates there);
+            // an integer wraps, as an integer `as` cast does.
+            DType::I32 => match self {
+                Scalar::Float(v) => v as i32,
+                other => other.as_i64() as i32,
+            }
+            .to_le_bytes()
+            .to_vec(),
             DType::I64 => self.as_i64().to_le_bytes().to_vec(),
-            DType::U8 => vec![self.as_i64() as u8],
+            DType::U8 => vec![match self {
+                Scalar::Float(v) => v as u8,
+                other => other.as_i64() as u8,
+            }],
             DType::Bool => vec![self.as_bool() as u8],
         }
     }
@@ -282,5 +292,9 @@ mod tests {
         );
         assert_eq!(Scalar::Float(-2.7).to_bytes(DType::I32), (-2i32).to_le_bytes());
         assert_eq!(Scalar::Bool(true).to_bytes(DType::F32), 1f32.to_le_bytes());
+        // Floats saturate into narrow integers (Rust `as`); integers wrap.
+        assert_eq!(Scalar::Float(-2.7).to_bytes(DType::U8), [0]);
+        assert_eq!(Scalar::Float(3e9).to_bytes(DType::I32), i32::MAX.to_le_bytes());
+        assert_eq!(Scalar::Int(-5).to_bytes(DType::U8), [251]);
     }
 }

@@ -463,7 +463,7 @@ impl Kernel {
                 shape: arg.layout.shape().to_vec(),
                 dtype: arg.dtype,
             })?;
-            let needed = extent.checked_mul(arg.dtype.size_in_bytes()).unwrap_or(usize::MAX);
+            let needed = extent.saturating_mul(arg.dtype.size_in_bytes());
             if needed > arg.buffer.len {
                 return Err(crate::Error::invalid(
                     "launch",

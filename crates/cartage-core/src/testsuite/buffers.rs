@@ -1,0 +1,221 @@
+//! Host-side data of the suite: how random inputs are drawn ([`Spec`]), device allocations that
+//! free themselves ([`DeviceBuffer`]), operands with their views and logical values
+//! ([`Operand`]), and the byte encodings of every dtype.
+
+use std::sync::Arc;
+
+use crate::allocator::{Allocation, BufferSlice};
+use crate::backend::Backend;
+use crate::dtype::DType;
+use crate::kernel::TensorArg;
+use crate::layout::Layout;
+
+use super::views::ViewKind;
+
+/// How to draw random input values: floats uniform in `float` (optionally on a grid of `step`
+/// and with a random sign), integers uniform in `int` (clamped to the dtype), bools fair.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// Float range `[lo, hi)`.
+    pub float: (f64, f64),
+    /// Integer range `lo..=hi`.
+    pub int: (i64, i64),
+    /// Round floats to multiples of this (0: continuous), so ties occur.
+    pub step: f64,
+    /// Negate floats with probability 1/2.
+    pub random_sign: bool,
+}
+
+impl Spec {
+    /// Floats in `float`, integers in `int`.
+    pub const fn new(float: (f64, f64), int: (i64, i64)) -> Self {
+        Spec {
+            float,
+            int,
+            step: 0.0,
+            random_sign: false,
+        }
+    }
+
+    /// The default range: floats in [-4, 4), integers in -100..=100.
+    pub const fn standard() -> Self {
+        Spec::new((-4.0, 4.0), (-100, 100))
+    }
+
+    /// Floats on a grid of `step` (ties happen).
+    pub const fn grid(mut self, step: f64) -> Self {
+        self.step = step;
+        self
+    }
+
+    /// Floats with a random sign.
+    pub const fn signed(mut self) -> Self {
+        self.random_sign = true;
+        self
+    }
+}
+
+/// An allocation on the backend under test, freed when dropped.
+pub struct DeviceBuffer {
+    backend: Arc<dyn Backend>,
+    allocation: Option<Allocation>,
+    /// The element type.
+    pub dtype: DType,
+    /// Elements in the buffer.
+    pub len: usize,
+}
+
+impl DeviceBuffer {
+    /// Wrap a live allocation of `len` elements of `dtype` made by `backend`.
+    pub fn new(backend: Arc<dyn Backend>, allocation: Allocation, dtype: DType, len: usize) -> Self {
+        DeviceBuffer {
+            backend,
+            allocation: Some(allocation),
+            dtype,
+            len,
+        }
+    }
+
+    /// The whole buffer.
+    pub fn slice(&self) -> BufferSlice {
+        self.allocation
+            .as_ref()
+            .map(Allocation::slice)
+            .expect("live until dropped")
+    }
+
+    /// An operand viewing this buffer through `layout`.
+    pub fn arg(&self, layout: &Layout) -> TensorArg {
+        TensorArg {
+            buffer: self.slice(),
+            layout: layout.clone(),
+            dtype: self.dtype,
+        }
+    }
+
+    /// An operand viewing this buffer as a contiguous tensor of `shape`.
+    pub fn contiguous(&self, shape: &[usize]) -> TensorArg {
+        self.arg(&Layout::contiguous(shape).expect("suite shapes are small"))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(allocation) = self.allocation.take() {
+            self.backend.free(allocation);
+        }
+    }
+}
+
+/// A device operand with its layout and its logical values (row-major through the layout).
+pub struct Operand {
+    /// The buffer.
+    pub buf: DeviceBuffer,
+    /// The view.
+    pub layout: Layout,
+    /// How the view was built (for messages).
+    pub kind: ViewKind,
+    /// The values seen through the view, row-major.
+    pub values: Vec<f64>,
+}
+
+impl Operand {
+    /// The kernel operand.
+    pub fn arg(&self) -> TensorArg {
+        self.buf.arg(&self.layout)
+    }
+}
+
+/// Little-endian bytes of `values` stored as `dtype` (floats round to nearest, integers wrap,
+/// bools are `!= 0`). Integer values are expected to be integral.
+pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * dtype.size_in_bytes());
+    for &v in values {
+        match dtype {
+            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&(v as i64 as i32).to_le_bytes()),
+            DType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
+            DType::U8 => out.push(v as i64 as u8),
+            DType::Bool => out.push((v != 0.0) as u8),
+        }
+    }
+    out
+}
+
+/// Decode little-endian `dtype` bytes to f64 (bool bytes keep their raw value, so a byte other
+/// than 0 or 1 shows up).
+pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    let size = dtype.size_in_bytes();
+    bytes
+        .chunks_exact(size)
+        .map(|c| match dtype {
+            DType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
+            DType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
+            DType::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
+            DType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            DType::I64 => i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
+            DType::U8 | DType::Bool => c[0] as f64,
+        })
+        .collect()
+}
+
+/// Exact little-endian bytes of integers stored as `dtype` (wrapping, as `as` does).
+pub fn encode_ints(dtype: DType, values: &[i64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &v in values {
+        match dtype {
+            DType::I32 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+            DType::I64 => out.extend_from_slice(&v.to_le_bytes()),
+            DType::U8 => out.push(v as u8),
+            other => panic!("suite bug: {other} is not an integer dtype"),
+        }
+    }
+    out
+}
+
+/// Exact integers from little-endian `dtype` bytes.
+pub fn decode_ints(dtype: DType, bytes: &[u8]) -> Vec<i64> {
+    match dtype {
+        DType::I32 => bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            .collect(),
+        DType::I64 => bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect(),
+        DType::U8 => bytes.iter().map(|&b| b as i64).collect(),
+        other => panic!("suite bug: {other} is not an integer dtype"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip_in_every_dtype() {
+        let values = [0.0, 1.0, -2.5, 100.0];
+        for dtype in DType::ALL {
+            let stored: Vec<f64> = values.iter().map(|&v| dtype.round_trip(v)).collect();
+            let wrapped: Vec<f64> = match dtype {
+                DType::U8 => vec![0.0, 1.0, 254.0, 100.0],
+                DType::I32 | DType::I64 => vec![0.0, 1.0, -2.0, 100.0],
+                _ => stored.clone(),
+            };
+            let bytes = encode(dtype, &stored);
+            assert_eq!(bytes.len(), values.len() * dtype.size_in_bytes());
+            let back = decode(dtype, &bytes);
+            if dtype != DType::U8 {
+                assert_eq!(back, wrapped, "{dtype}");
+            }
+        }
+        let edge = [i64::MIN, i64::MAX, -1];
+        assert_eq!(decode_ints(DType::I64, &encode_ints(DType::I64, &edge)), edge);
+        assert_eq!(decode_ints(DType::U8, &encode_ints(DType::U8, &[-1, 256])), [255, 0]);
+    }
+}

@@ -1,0 +1,234 @@
+//! `Reduce` (every op × dtype over one, several, all or no dimensions of contiguous, strided and
+//! broadcast inputs; NaN propagation; first-index ties) and `Softmax` / log-softmax (any
+//! dimension, max-subtracted so large inputs do not overflow). The large reductions use
+//! integer-valued inputs, whose sums are exact in any order, so one lost element shows.
+
+use crate::dtype::DType;
+use crate::kernel::{Kernel, Op, ReduceOp};
+use crate::layout::{Dims, Layout};
+
+use super::buffers::{Operand, Spec};
+use super::harness::Harness;
+use super::reference::{self, Tolerance, accumulation_eps, reduced_shape};
+use super::views::{LARGE, ViewKind, view};
+
+fn dims_of(dims: &[usize]) -> Dims {
+    dims.iter().copied().collect()
+}
+
+fn reduce_spec(op: ReduceOp) -> Spec {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => Spec::standard(),
+        ReduceOp::LogSumExp => Spec::new((-10.0, 10.0), (-100, 100)),
+        _ => Spec::new((-4.0, 4.0), (-20, 20)).grid(0.5),
+    }
+}
+
+/// The reduction cases: shape, dims, input view.
+fn reduce_cases() -> Vec<(Vec<usize>, Vec<usize>, ViewKind)> {
+    use ViewKind::*;
+    [
+        (vec![7], vec![0], Contiguous),
+        (vec![1], vec![0], Contiguous),
+        (vec![], vec![], Contiguous),
+        (vec![0], vec![0], Contiguous),
+        (vec![3, 0], vec![1], Contiguous),
+        (vec![3, 0], vec![0], Contiguous),
+        (vec![33, 5], vec![0], Contiguous),
+        (vec![33, 5], vec![1], Transposed),
+        (vec![33, 5], vec![0, 1], Offset),
+        (vec![3, 4, 5], vec![1], Permuted),
+        (vec![3, 4, 5], vec![0, 2], Contiguous),
+        (vec![3, 4, 5], vec![0, 1, 2], Narrowed),
+        (vec![7, 5], vec![0], Broadcast),
+        (vec![2, 3, 4, 5], vec![1, 3], Contiguous),
+        (vec![65, 1023], vec![1], Contiguous),
+        (vec![1023, 65], vec![0], Contiguous),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Whether the kernel defines `op` over this case (arg-reductions reduce exactly one dimension;
+/// extremes and log-sum-exp of zero elements are refused by the frontend before launch).
+fn applies(op: ReduceOp, shape: &[usize], dims: &[usize]) -> bool {
+    let per_output: usize = dims.iter().map(|&d| shape[d]).product();
+    let outputs: usize = reduced_shape(shape, dims).iter().product();
+    match op {
+        ReduceOp::ArgMax | ReduceOp::ArgMin if dims.len() != 1 => false,
+        ReduceOp::Sum | ReduceOp::Mean => true,
+        _ => per_output > 0 || outputs == 0,
+    }
+}
+
+/// Launch a reduction of `input` and check it against the reference (exactly, when
+/// `exact_sums` says the inputs are integer-valued).
+fn reduce_case(
+    h: &Harness,
+    op: ReduceOp,
+    dtype: DType,
+    input: &Operand,
+    dims: &[usize],
+    exact_sums: bool,
+    label: &str,
+) {
+    let shape = input.layout.shape().to_vec();
+    let out_layout = Layout::contiguous(&reduced_shape(&shape, dims)).expect("small");
+    let out = h.poisoned(op.output_dtype(dtype), out_layout.numel());
+    let what = format!(
+        "{} {dtype} {shape:?} over {dims:?} ({}){label}",
+        op.name(),
+        input.kind.name()
+    );
+    let kernel = Kernel::Reduce {
+        op,
+        input: input.arg(),
+        dims: dims_of(dims),
+        out: out.arg(&out_layout),
+    };
+    if h.launch(&what, &kernel) {
+        let (want, allowed) = reference::reduce(op, dtype, &shape, &input.values, dims);
+        if exact_sums {
+            // Exact in any summation order: only the final rounding of a mean is allowed.
+            h.check_with(&what, &out, &out_layout, &want, |_, w| {
+                if op == ReduceOp::Mean {
+                    Tolerance::of(dtype).allowed(w)
+                } else {
+                    0.0
+                }
+            });
+        } else {
+            h.check_with(&what, &out, &out_layout, &want, |i, _| allowed[i]);
+        }
+    }
+}
+
+/// `Reduce`: every op × dtype the backend lists over the case table, plus NaN propagation.
+pub fn reduce(h: &Harness) {
+    for op in ReduceOp::ALL {
+        for dtype in DType::ALL {
+            if !h.supports(Op::Reduce(op), dtype) {
+                let (input, out) = (h.upload(dtype, &[1.0; 3]), h.poisoned(op.output_dtype(dtype), 1));
+                let kernel = Kernel::Reduce {
+                    op,
+                    input: input.contiguous(&[3]),
+                    dims: dims_of(&[0]),
+                    out: out.contiguous(&[1]),
+                };
+                h.expect_unsupported(&format!("{} {dtype}", op.name()), &kernel);
+                continue;
+            }
+            for (shape, dims, kind) in reduce_cases() {
+                if applies(op, &shape, &dims) {
+                    let input = h.operand(dtype, kind, &shape, reduce_spec(op));
+                    reduce_case(h, op, dtype, &input, &dims, false, "");
+                }
+            }
+            if dtype.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+                let v = view(ViewKind::Contiguous, &[4, 6]);
+                let mut base = h.random_values(dtype, 24, Spec::standard());
+                base[6 + h.below(6)] = f64::NAN;
+                base[18 + h.below(6)] = f64::NAN;
+                let input = h.operand_from(dtype, v, &base);
+                reduce_case(h, op, dtype, &input, &[1], false, " with NaN in rows 1 and 3");
+            }
+        }
+    }
+}
+
+/// Large reductions (≥ 2^20 + 1 elements) whose exact answers do not depend on summation order:
+/// sums of every dtype, mean, max, first-index argmax with ties, and row/column sums of a
+/// 1025 × 1024 matrix, contiguous and transposed.
+pub fn reduce_large(h: &Harness) {
+    let integral = Spec::new((-2.0, 2.0), (-2, 2)).grid(1.0);
+    for dtype in DType::ALL {
+        if h.supports(Op::Reduce(ReduceOp::Sum), dtype) {
+            let input = h.operand(dtype, ViewKind::Contiguous, &[LARGE], integral);
+            reduce_case(h, ReduceOp::Sum, dtype, &input, &[0], true, " (integer-valued)");
+        }
+    }
+    let f32 = DType::F32;
+    if h.supports(Op::Reduce(ReduceOp::Sum), f32) {
+        for (kind, dims) in [
+            (ViewKind::Contiguous, [0]),
+            (ViewKind::Contiguous, [1]),
+            (ViewKind::Transposed, [1]),
+        ] {
+            let input = h.operand(f32, kind, &[1025, 1024], integral);
+            reduce_case(h, ReduceOp::Sum, f32, &input, &dims, true, " (integer-valued)");
+        }
+    }
+    for op in [ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMax, ReduceOp::ArgMin] {
+        if h.supports(Op::Reduce(op), f32) {
+            let input = h.operand(f32, ViewKind::Contiguous, &[LARGE], integral);
+            reduce_case(h, op, f32, &input, &[0], true, " (integer-valued, ties)");
+        }
+    }
+    // A unique maximum late in the vector: a parallel argmax must combine partial results.
+    for dtype in [DType::F32, DType::I32] {
+        if h.supports(Op::Reduce(ReduceOp::ArgMax), dtype) {
+            let v = view(ViewKind::Contiguous, &[LARGE]);
+            let mut base = h.random_values(dtype, LARGE, Spec::new((-4.0, 4.0), (-1000, 1000)));
+            base[LARGE - 1 - h.below(LARGE / 10)] = 5000.0;
+            let input = h.operand_from(dtype, v, &base);
+            reduce_case(h, ReduceOp::ArgMax, dtype, &input, &[0], true, " (one late maximum)");
+        }
+    }
+}
+
+/// `Softmax` and log-softmax: every float dtype the backend lists, along any dimension, from
+/// strided and broadcast inputs, with inputs large enough that exp would overflow without the
+/// max subtraction.
+pub fn softmax(h: &Harness) {
+    use ViewKind::*;
+    let cases: Vec<(Vec<usize>, usize, ViewKind, Spec)> = vec![
+        (vec![7], 0, Contiguous, Spec::standard()),
+        (vec![1], 0, Contiguous, Spec::standard()),
+        (vec![0], 0, Contiguous, Spec::standard()),
+        (vec![3, 0], 1, Contiguous, Spec::standard()),
+        (vec![3, 0], 0, Contiguous, Spec::standard()),
+        (vec![33, 5], 0, Contiguous, Spec::standard()),
+        (vec![33, 5], 1, Transposed, Spec::standard()),
+        (vec![3, 4, 5], 1, Permuted, Spec::standard()),
+        (vec![6, 7], 1, Narrowed, Spec::standard()),
+        (vec![5, 7], 0, Broadcast, Spec::standard()),
+        (vec![4, 33], 1, Contiguous, Spec::new((50.0, 100.0), (0, 0))),
+        (vec![8, 8193], 1, Contiguous, Spec::new((-10.0, 10.0), (0, 0))),
+        (vec![2, 3, 1025], 2, Offset, Spec::standard()),
+    ];
+    for log in [false, true] {
+        let op = if log { Op::LogSoftmax } else { Op::Softmax };
+        for dtype in DType::ALL {
+            if !h.supports(op, dtype) {
+                let (input, out) = (h.upload(dtype, &[1.0; 3]), h.poisoned(dtype, 3));
+                let kernel = Kernel::Softmax {
+                    input: input.contiguous(&[3]),
+                    dim: 0,
+                    log,
+                    out: out.contiguous(&[3]),
+                };
+                h.expect_unsupported(&format!("{} {dtype}", op.name()), &kernel);
+                continue;
+            }
+            for (shape, dim, kind, spec) in &cases {
+                let input = h.operand(dtype, *kind, shape, *spec);
+                let layout = Layout::contiguous(shape).expect("small");
+                let out = h.poisoned(dtype, layout.numel());
+                let what = format!("{} {dtype} {shape:?} dim {dim} ({})", op.name(), input.kind.name());
+                let kernel = Kernel::Softmax {
+                    input: input.arg(),
+                    dim: *dim,
+                    log,
+                    out: out.arg(&layout),
+                };
+                if h.launch(&what, &kernel) {
+                    let want = reference::softmax(shape, &input.values, *dim, log);
+                    let n = shape[*dim] as f64;
+                    let accumulated = 4.0 * accumulation_eps(dtype) * n.sqrt();
+                    let tol = Tolerance::transcendental(dtype);
+                    h.check_with(&what, &out, &layout, &want, |_, w| tol.allowed(w) + accumulated);
+                }
+            }
+        }
+    }
+}
