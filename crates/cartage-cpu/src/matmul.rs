@@ -1,0 +1,277 @@
+//! `Kernel::Matmul`: `[B, M, K] × [B, K, N] → [B, M, N]` through the `gemm` crate, which takes
+//! any row and column strides, so transposed, sliced and batch-broadcast (batch stride 0)
+//! operands are read in place, never copied.
+//!
+//! The crate was chosen by measurement on the development machine (see the crate README and
+//! `examples/matmul_crates.rs`): with its AVX-512 kernels (`x86-v4`) `gemm` was the fastest
+//! single-threaded kernel at every size and matched `matrixmultiply` with threads, and unlike
+//! `matrixmultiply` (whose thread count is a process-wide setting) it takes the parallelism per
+//! call, which lets small products stay on the calling thread.
+//!
+//! Threads: a product of at most [`SMALL_MATMUL`] multiply-adds never leaves the calling thread.
+//! Larger ones let `gemm` use rayon. A batch of small products runs its batch on rayon only when
+//! the whole batch is worth it ([`BATCH_PARALLEL_MIN`]). f16 and bf16 operands are widened to
+//! f32 one matrix at a time, multiplied in f32 and rounded once on store.
+
+use cartage_core::{DType, Device, Error, Result, TensorArg};
+use gemm::Parallelism;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::elem::Real;
+use crate::map::base;
+use crate::strided::SyncPtr;
+
+/// Products of at most this many multiply-adds (`M·N·K`, 128³) run on the calling thread.
+pub const SMALL_MATMUL: usize = 128 * 128 * 128;
+
+/// A batch of small products goes to rayon when it holds at least this many multiply-adds.
+pub const BATCH_PARALLEL_MIN: usize = 1 << 18;
+
+/// One matrix operand: element strides of its rows and columns.
+#[derive(Clone, Copy, Debug)]
+struct Strides {
+    batch: usize,
+    row: isize,
+    col: isize,
+}
+
+fn strides(arg: &TensorArg) -> Strides {
+    let s = arg.layout.strides();
+    // Strides are bounded by the buffer (check_bounds), itself at most isize::MAX bytes.
+    Strides {
+        batch: s[0],
+        row: s[1] as isize,
+        col: s[2] as isize,
+    }
+}
+
+/// The dtypes `gemm` multiplies natively.
+trait GemmScalar: Copy + Send + Sync + 'static {
+    const ONE: Self;
+    const ZERO: Self;
+}
+impl GemmScalar for f32 {
+    const ONE: Self = 1.0;
+    const ZERO: Self = 0.0;
+}
+impl GemmScalar for f64 {
+    const ONE: Self = 1.0;
+    const ZERO: Self = 0.0;
+}
+
+/// `c = a · b` for one `m×k` by `k×n` product.
+///
+/// # Safety
+/// The pointers and strides describe matrices inside live host buffers; `c`'s elements are
+/// distinct and not read concurrently.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_one<T: GemmScalar>(
+    (m, n, k): (usize, usize, usize),
+    a: *const T,
+    sa: Strides,
+    b: *const T,
+    sb: Strides,
+    c: *mut T,
+    sc: Strides,
+    parallelism: Parallelism,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: (i, j) is inside the output matrix.
+                unsafe { *c.offset(i as isize * sc.row + j as isize * sc.col) = T::ZERO };
+            }
+        }
+        return;
+    }
+    // SAFETY: forwarded; gemm reads `a`/`b` and writes `c` through the strides given
+    // (`read_dst = false`: `c = 1 · a·b`).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            sc.col,
+            sc.row,
+            false,
+            a,
+            sa.col,
+            sa.row,
+            b,
+            sb.col,
+            sb.row,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
+}
+
+/// `Kernel::Matmul`.
+pub fn matmul(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    match lhs.dtype {
+        DType::F32 => native::<f32>(lhs, rhs, out),
+        DType::F64 => native::<f64>(lhs, rhs, out),
+        DType::F16 => widened::<f16>(lhs, rhs, out),
+        DType::BF16 => widened::<bf16>(lhs, rhs, out),
+        dtype => {
+            return Err(Error::unsupported(
+                "matmul",
+                dtype,
+                Device::cpu(),
+                "matmul is defined for floats",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn dims(lhs: &TensorArg, rhs: &TensorArg) -> (usize, usize, usize, usize) {
+    let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+    (l[0], l[1], r[2], l[2])
+}
+
+/// How a batch runs: one product at a time with threads inside, one at a time on this thread,
+/// or the batch spread over rayon with each product single-threaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Schedule {
+    ThreadsInside,
+    Serial,
+    BatchOnRayon,
+}
+
+fn schedule(batch: usize, m: usize, n: usize, k: usize) -> Schedule {
+    let each = m.saturating_mul(n).saturating_mul(k);
+    let threads = rayon::current_num_threads();
+    if threads <= 1 {
+        Schedule::Serial
+    } else if each > SMALL_MATMUL {
+        Schedule::ThreadsInside
+    } else if batch > 1 && each.saturating_mul(batch) >= BATCH_PARALLEL_MIN {
+        Schedule::BatchOnRayon
+    } else {
+        Schedule::Serial
+    }
+}
+
+fn native<T: GemmScalar>(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) {
+    let (batch, m, n, k) = dims(lhs, rhs);
+    let (sa, sb, sc) = (strides(lhs), strides(rhs), strides(out));
+    let (a, b, c): (SyncPtr<T>, SyncPtr<T>, SyncPtr<T>) = (base(lhs), base(rhs), base(out));
+    let plan = schedule(batch, m, n, k);
+    let one = |i: usize, parallelism: Parallelism| {
+        // SAFETY: launch checked bounds and shapes; batch `i` of each operand lies inside its view
+        // and output batches are disjoint (the output does not overlap itself).
+        unsafe {
+            gemm_one(
+                (m, n, k),
+                a.add(i * sa.batch),
+                sa,
+                b.add(i * sb.batch),
+                sb,
+                c.add(i * sc.batch),
+                sc,
+                parallelism,
+            )
+        }
+    };
+    match plan {
+        Schedule::ThreadsInside => (0..batch).for_each(|i| one(i, Parallelism::Rayon(0))),
+        Schedule::Serial => (0..batch).for_each(|i| one(i, Parallelism::None)),
+        Schedule::BatchOnRayon => {
+            let per_task = (BATCH_PARALLEL_MIN / 4 / (m * n * k).max(1)).max(1);
+            (0..batch)
+                .into_par_iter()
+                .with_min_len(per_task)
+                .for_each(|i| one(i, Parallelism::None))
+        }
+    }
+}
+
+/// f16/bf16: widen one batch entry at a time to f32, multiply, round once on store.
+fn widened<T: Real<C = f32>>(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) {
+    let (batch, m, n, k) = dims(lhs, rhs);
+    let (sa, sb, sc) = (strides(lhs), strides(rhs), strides(out));
+    let (a, b, c): (SyncPtr<T>, SyncPtr<T>, SyncPtr<T>) = (base(lhs), base(rhs), base(out));
+    let plan = schedule(batch, m, n, k);
+    let dense = |cols: usize| Strides {
+        batch: 0,
+        row: cols as isize,
+        col: 1,
+    };
+    let one = |i: usize, scratch: &mut Scratch, parallelism: Parallelism| {
+        scratch.resize(m * k, k * n, m * n);
+        // SAFETY: launch checked bounds and shapes; batch `i` lies inside each view, and output
+        // batches are disjoint.
+        unsafe {
+            widen(a.add(i * sa.batch), sa, m, k, &mut scratch.a);
+            widen(b.add(i * sb.batch), sb, k, n, &mut scratch.b);
+            gemm_one(
+                (m, n, k),
+                scratch.a.as_ptr(),
+                dense(k),
+                scratch.b.as_ptr(),
+                dense(n),
+                scratch.c.as_mut_ptr(),
+                dense(n),
+                parallelism,
+            );
+            let c = c.add(i * sc.batch);
+            for r in 0..m {
+                for j in 0..n {
+                    *c.offset(r as isize * sc.row + j as isize * sc.col) = T::store(scratch.c[r * n + j]);
+                }
+            }
+        }
+    };
+    match plan {
+        Schedule::ThreadsInside => {
+            let mut scratch = Scratch::default();
+            (0..batch).for_each(|i| one(i, &mut scratch, Parallelism::Rayon(0)))
+        }
+        Schedule::Serial => {
+            let mut scratch = Scratch::default();
+            (0..batch).for_each(|i| one(i, &mut scratch, Parallelism::None))
+        }
+        Schedule::BatchOnRayon => (0..batch)
+            .into_par_iter()
+            .for_each_init(Scratch::default, |scratch, i| one(i, scratch, Parallelism::None)),
+    }
+}
+
+/// Reused f32 buffers of the widened path.
+#[derive(Default)]
+struct Scratch {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl Scratch {
+    fn resize(&mut self, a: usize, b: usize, c: usize) {
+        self.a.resize(a, 0.0);
+        self.b.resize(b, 0.0);
+        self.c.resize(c, 0.0);
+    }
+}
+
+/// Widen a strided `rows×cols` matrix into a dense row-major f32 buffer.
+///
+/// # Safety
+/// `p` and `s` describe a matrix inside a live host buffer.
+unsafe fn widen<T: Real<C = f32>>(p: *mut T, s: Strides, rows: usize, cols: usize, dst: &mut [f32]) {
+    for r in 0..rows {
+        for j in 0..cols {
+            // SAFETY: (r, j) is inside the matrix.
+            dst[r * cols + j] = unsafe { *p.offset(r as isize * s.row + j as isize * s.col) }.load();
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! Unit tests of the cpu backend's tricky parts through `Backend::launch`: strided and broadcast
+//! operands, reductions (any dims, NaN, determinism across thread counts), index errors, matmul on
+//! transposed and batch-broadcast operands, integer and cast semantics.
+
+use cartage_core::{
+    Backend, BinaryOp, CompareOp, DType, Dims, Element, Error, Kernel, Layout, ReduceOp, Scalar, TensorArg, UnaryOp,
+};
+
+use crate::CpuBackend;
+
+/// Upload `data` as a contiguous tensor of `shape`.
+fn upload<T: Element>(backend: &CpuBackend, data: &[T], shape: &[usize]) -> TensorArg {
+    let bytes = T::to_le_bytes_vec(data);
+    // The block is never freed: the backend (and its memory) lives only as long as the test.
+    let buffer = backend
+        .alloc(bytes.len().max(1), std::panic::Location::caller())
+        .unwrap()
+        .slice();
+    backend.write(buffer, &bytes).unwrap();
+    TensorArg {
+        buffer,
+        layout: Layout::contiguous(shape).unwrap(),
+        dtype: T::DTYPE,
+    }
+}
+
+/// A contiguous output of `shape` and `dtype`, filled with 0xFF bytes.
+fn output(backend: &CpuBackend, dtype: DType, shape: &[usize]) -> TensorArg {
+    let numel: usize = shape.iter().product();
+    let poison = vec![0xFFu8; numel * dtype.size_in_bytes()];
+    let buffer = backend
+        .alloc(poison.len().max(1), std::panic::Location::caller())
+        .unwrap()
+        .slice();
+    backend.write(buffer, &poison).unwrap();
+    TensorArg {
+        buffer,
+        layout: Layout::contiguous(shape).unwrap(),
+        dtype,
+    }
+}
+
+/// The elements of `arg`'s view in row-major order.
+fn download<T: Element>(backend: &CpuBackend, arg: &TensorArg) -> Vec<T> {
+    let mut bytes = vec![0u8; arg.buffer.len];
+    backend.read(arg.buffer, &mut bytes).unwrap();
+    let all = T::from_le_bytes_slice(&bytes);
+    arg.layout.offsets().map(|o| all[o]).collect()
+}
+
+fn view(arg: &TensorArg, layout: Layout) -> TensorArg {
+    TensorArg { layout, ..arg.clone() }
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32 ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
+            (h % 20_000) as f32 / 1000.0 - 10.0
+        })
+        .collect()
+}
+
+#[test]
+fn binary_reads_transposed_and_broadcast_operands_in_place() {
+    let b = CpuBackend::new();
+    let a = upload(&b, &values(12, 1), &[3, 4]);
+    let bias = upload(&b, &[10.0f32, 20.0, 30.0], &[3]);
+    let out = output(&b, DType::F32, &[4, 3]);
+    let lhs = view(&a, a.layout.transpose(0, 1).unwrap());
+    let rhs = view(&bias, bias.layout.broadcast_to(&[4, 3]).unwrap());
+    b.launch(&Kernel::Binary {
+        op: BinaryOp::Add,
+        lhs: lhs.clone(),
+        rhs: rhs.clone(),
+        out: out.clone(),
+    })
+    .unwrap();
+    let (x, y) = (download::<f32>(&b, &lhs), download::<f32>(&b, &rhs));
+    let expected: Vec<f32> = x.iter().zip(&y).map(|(p, q)| p + q).collect();
+    assert_eq!(download::<f32>(&b, &out), expected);
+    // A strided output: write into every other column of a [4, 6] buffer.
+    let wide = output(&b, DType::F32, &[4, 6]);
+    let cols = view(&wide, Layout::from_parts(&[4, 3], &[6, 2], 1).unwrap());
+    b.launch(&Kernel::Binary {
+        op: BinaryOp::Mul,
+        lhs,
+        rhs,
+        out: cols.clone(),
+    })
+    .unwrap();
+    let expected: Vec<f32> = x.iter().zip(&y).map(|(p, q)| p * q).collect();
+    assert_eq!(download::<f32>(&b, &cols), expected);
+    let untouched = download::<i32>(&b, &view(&wide, Layout::from_parts(&[4, 3], &[6, 2], 0).unwrap()));
+    assert!(
+        untouched.iter().all(|&w| w == -1),
+        "positions outside the view were written"
+    );
+}
+
+#[test]
+fn large_strided_work_matches_small_work() {
+    // Above the parallel threshold the strided path is split across rayon tasks.
+    let b = CpuBackend::new();
+    let (rows, cols) = (1100, 1000);
+    let data = values(rows * cols, 7);
+    let a = upload(&b, &data, &[rows, cols]);
+    let t = view(&a, a.layout.transpose(0, 1).unwrap());
+    let out = output(&b, DType::F32, &[cols, rows]);
+    b.launch(&Kernel::Unary {
+        op: UnaryOp::Neg,
+        input: t.clone(),
+        out: out.clone(),
+    })
+    .unwrap();
+    let got = download::<f32>(&b, &out);
+    for (i, (g, x)) in got.iter().zip(t.layout.offsets()).enumerate() {
+        assert_eq!(*g, -data[x], "position {i}");
+    }
+}
+
+#[test]
+fn integer_semantics_through_launch() {
+    let b = CpuBackend::new();
+    let lhs = upload(&b, &[7i32, -7, i32::MIN, 5, 2], &[5]);
+    let rhs = upload(&b, &[0i32, 2, -1, 3, -2], &[5]);
+    let run = |op| {
+        let out = output(&b, DType::I32, &[5]);
+        b.launch(&Kernel::Binary {
+            op,
+            lhs: lhs.clone(),
+            rhs: rhs.clone(),
+            out: out.clone(),
+        })
+        .unwrap();
+        download::<i32>(&b, &out)
+    };
+    assert_eq!(run(BinaryOp::Div), vec![0, -3, i32::MIN, 1, -1]);
+    assert_eq!(run(BinaryOp::Sub), vec![7, -9, i32::MIN + 1, 2, 4]);
+    assert_eq!(run(BinaryOp::Pow), vec![1, 49, 0, 125, 0]);
+    let bools = output(&b, DType::Bool, &[5]);
+    b.launch(&Kernel::Compare {
+        op: CompareOp::Lt,
+        lhs: lhs.clone(),
+        rhs,
+        out: bools.clone(),
+    })
+    .unwrap();
+    assert_eq!(download::<bool>(&b, &bools), vec![false, true, true, false, false]);
+    // Bool unary arithmetic is not defined; it is an error, not a panic.
+    let err = b
+        .launch(&Kernel::Unary {
+            op: UnaryOp::Neg,
+            input: bools.clone(),
+            out: bools,
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+}
+
+#[test]
+fn casts_follow_rust_as() {
+    let b = CpuBackend::new();
+    let input = upload(&b, &[-2.7f32, f32::NAN, 1e20, 300.5, 0.0], &[5]);
+    let cast = |dtype| {
+        let out = output(&b, dtype, &[5]);
+        b.launch(&Kernel::Cast {
+            input: input.clone(),
+            out: out.clone(),
+        })
+        .unwrap();
+        out
+    };
+    assert_eq!(download::<i32>(&b, &cast(DType::I32)), vec![-2, 0, i32::MAX, 300, 0]);
+    assert_eq!(download::<u8>(&b, &cast(DType::U8)), vec![0, 0, 255, 255, 0]);
+    assert_eq!(
+        download::<bool>(&b, &cast(DType::Bool)),
+        vec![true, true, true, true, false]
+    );
+    let h = download::<half::f16>(&b, &cast(DType::F16));
+    assert_eq!(h[0], half::f16::from_f32(-2.7));
+    assert!(h[1].is_nan() && h[2].is_infinite());
+}
+
+fn reduce(b: &CpuBackend, op: ReduceOp, input: &TensorArg, dims: &[usize]) -> TensorArg {
+    let shape: Vec<usize> = (0..input.layout.rank())
+        .map(|d| if dims.contains(&d) { 1 } else { input.layout.shape()[d] })
+        .collect();
+    let out = output(b, op.output_dtype(input.dtype), &shape);
+    b.launch(&Kernel::Reduce {
+        op,
+        input: input.clone(),
+        dims: Dims::from_slice(dims),
+        out: out.clone(),
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn reductions_over_any_dims_keep_rank() {
+    let b = CpuBackend::new();
+    let data: Vec<f64> = (0..60).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+    let x = upload(&b, &data, &[3, 4, 5]);
+    let at = |i: usize, j: usize, k: usize| data[i * 20 + j * 5 + k];
+    let sum02 = download::<f64>(&b, &reduce(&b, ReduceOp::Sum, &x, &[0, 2]));
+    let expected: Vec<f64> = (0..4)
+        .map(|j| {
+            (0..3)
+                .flat_map(|i| (0..5).map(move |k| (i, k)))
+                .map(|(i, k)| at(i, j, k))
+                .sum()
+        })
+        .collect();
+    assert_eq!(sum02, expected);
+    let mean1 = download::<f64>(&b, &reduce(&b, ReduceOp::Mean, &x, &[1]));
+    assert_eq!(mean1.len(), 15);
+    assert!((mean1[0] - (0..4).map(|j| at(0, j, 0)).sum::<f64>() / 4.0).abs() < 1e-12);
+    let all = download::<f64>(&b, &reduce(&b, ReduceOp::Max, &x, &[0, 1, 2]));
+    assert_eq!(all, vec![5.0]);
+    // On a transposed view the reduction reads in place.
+    let t = view(&x, x.layout.permute(&[2, 0, 1]).unwrap());
+    let sum_t = download::<f64>(&b, &reduce(&b, ReduceOp::Sum, &t, &[1, 2]));
+    let expected: Vec<f64> = (0..5)
+        .map(|k| {
+            (0..3)
+                .flat_map(|i| (0..4).map(move |j| (i, j)))
+                .map(|(i, j)| at(i, j, k))
+                .sum()
+        })
+        .collect();
+    assert_eq!(sum_t, expected);
+    // Zero elements: a sum is 0, a mean NaN, a max an error.
+    let empty = upload::<f32>(&b, &[], &[2, 0]);
+    assert_eq!(
+        download::<f32>(&b, &reduce(&b, ReduceOp::Sum, &empty, &[1])),
+        vec![0.0, 0.0]
+    );
+    assert!(download::<f32>(&b, &reduce(&b, ReduceOp::Mean, &empty, &[1]))[0].is_nan());
+    let out = output(&b, DType::F32, &[2, 1]);
+    assert!(
+        b.launch(&Kernel::Reduce {
+            op: ReduceOp::Max,
+            input: empty,
+            dims: Dims::from_slice(&[1]),
+            out,
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn max_and_argmax_handle_nan_and_ties() {
+    let b = CpuBackend::new();
+    let x = upload(&b, &[1.0f32, 3.0, 3.0, -1.0, 2.0, f32::NAN, 0.0, f32::NAN], &[2, 4]);
+    let max = download::<f32>(&b, &reduce(&b, ReduceOp::Max, &x, &[1]));
+    assert_eq!(max[0], 3.0);
+    assert!(max[1].is_nan());
+    assert_eq!(download::<i64>(&b, &reduce(&b, ReduceOp::ArgMax, &x, &[1])), vec![1, 1]);
+    assert_eq!(download::<i64>(&b, &reduce(&b, ReduceOp::ArgMin, &x, &[1])), vec![3, 1]);
+    let ints = upload(&b, &[4i64, 9, 9, 1, 1, 9], &[6]);
+    assert_eq!(download::<i64>(&b, &reduce(&b, ReduceOp::ArgMax, &ints, &[0])), vec![1]);
+    assert_eq!(download::<i64>(&b, &reduce(&b, ReduceOp::ArgMin, &ints, &[0])), vec![3]);
+    let lse = upload(&b, &[1000.0f64, 1000.0, f64::NEG_INFINITY, f64::NEG_INFINITY], &[2, 2]);
+    let got = download::<f64>(&b, &reduce(&b, ReduceOp::LogSumExp, &lse, &[1]));
+    assert!((got[0] - (1000.0 + 2f64.ln())).abs() < 1e-9);
+    assert_eq!(got[1], f64::NEG_INFINITY);
+}
+
+#[test]
+fn sums_are_bit_identical_across_runs_and_thread_counts() {
+    let b = CpuBackend::new();
+    let n = 3_000_001;
+    let x = upload(&b, &values(n, 3), &[n]);
+    let sum = || download::<f32>(&b, &reduce(&b, ReduceOp::Sum, &x, &[0]))[0];
+    let first = sum();
+    for _ in 0..3 {
+        assert_eq!(sum().to_bits(), first.to_bits());
+    }
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        assert_eq!(pool.install(sum).to_bits(), first.to_bits(), "{threads} threads");
+    }
+    let exact: f64 = values(n, 3).iter().map(|&v| v as f64).sum();
+    assert!(
+        (first as f64 - exact).abs() < 1e-6 * exact.abs().max(n as f64),
+        "{first} vs {exact}"
+    );
+}
+
+#[test]
+fn index_errors_are_typed_and_write_nothing() {
+    let b = CpuBackend::new();
+    let input = upload(&b, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    for bad in [-1i64, 3] {
+        let index = upload(&b, &[0i64, bad], &[2]);
+        let out = output(&b, DType::F32, &[2, 2]);
+        let err = b
+            .launch(&Kernel::IndexSelect {
+                input: input.clone(),
+                index,
+                dim: 1,
+                out: out.clone(),
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::IndexOutOfRange { index, dim: 1, size: 3, .. } if index == bad),
+            "{err}"
+        );
+        assert!(download::<i32>(&b, &out).iter().all(|&w| w == -1));
+    }
+    let index = upload(&b, &[2i32, 0, 1, 1], &[2, 2]);
+    let out = output(&b, DType::F32, &[2, 2]);
+    b.launch(&Kernel::Gather {
+        input: input.clone(),
+        index,
+        dim: 1,
+        out: out.clone(),
+    })
+    .unwrap();
+    assert_eq!(download::<f32>(&b, &out), vec![3.0, 1.0, 5.0, 5.0]);
+    let float_index = upload(&b, &[0.0f32, 1.0], &[2]);
+    let out = output(&b, DType::F32, &[2, 2]);
+    let err = b
+        .launch(&Kernel::IndexSelect {
+            input,
+            index: float_index,
+            dim: 1,
+            out,
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongDType { .. }), "{err}");
+}
+
+fn naive_matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_on_transposed_and_broadcast_operands() {
+    let b = CpuBackend::new();
+    let (batch, m, k, n) = (3, 5, 7, 4);
+    let a_data: Vec<f64> = (0..batch * m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+    let b_data: Vec<f64> = (0..n * k).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
+    // lhs stored as [B, K, M] and viewed transposed; rhs one [N, K] matrix viewed as [K, N]
+    // and broadcast over the batch with stride 0.
+    let a_store = upload(&b, &a_data, &[batch, k, m]);
+    let lhs = view(&a_store, a_store.layout.transpose(1, 2).unwrap());
+    let b_store = upload(&b, &b_data, &[1, n, k]);
+    let rhs = view(
+        &b_store,
+        b_store
+            .layout
+            .transpose(1, 2)
+            .unwrap()
+            .broadcast_to(&[batch, k, n])
+            .unwrap(),
+    );
+    let out = output(&b, DType::F64, &[batch, m, n]);
+    b.launch(&Kernel::Matmul {
+        lhs: lhs.clone(),
+        rhs: rhs.clone(),
+        out: out.clone(),
+    })
+    .unwrap();
+    let (l, r) = (download::<f64>(&b, &lhs), download::<f64>(&b, &rhs));
+    let got = download::<f64>(&b, &out);
+    for i in 0..batch {
+        let expected = naive_matmul(&l[i * m * k..][..m * k], &r[i * k * n..][..k * n], m, k, n);
+        assert_eq!(&got[i * m * n..][..m * n], expected.as_slice(), "batch {i}");
+    }
+    // f16 goes through f32 and rounds once.
+    let h: Vec<half::f16> = a_data[..m * k].iter().map(|&v| half::f16::from_f64(v)).collect();
+    let hb: Vec<half::f16> = b_data.iter().map(|&v| half::f16::from_f64(v)).collect();
+    let (hl, hr) = (upload(&b, &h, &[1, m, k]), upload(&b, &hb, &[1, k, n]));
+    let hout = output(&b, DType::F16, &[1, m, n]);
+    b.launch(&Kernel::Matmul {
+        lhs: hl,
+        rhs: hr,
+        out: hout.clone(),
+    })
+    .unwrap();
+    let expected = naive_matmul(&a_data[..m * k], &b_data, m, k, n);
+    let got: Vec<f64> = download::<half::f16>(&b, &hout).iter().map(|v| v.to_f64()).collect();
+    assert_eq!(
+        got,
+        expected
+            .iter()
+            .map(|&v| half::f16::from_f64(v).to_f64())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn softmax_rows_sum_to_one_along_a_strided_dim() {
+    let b = CpuBackend::new();
+    let data: Vec<f32> = values(24, 9);
+    let x = upload(&b, &data, &[4, 6]);
+    let out = output(&b, DType::F32, &[4, 6]);
+    b.launch(&Kernel::Softmax {
+        input: x.clone(),
+        dim: 0,
+        log: false,
+        out: out.clone(),
+    })
+    .unwrap();
+    let y = download::<f32>(&b, &out);
+    for j in 0..6 {
+        let col: f32 = (0..4).map(|i| y[i * 6 + j]).sum();
+        assert!((col - 1.0).abs() < 1e-6, "column {j}: {col}");
+        let max = (0..4).map(|i| data[i * 6 + j]).fold(f32::NEG_INFINITY, f32::max);
+        let denom: f64 = (0..4).map(|i| ((data[i * 6 + j] - max) as f64).exp()).sum();
+        let expected = ((data[j] - max) as f64).exp() / denom;
+        assert!((y[j] as f64 - expected).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn fill_arange_and_random_write_views() {
+    let b = CpuBackend::new();
+    let out = output(&b, DType::I64, &[5]);
+    b.launch(&Kernel::Arange {
+        out: out.clone(),
+        start: 2.0,
+        step: -1.5,
+    })
+    .unwrap();
+    assert_eq!(download::<i64>(&b, &out), vec![2, 0, -1, -2, -4]);
+    let out = output(&b, DType::U8, &[3]);
+    b.launch(&Kernel::Fill {
+        out: out.clone(),
+        value: Scalar::Int(257),
+    })
+    .unwrap();
+    assert_eq!(download::<u8>(&b, &out), vec![1, 1, 1]);
+    let out = output(&b, DType::F32, &[2, 3]);
+    let t = view(&out, out.layout.transpose(0, 1).unwrap());
+    b.launch(&Kernel::Random {
+        out: t.clone(),
+        distribution: cartage_core::Distribution::Uniform { low: 0.0, high: 1.0 },
+        seed: 42,
+        offset: 10,
+    })
+    .unwrap();
+    let got = download::<f32>(&b, &t);
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v, cartage_core::random::uniform_unit(42, 10 + i as u64), "element {i}");
+    }
+}
+
+#[test]
+fn malformed_kernels_are_errors() {
+    let b = CpuBackend::new();
+    let x = upload(&b, &[1.0f32; 6], &[2, 3]);
+    let out = output(&b, DType::F32, &[3, 2]);
+    assert!(
+        b.launch(&Kernel::Binary {
+            op: BinaryOp::Add,
+            lhs: x.clone(),
+            rhs: x.clone(),
+            out: out.clone(),
+        })
+        .is_err()
+    );
+    let too_big = view(&x, Layout::contiguous(&[4, 3]).unwrap());
+    assert!(
+        b.launch(&Kernel::Unary {
+            op: UnaryOp::Exp,
+            input: too_big.clone(),
+            out: too_big,
+        })
+        .is_err()
+    );
+    let mut misaligned = x.clone();
+    misaligned.buffer = misaligned.buffer.slice(2, 20).unwrap();
+    misaligned.layout = Layout::contiguous(&[4]).unwrap();
+    let small = output(&b, DType::F32, &[4]);
+    assert!(
+        b.launch(&Kernel::Unary {
+            op: UnaryOp::Exp,
+            input: misaligned,
+            out: small,
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn open_shares_one_backend_and_refuses_other_ordinals() {
+    let a = crate::open(0).unwrap();
+    let again = crate::open(0).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&a, &again));
+    assert!(matches!(crate::open(1), Err(Error::BackendUnavailable { .. })));
+    assert_eq!(crate::device_count().unwrap(), 1);
+    assert_eq!(
+        a.capabilities().len(),
+        cartage_core::Capabilities::all_defined(|_, _| false).len()
+    );
+    let start = a.record_event().unwrap();
+    let end = a.record_event().unwrap();
+    assert!(a.elapsed(&start, &end).unwrap() < std::time::Duration::from_secs(1));
+    assert!(a.memory_stats().reserved_bytes == 0 || a.memory_stats().segments > 0);
+}
