@@ -1,1 +1,81 @@
-//! The cuda backend of cartage.
+//! The CUDA backend of cartage: NVIDIA GPUs through cudarc, loaded at run time.
+//!
+//! - Building needs no CUDA toolkit: the driver, NVRTC and cuBLAS are opened with `dlopen` when a
+//!   device is first asked for ([`loader`]). A machine without them gets
+//!   [`Error::BackendUnavailable`] with the reason, and [`device_count`] returns 0; nothing panics.
+//! - Kernels are CUDA C files in `kernels/`, embedded in the binary, compiled by NVRTC for the
+//!   device's own architecture on first use and cached per device and on disk ([`modules`]).
+//! - Memory comes from `cuMemAlloc` segments under core's caching allocator ([`memory`]); work is
+//!   ordered across the compute and copy streams with events ([`ordering`]).
+//! - Matmul runs through cuBLAS ([`matmul`]) with an explicit f32 precision setting (R32).
+//!
+//! Every device is `cuda:N` with an explicit ordinal; [`open`] returns the same backend for the
+//! same ordinal within a process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cartage_core::{Backend, Device, Error, Result};
+
+mod backend;
+mod blas;
+mod copies;
+mod driver;
+mod events;
+mod launch;
+pub mod loader;
+pub mod matmul;
+pub mod memory;
+pub mod modules;
+mod nvrtc;
+pub mod ordering;
+
+pub use backend::CudaBackend;
+
+/// The number of CUDA devices on this machine: 0 when there is no driver or no device.
+pub fn device_count() -> Result<usize> {
+    if let Err(reason) = loader::driver() {
+        tracing::debug!(%reason, "no CUDA driver: 0 devices");
+        return Ok(0);
+    }
+    Ok(driver::device_count())
+}
+
+/// Open `cuda:ordinal` (once per process; later calls return the same backend).
+pub fn open(ordinal: usize) -> Result<Arc<dyn Backend>> {
+    Ok(open_cuda(ordinal)?)
+}
+
+/// [`open`], returning the concrete backend (for CUDA-specific extensions and benchmarks).
+pub fn open_cuda(ordinal: usize) -> Result<Arc<CudaBackend>> {
+    static OPENED: OnceLock<Mutex<HashMap<usize, Arc<CudaBackend>>>> = OnceLock::new();
+    let device = Device::cuda(ordinal);
+    let mut opened = OPENED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(backend) = opened.get(&ordinal) {
+        return Ok(backend.clone());
+    }
+    let unavailable = |reason: String| Error::BackendUnavailable { device, reason };
+    loader::driver().map_err(unavailable)?;
+    let count = driver::device_count();
+    if ordinal >= count {
+        return Err(unavailable(format!(
+            "this machine has {count} CUDA device(s), so the ordinals are 0..{count}; check `nvidia-smi` and CUDA_VISIBLE_DEVICES"
+        )));
+    }
+    loader::nvrtc().map_err(unavailable)?;
+    loader::cublas().map_err(unavailable)?;
+    let backend = std::panic::catch_unwind(|| CudaBackend::new(ordinal)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        unavailable(format!("the CUDA libraries failed while opening the device: {message}"))
+    })??;
+    let backend = Arc::new(backend);
+    opened.insert(ordinal, backend.clone());
+    Ok(backend)
+}

@@ -1,0 +1,147 @@
+// binary.cu: element-wise functions of two operands of one dtype (Kernel::Binary).
+// `binary_<op>_<dtype>_contig(out, lhs, rhs, n)`: dense operands, 16-byte vector loads/stores.
+// `binary_<dtype>_strided(out, lhs, rhs, shape, so, sl, sr, op)`: any strides (broadcast = 0),
+// the op as a run-time code in the order of `BinaryOp::ALL`.
+// Integer add/sub/mul wrap; integer div truncates toward zero and x / 0 = 0; integer pow with a
+// negative exponent is 0 unless the base is 1 or -1; float maximum/minimum propagate NaN;
+// bool maximum/minimum are or/and.
+
+template <typename U, typename I> __device__ __forceinline__ I wrap_add(I a, I b) { return (I)((U)a + (U)b); }
+template <typename U, typename I> __device__ __forceinline__ I wrap_sub(I a, I b) { return (I)((U)a - (U)b); }
+template <typename U, typename I> __device__ __forceinline__ I wrap_mul(I a, I b) { return (I)((U)a * (U)b); }
+
+template <typename C> struct Unsigned { typedef C type; };
+template <> struct Unsigned<i32> { typedef u32 type; };
+template <> struct Unsigned<i64> { typedef u64 type; };
+template <> struct Unsigned<u8> { typedef u32 type; };
+
+struct OpAdd {
+    __device__ static float f(float a, float b) { return a + b; }
+    __device__ static double f(double a, double b) { return a + b; }
+    template <typename I> __device__ static I f(I a, I b) { return wrap_add<typename Unsigned<I>::type>(a, b); }
+};
+struct OpSub {
+    __device__ static float f(float a, float b) { return a - b; }
+    __device__ static double f(double a, double b) { return a - b; }
+    template <typename I> __device__ static I f(I a, I b) { return wrap_sub<typename Unsigned<I>::type>(a, b); }
+};
+struct OpMul {
+    __device__ static float f(float a, float b) { return a * b; }
+    __device__ static double f(double a, double b) { return a * b; }
+    template <typename I> __device__ static I f(I a, I b) { return wrap_mul<typename Unsigned<I>::type>(a, b); }
+};
+struct OpDiv {
+    __device__ static float f(float a, float b) { return a / b; }
+    __device__ static double f(double a, double b) { return a / b; }
+    __device__ static u8 f(u8 a, u8 b) { return b == 0 ? 0 : a / b; }
+    template <typename I> __device__ static I f(I a, I b) {
+        if (b == 0) return 0;
+        if (b == -1) return wrap_sub<typename Unsigned<I>::type>((I)0, a);
+        return a / b;
+    }
+};
+template <typename I> __device__ __forceinline__ I int_pow(I base, I exp) {
+    typedef typename Unsigned<I>::type U;
+    if (exp < 0) {
+        if (base == 1) return 1;
+        if (base == -1) return (exp & 1) ? (I)-1 : (I)1;
+        return 0;
+    }
+    U result = 1, b = (U)base;
+    u64 e = (u64)exp;
+    while (e) {
+        if (e & 1) result *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return (I)result;
+}
+struct OpPow {
+    __device__ static float f(float a, float b) { return powf(a, b); }
+    __device__ static double f(double a, double b) { return pow(a, b); }
+    __device__ static u8 f(u8 a, u8 b) { return (u8)int_pow<i32>((i32)a, (i32)b); }
+    template <typename I> __device__ static I f(I a, I b) { return int_pow<I>(a, b); }
+};
+struct OpMaximum {
+    template <typename C> __device__ static C f(C a, C b) { return (a != a || a > b) ? a : b; }
+};
+struct OpMinimum {
+    template <typename C> __device__ static C f(C a, C b) { return (a != a || a < b) ? a : b; }
+};
+
+template <typename T, typename Op> __device__ __forceinline__ T apply2(T a, T b) {
+    return store<T>(Op::f(load(a), load(b)));
+}
+
+template <typename T, typename Op> __device__ void binary_contig(T* out, const T* lhs, const T* rhs, u64 n) {
+    const int N = Lanes<T>::n;
+    u64 nvec = n / N;
+    const Pack<T, N>* vl = (const Pack<T, N>*)lhs;
+    const Pack<T, N>* vr = (const Pack<T, N>*)rhs;
+    Pack<T, N>* vo = (Pack<T, N>*)out;
+    for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
+        Pack<T, N> a = vl[i];
+        Pack<T, N> b = vr[i];
+        Pack<T, N> r;
+#pragma unroll
+        for (int k = 0; k < N; ++k) r.v[k] = apply2<T, Op>(a.v[k], b.v[k]);
+        vo[i] = r;
+    }
+    for (u64 i = nvec * N + global_thread(); i < n; i += grid_threads()) out[i] = apply2<T, Op>(lhs[i], rhs[i]);
+}
+
+template <typename T> __device__ __forceinline__ T apply_code(T a, T b, int op) {
+    switch (op) {
+        case 0: return apply2<T, OpAdd>(a, b);
+        case 1: return apply2<T, OpSub>(a, b);
+        case 2: return apply2<T, OpMul>(a, b);
+        case 3: return apply2<T, OpDiv>(a, b);
+        case 4: return apply2<T, OpPow>(a, b);
+        case 5: return apply2<T, OpMaximum>(a, b);
+        default: return apply2<T, OpMinimum>(a, b);
+    }
+}
+__device__ __forceinline__ bool8 apply_code(bool8 a, bool8 b, int op) {
+    return op == 5 ? apply2<bool8, OpMaximum>(a, b) : apply2<bool8, OpMinimum>(a, b);
+}
+
+template <typename T>
+__device__ void binary_strided(T* out, const T* lhs, const T* rhs, const Shape& sh, const Strides& so, const Strides& sl,
+                               const Strides& sr, int op) {
+    for (u64 i = global_thread(); i < sh.numel; i += grid_threads()) {
+        i64 oo, ol, orr;
+        offset3(i, sh, so, sl, sr, oo, ol, orr);
+        out[oo] = apply_code(lhs[ol], rhs[orr], op);
+    }
+}
+
+#define BINARY(NAME, OP, TN, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                        \
+        binary_##NAME##_##TN##_contig(T* out, const T* lhs, const T* rhs, u64 n) {               \
+        binary_contig<T, OP>(out, lhs, rhs, n);                                                  \
+    }
+#define BINARY_STRIDED(TN, T)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS) binary_##TN##_strided(                                 \
+        T* out, const T* lhs, const T* rhs, Shape sh, Strides so, Strides sl, Strides sr, int op) {              \
+        binary_strided<T>(out, lhs, rhs, sh, so, sl, sr, op);                                                    \
+    }
+#define BINARY_ALL(TN, T)            \
+    BINARY(add, OpAdd, TN, T)         \
+    BINARY(sub, OpSub, TN, T)         \
+    BINARY(mul, OpMul, TN, T)         \
+    BINARY(div, OpDiv, TN, T)         \
+    BINARY(pow, OpPow, TN, T)         \
+    BINARY(maximum, OpMaximum, TN, T) \
+    BINARY(minimum, OpMinimum, TN, T) \
+    BINARY_STRIDED(TN, T)
+
+BINARY_ALL(f32, f32)
+BINARY_ALL(f64, f64)
+BINARY_ALL(f16, f16)
+BINARY_ALL(bf16, bf16)
+BINARY_ALL(i32, i32)
+BINARY_ALL(i64, i64)
+BINARY_ALL(u8, u8)
+BINARY(maximum, OpMaximum, bool, bool8)
+BINARY(minimum, OpMinimum, bool, bool8)
+BINARY_STRIDED(bool, bool8)

@@ -1,0 +1,244 @@
+// common.cuh: what every cartage kernel file shares — fixed-width types, f16/bf16 storage types
+// with their conversions (no CUDA headers: NVRTC needs none of the toolkit's include files),
+// Rust `as` casts, strided indexing and 16-byte vector packs. Prepended to each .cu file by
+// crates/cartage-cuda/src/modules.rs before NVRTC compiles it.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int i32;
+typedef long long i64;
+typedef float f32;
+typedef double f64;
+
+// Storage types: f16 and bf16 are bit patterns computed in f32; bool is one byte holding 0 or 1.
+struct __align__(2) f16 { u16 bits; };
+struct __align__(2) bf16 { u16 bits; };
+struct __align__(1) bool8 { u8 v; };
+
+#define MAX_RANK 8
+#define THREADS 256
+
+// A (coalesced) shape shared by every operand of a launch, and one stride set per operand,
+// both in elements. Mirrors `KernelShape` / `KernelStrides` in src/launch/geometry.rs.
+struct Shape {
+    u64 numel;
+    i32 rank;
+    i32 pad;
+    u64 dims[MAX_RANK];
+};
+struct Strides {
+    i64 s[MAX_RANK];
+};
+
+// ---- f16 / bf16 ------------------------------------------------------------------------------
+
+__device__ __forceinline__ float f16_to_f32(f16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+    return f;
+}
+__device__ __forceinline__ f16 f32_to_f16(float f) {
+    f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ f16 f64_to_f16(double d) {
+    f16 h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h.bits) : "d"(d));
+    return h;
+}
+__device__ __forceinline__ float bf16_to_f32(bf16 b) { return __uint_as_float(((u32)b.bits) << 16); }
+// Round to nearest even; NaN stays a quiet NaN (as the `half` crate does).
+__device__ __forceinline__ bf16 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    bf16 b;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        b.bits = (u16)((u >> 16) | 0x40u);
+        return b;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    b.bits = (u16)(u >> 16);
+    return b;
+}
+
+// ---- compute types: f16/bf16 compute in f32, everything else in itself ------------------------
+
+template <typename T> struct Compute { typedef T type; };
+template <> struct Compute<f16> { typedef float type; };
+template <> struct Compute<bf16> { typedef float type; };
+template <> struct Compute<bool8> { typedef u8 type; };
+
+__device__ __forceinline__ float load(f16 x) { return f16_to_f32(x); }
+__device__ __forceinline__ float load(bf16 x) { return bf16_to_f32(x); }
+__device__ __forceinline__ u8 load(bool8 x) { return x.v; }
+__device__ __forceinline__ float load(float x) { return x; }
+__device__ __forceinline__ double load(double x) { return x; }
+__device__ __forceinline__ i32 load(i32 x) { return x; }
+__device__ __forceinline__ i64 load(i64 x) { return x; }
+__device__ __forceinline__ u8 load(u8 x) { return x; }
+
+template <typename T> __device__ __forceinline__ T store(typename Compute<T>::type v) { return v; }
+template <> __device__ __forceinline__ f16 store<f16>(float v) { return f32_to_f16(v); }
+template <> __device__ __forceinline__ bf16 store<bf16>(float v) { return f32_to_bf16(v); }
+template <> __device__ __forceinline__ bool8 store<bool8>(u8 v) {
+    bool8 b;
+    b.v = v != 0;
+    return b;
+}
+
+// ---- Rust `as` casts: float→int truncates and saturates (NaN → 0), int→int wraps,
+// anything→bool is `!= 0`. Floats widen to f64 exactly and ints to i64 exactly first. ------------
+
+template <typename T> struct IsFloat { static const bool value = false; };
+template <> struct IsFloat<float> { static const bool value = true; };
+template <> struct IsFloat<double> { static const bool value = true; };
+template <> struct IsFloat<f16> { static const bool value = true; };
+template <> struct IsFloat<bf16> { static const bool value = true; };
+
+__device__ __forceinline__ double widen_float(float x) { return x; }
+__device__ __forceinline__ double widen_float(double x) { return x; }
+__device__ __forceinline__ double widen_float(f16 x) { return f16_to_f32(x); }
+__device__ __forceinline__ double widen_float(bf16 x) { return bf16_to_f32(x); }
+__device__ __forceinline__ i64 widen_int(i32 x) { return x; }
+__device__ __forceinline__ i64 widen_int(i64 x) { return x; }
+__device__ __forceinline__ i64 widen_int(u8 x) { return x; }
+__device__ __forceinline__ i64 widen_int(bool8 x) { return x.v; }
+
+template <typename D> __device__ __forceinline__ D from_f64(double v);
+template <> __device__ __forceinline__ float from_f64<float>(double v) { return (float)v; }
+template <> __device__ __forceinline__ double from_f64<double>(double v) { return v; }
+template <> __device__ __forceinline__ f16 from_f64<f16>(double v) { return f64_to_f16(v); }
+template <> __device__ __forceinline__ bf16 from_f64<bf16>(double v) {
+    // f64 → f32 → bf16: exact for every value that came from f32, f16 or bf16.
+    return f32_to_bf16((float)v);
+}
+template <> __device__ __forceinline__ i32 from_f64<i32>(double v) { return __double2int_rz(v); }
+template <> __device__ __forceinline__ i64 from_f64<i64>(double v) { return __double2ll_rz(v); }
+template <> __device__ __forceinline__ u8 from_f64<u8>(double v) {
+    if (!(v > 0.0)) return 0;
+    if (v >= 255.0) return 255;
+    return (u8)__double2uint_rz(v);
+}
+template <> __device__ __forceinline__ bool8 from_f64<bool8>(double v) {
+    bool8 b;
+    b.v = v != 0.0;
+    return b;
+}
+
+template <typename D> __device__ __forceinline__ D from_i64(i64 v);
+template <> __device__ __forceinline__ float from_i64<float>(i64 v) { return (float)v; }
+template <> __device__ __forceinline__ double from_i64<double>(i64 v) { return (double)v; }
+template <> __device__ __forceinline__ f16 from_i64<f16>(i64 v) { return f32_to_f16((float)v); }
+template <> __device__ __forceinline__ bf16 from_i64<bf16>(i64 v) { return f32_to_bf16((float)v); }
+template <> __device__ __forceinline__ i32 from_i64<i32>(i64 v) { return (i32)(u32)(u64)v; }
+template <> __device__ __forceinline__ i64 from_i64<i64>(i64 v) { return v; }
+template <> __device__ __forceinline__ u8 from_i64<u8>(i64 v) { return (u8)(u64)v; }
+template <> __device__ __forceinline__ bool8 from_i64<bool8>(i64 v) {
+    bool8 b;
+    b.v = v != 0;
+    return b;
+}
+
+template <typename D, typename S> __device__ __forceinline__ D as_cast(S x) {
+    if constexpr (IsFloat<S>::value) {
+        return from_f64<D>(widen_float(x));
+    } else {
+        return from_i64<D>(widen_int(x));
+    }
+}
+
+// ---- indexing ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ u64 global_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * blockDim.x; }
+
+// Element offset of row-major position `i` for one operand. The general case is out of line:
+// it is the slow path, and inlining its divisions everywhere multiplies compile time.
+__device__ __noinline__ i64 offset1_general(u64 i, const Shape& sh, const Strides& a) {
+    i64 oa = 0;
+#pragma unroll
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        if (d < sh.rank) {
+            u64 q = i / sh.dims[d];
+            i64 c = (i64)(i - q * sh.dims[d]);
+            oa += c * a.s[d];
+            i = q;
+        }
+    }
+    return oa;
+}
+__device__ __forceinline__ i64 offset1(u64 i, const Shape& sh, const Strides& a) {
+    if (sh.rank == 1) return (i64)i * a.s[0];
+    return offset1_general(i, sh, a);
+}
+
+__device__ __forceinline__ void offset2(u64 i, const Shape& sh, const Strides& a, const Strides& b, i64& oa, i64& ob) {
+    if (sh.rank == 1) {
+        oa = (i64)i * a.s[0];
+        ob = (i64)i * b.s[0];
+        return;
+    }
+    oa = 0;
+    ob = 0;
+#pragma unroll
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        if (d < sh.rank) {
+            u64 q = i / sh.dims[d];
+            i64 c = (i64)(i - q * sh.dims[d]);
+            oa += c * a.s[d];
+            ob += c * b.s[d];
+            i = q;
+        }
+    }
+}
+
+__device__ __forceinline__ void offset3(u64 i, const Shape& sh, const Strides& a, const Strides& b, const Strides& c3,
+                                        i64& oa, i64& ob, i64& oc) {
+    if (sh.rank == 1) {
+        oa = (i64)i * a.s[0];
+        ob = (i64)i * b.s[0];
+        oc = (i64)i * c3.s[0];
+        return;
+    }
+    oa = 0;
+    ob = 0;
+    oc = 0;
+#pragma unroll
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        if (d < sh.rank) {
+            u64 q = i / sh.dims[d];
+            i64 c = (i64)(i - q * sh.dims[d]);
+            oa += c * a.s[d];
+            ob += c * b.s[d];
+            oc += c * c3.s[d];
+            i = q;
+        }
+    }
+}
+
+__device__ __forceinline__ void offset4(u64 i, const Shape& sh, const Strides& a, const Strides& b, const Strides& c3,
+                                        const Strides& d4, i64& oa, i64& ob, i64& oc, i64& od) {
+    oa = 0;
+    ob = 0;
+    oc = 0;
+    od = 0;
+#pragma unroll
+    for (int d = MAX_RANK - 1; d >= 0; --d) {
+        if (d < sh.rank) {
+            u64 q = i / sh.dims[d];
+            i64 c = (i64)(i - q * sh.dims[d]);
+            oa += c * a.s[d];
+            ob += c * b.s[d];
+            oc += c * c3.s[d];
+            od += c * d4.s[d];
+            i = q;
+        }
+    }
+}
+
+// ---- 16-byte vector packs ----------------------------------------------------------------------
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
+template <typename T> struct Lanes { static const int n = 16 / sizeof(T); };

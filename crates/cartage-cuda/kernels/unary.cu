@@ -1,0 +1,144 @@
+// unary.cu: element-wise functions of one operand (Kernel::Unary).
+// `unary_<op>_<dtype>_contig(out, in, n)`: dense operands, 16-byte vector loads and stores.
+// `unary_<dtype>_strided(out, in, shape, out_strides, in_strides, op)`: any strides, the op as a
+// run-time code (one kernel per dtype keeps NVRTC's compile time down; this path is not the fast one).
+// f16/bf16 compute in f32; integer neg/abs wrap (as Rust's wrapping_neg/wrapping_abs).
+
+__device__ __forceinline__ i32 wrap_neg(i32 x) { return (i32)(0u - (u32)x); }
+__device__ __forceinline__ i64 wrap_neg(i64 x) { return (i64)(0ull - (u64)x); }
+__device__ __forceinline__ u8 wrap_neg(u8 x) { return (u8)(0u - (u32)x); }
+
+struct OpNeg {
+    __device__ static float f(float x) { return -x; }
+    __device__ static double f(double x) { return -x; }
+    template <typename I> __device__ static I f(I x) { return wrap_neg(x); }
+};
+struct OpAbs {
+    __device__ static float f(float x) { return fabsf(x); }
+    __device__ static double f(double x) { return fabs(x); }
+    __device__ static i32 f(i32 x) { return x < 0 ? wrap_neg(x) : x; }
+    __device__ static i64 f(i64 x) { return x < 0 ? wrap_neg(x) : x; }
+    __device__ static u8 f(u8 x) { return x; }
+};
+// NaN-propagating: relu(NaN) = NaN.
+struct OpRelu {
+    __device__ static float f(float x) { return x < 0.0f ? 0.0f : x; }
+    __device__ static double f(double x) { return x < 0.0 ? 0.0 : x; }
+    __device__ static i32 f(i32 x) { return x < 0 ? 0 : x; }
+    __device__ static i64 f(i64 x) { return x < 0 ? 0 : x; }
+    __device__ static u8 f(u8 x) { return x; }
+};
+struct OpExp {
+    __device__ static float f(float x) { return expf(x); }
+    __device__ static double f(double x) { return exp(x); }
+};
+struct OpLog {
+    __device__ static float f(float x) { return logf(x); }
+    __device__ static double f(double x) { return log(x); }
+};
+struct OpSqrt {
+    __device__ static float f(float x) { return sqrtf(x); }
+    __device__ static double f(double x) { return sqrt(x); }
+};
+struct OpTanh {
+    __device__ static float f(float x) { return tanhf(x); }
+    __device__ static double f(double x) { return tanh(x); }
+};
+struct OpSigmoid {
+    __device__ static float f(float x) { return 1.0f / (1.0f + expf(-x)); }
+    __device__ static double f(double x) { return 1.0 / (1.0 + exp(-x)); }
+};
+// The exact form: x * 0.5 * (1 + erf(x / sqrt 2)).
+struct OpGelu {
+    __device__ static float f(float x) { return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f)); }
+    __device__ static double f(double x) { return x * 0.5 * (1.0 + erf(x * 0.70710678118654752440)); }
+};
+
+template <typename T, typename Op> __device__ __forceinline__ T apply1(T x) { return store<T>(Op::f(load(x))); }
+
+template <typename T, typename Op> __device__ void unary_contig(T* out, const T* in, u64 n) {
+    const int N = Lanes<T>::n;
+    u64 nvec = n / N;
+    const Pack<T, N>* vin = (const Pack<T, N>*)in;
+    Pack<T, N>* vout = (Pack<T, N>*)out;
+    for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
+        Pack<T, N> a = vin[i];
+        Pack<T, N> r;
+#pragma unroll
+        for (int k = 0; k < N; ++k) r.v[k] = apply1<T, Op>(a.v[k]);
+        vout[i] = r;
+    }
+    for (u64 i = nvec * N + global_thread(); i < n; i += grid_threads()) out[i] = apply1<T, Op>(in[i]);
+}
+
+// Op codes of the strided kernels: the order of `UnaryOp::ALL` in cartage-core.
+template <typename T> __device__ __forceinline__ T apply_code(T x, int op) {
+    if constexpr (IsFloat<T>::value) {
+        switch (op) {
+            case 0: return apply1<T, OpNeg>(x);
+            case 1: return apply1<T, OpAbs>(x);
+            case 2: return apply1<T, OpExp>(x);
+            case 3: return apply1<T, OpLog>(x);
+            case 4: return apply1<T, OpSqrt>(x);
+            case 5: return apply1<T, OpRelu>(x);
+            case 6: return apply1<T, OpTanh>(x);
+            case 7: return apply1<T, OpSigmoid>(x);
+            default: return apply1<T, OpGelu>(x);
+        }
+    } else {
+        switch (op) {
+            case 0: return apply1<T, OpNeg>(x);
+            case 1: return apply1<T, OpAbs>(x);
+            default: return apply1<T, OpRelu>(x);
+        }
+    }
+}
+
+template <typename T>
+__device__ void unary_strided(T* out, const T* in, const Shape& sh, const Strides& so, const Strides& si, int op) {
+    for (u64 i = global_thread(); i < sh.numel; i += grid_threads()) {
+        i64 oo, oi;
+        offset2(i, sh, so, si, oo, oi);
+        out[oo] = apply_code(in[oi], op);
+    }
+}
+
+#define UNARY(NAME, OP, TN, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS) unary_##NAME##_##TN##_contig(T* out, const T* in, u64 n) { \
+        unary_contig<T, OP>(out, in, n);                                                                           \
+    }
+#define UNARY_STRIDED(TN, T)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                          \
+        unary_##TN##_strided(T* out, const T* in, Shape sh, Strides so, Strides si, int op) {                      \
+        unary_strided<T>(out, in, sh, so, si, op);                                                                 \
+    }
+
+#define UNARY_FLOAT(NAME, OP) \
+    UNARY(NAME, OP, f32, f32) \
+    UNARY(NAME, OP, f64, f64) \
+    UNARY(NAME, OP, f16, f16) \
+    UNARY(NAME, OP, bf16, bf16)
+#define UNARY_INT(NAME, OP)   \
+    UNARY(NAME, OP, i32, i32) \
+    UNARY(NAME, OP, i64, i64) \
+    UNARY(NAME, OP, u8, u8)
+
+UNARY_FLOAT(neg, OpNeg)
+UNARY_FLOAT(abs, OpAbs)
+UNARY_FLOAT(exp, OpExp)
+UNARY_FLOAT(log, OpLog)
+UNARY_FLOAT(sqrt, OpSqrt)
+UNARY_FLOAT(relu, OpRelu)
+UNARY_FLOAT(tanh, OpTanh)
+UNARY_FLOAT(sigmoid, OpSigmoid)
+UNARY_FLOAT(gelu, OpGelu)
+UNARY_INT(neg, OpNeg)
+UNARY_INT(abs, OpAbs)
+UNARY_INT(relu, OpRelu)
+UNARY_STRIDED(f32, f32)
+UNARY_STRIDED(f64, f64)
+UNARY_STRIDED(f16, f16)
+UNARY_STRIDED(bf16, bf16)
+UNARY_STRIDED(i32, i32)
+UNARY_STRIDED(i64, i64)
+UNARY_STRIDED(u8, u8)

@@ -1,0 +1,257 @@
+//! [`CudaBackend`]: one CUDA device — its context, a compute stream and a copy stream, the caching
+//! allocator over its memory, its kernel modules and its cuBLAS handle — behind core's `Backend`.
+//!
+//! Streams are ordered by cartage itself (per-segment events, [`crate::ordering`]); cudarc's own
+//! per-argument event tracking is switched off, since cartage never hands cudarc a `CudaSlice`.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cartage_core::{
+    AllocatorConfig, Backend, BufferSlice, CachingAllocator, Capabilities, CopyHandle, DType, Device, DeviceInfo,
+    Error, Event, Kernel, MatmulPrecision, Op, PinnedBuffer, Result,
+};
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaStream};
+
+use crate::blas::Blas;
+use crate::copies::{self, Staging};
+use crate::memory::DeviceMemory;
+use crate::modules::KernelModules;
+use crate::ordering::StreamOrder;
+use crate::{driver, events, launch};
+
+/// A CUDA device; obtain it with [`crate::open`].
+pub struct CudaBackend {
+    pub(crate) device: Device,
+    pub(crate) ctx: Arc<CudaContext>,
+    /// Kernels, cuBLAS and synchronous copies, in order.
+    pub(crate) compute: Arc<CudaStream>,
+    /// Asynchronous copies, ordered against `compute` per segment.
+    pub(crate) copy: Arc<CudaStream>,
+    pub(crate) allocator: CachingAllocator,
+    pub(crate) order: Arc<StreamOrder>,
+    pub(crate) modules: KernelModules,
+    pub(crate) blas: Mutex<Option<Blas>>,
+    pub(crate) staging: Mutex<Option<Staging>>,
+    pub(crate) sm_count: u32,
+    pub(crate) compute_capability: (i32, i32),
+    precision: Mutex<MatmulPrecision>,
+    capabilities: Capabilities,
+    info: DeviceInfo,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend").field("device", &self.device).finish()
+    }
+}
+
+impl CudaBackend {
+    pub(crate) fn new(ordinal: usize) -> Result<Self> {
+        let device = Device::cuda(ordinal);
+        let err = |op| driver::error(device, op);
+        let ctx = CudaContext::new(ordinal).map_err(err("create context"))?;
+        // SAFETY: cartage allocates through cuMemAlloc and never creates cudarc `CudaSlice`s, so
+        // no cudarc-tracked buffer exists; cross-stream order is kept by `StreamOrder`.
+        unsafe { ctx.disable_event_tracking() };
+        let compute = ctx.new_stream().map_err(err("create compute stream"))?;
+        let copy = ctx.new_stream().map_err(err("create copy stream"))?;
+        let compute_capability = ctx.compute_capability().map_err(err("compute capability"))?;
+        let sm_count = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(err("multiprocessor count"))?
+            .max(1) as u32;
+        let order = Arc::new(StreamOrder::new(device));
+        let memory = DeviceMemory::new(device, ctx.clone(), order.clone());
+        let allocator = CachingAllocator::new(device, Box::new(memory), AllocatorConfig::default());
+        let modules = KernelModules::new(device, ctx.clone(), compute_capability)?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown CUDA device".to_string());
+        let total = ctx.total_mem().ok().map(|t| t as u64);
+        let capabilities = Self::capabilities(compute_capability, total);
+        let driver_version = driver::driver_version()
+            .map(|(a, b)| format!("{a}.{b}"))
+            .unwrap_or_else(|| "unknown".into());
+        let (nv_major, nv_minor) = modules.nvrtc_version();
+        let info = DeviceInfo {
+            device,
+            name,
+            total_memory: total,
+            details: vec![
+                (
+                    "compute capability".into(),
+                    format!("{}.{}", compute_capability.0, compute_capability.1),
+                ),
+                ("multiprocessors".into(), sm_count.to_string()),
+                ("driver CUDA version".into(), driver_version),
+                ("NVRTC".into(), format!("{nv_major}.{nv_minor}")),
+                ("kernel architecture".into(), modules.arch().to_string()),
+            ],
+        };
+        let precision = MatmulPrecision::Highest;
+        tracing::info!(
+            %device,
+            name = %info.name,
+            matmul_precision = precision.name(),
+            "opened {device}: f32 matmul precision is `highest` (true f32); `set_matmul_precision(High)` enables TF32"
+        );
+        Ok(CudaBackend {
+            device,
+            ctx,
+            compute,
+            copy,
+            allocator,
+            order,
+            modules,
+            blas: Mutex::new(None),
+            staging: Mutex::new(None),
+            sm_count,
+            compute_capability,
+            precision: Mutex::new(precision),
+            capabilities,
+            info,
+        })
+    }
+
+    fn capabilities(cc: (i32, i32), total: Option<u64>) -> Capabilities {
+        let ampere = cc.0 >= 8;
+        let mut caps = Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere);
+        caps.max_buffer_bytes = total.unwrap_or(0);
+        caps.native_f16 = cc >= (5, 3);
+        caps.device_timing = true;
+        caps.async_copies = true;
+        caps
+    }
+
+    /// The kernel modules of this device (compile statistics, cache paths).
+    pub fn modules(&self) -> &KernelModules {
+        &self.modules
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// Bind this device's context to the calling thread (cheap when already bound).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(driver::error(self.device, "bind context"))
+    }
+
+    /// The cuBLAS handle, created on first use.
+    pub(crate) fn with_blas<T>(&self, f: impl FnOnce(&Blas) -> Result<T>) -> Result<T> {
+        let mut slot = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            let blas = Blas::new(self.compute.clone()).map_err(|e| Error::Driver {
+                device: self.device,
+                op: "create cuBLAS handle",
+                message: e.to_string(),
+            })?;
+            *slot = Some(blas);
+        }
+        match slot.as_ref() {
+            Some(blas) => f(blas),
+            None => Err(Error::invalid("matmul", "no cuBLAS handle")),
+        }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Err(e) = self.synchronize() {
+            tracing::error!(device = %self.device, error = %e, "synchronize at drop failed");
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn device(&self) -> Device {
+        self.device
+    }
+
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    fn allocator(&self) -> &CachingAllocator {
+        &self.allocator
+    }
+
+    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
+        copies::write(self, dst, src)
+    }
+
+    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
+        copies::read(self, src, dst)
+    }
+
+    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
+        copies::copy_within(self, src, dst)
+    }
+
+    fn launch(&self, kernel: &Kernel) -> Result<()> {
+        kernel.check_bounds()?;
+        self.check_supported(kernel)?;
+        self.bind()?;
+        launch::launch(self, kernel)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        self.compute
+            .synchronize()
+            .map_err(driver::error(self.device, "synchronize"))?;
+        self.copy
+            .synchronize()
+            .map_err(driver::error(self.device, "synchronize"))?;
+        self.order.clear_pending();
+        Ok(())
+    }
+
+    fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
+        copies::alloc_pinned(self, bytes)
+    }
+
+    fn write_async<'a>(&self, dst: BufferSlice, src: &'a PinnedBuffer) -> Result<CopyHandle<'a>> {
+        copies::write_async(self, dst, src)
+    }
+
+    fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut PinnedBuffer) -> Result<CopyHandle<'a>> {
+        copies::read_async(self, src, dst)
+    }
+
+    fn copy_to_peer(&self, src: BufferSlice, dst_backend: &dyn Backend, dst: BufferSlice) -> Result<bool> {
+        copies::copy_to_peer(self, src, dst_backend, dst)
+    }
+
+    fn matmul_precision(&self) -> MatmulPrecision {
+        *self.precision.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_matmul_precision(&self, precision: MatmulPrecision) -> Result<bool> {
+        let has_tf32 = self.compute_capability.0 >= 8;
+        let effective = if has_tf32 { precision } else { MatmulPrecision::Highest };
+        *self.precision.lock().unwrap_or_else(|p| p.into_inner()) = effective;
+        tracing::info!(device = %self.device, requested = precision.name(), effective = effective.name(), "f32 matmul precision set");
+        Ok(effective == precision)
+    }
+
+    fn record_event(&self) -> Result<Event> {
+        events::record(self)
+    }
+
+    fn elapsed(&self, start: &Event, end: &Event) -> Result<Duration> {
+        events::elapsed(self, start, end)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

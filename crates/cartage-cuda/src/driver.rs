@@ -1,0 +1,192 @@
+//! The raw CUDA driver calls cartage makes below cudarc's safe layer, in one place: segment
+//! allocation, pinned host memory, copies between raw addresses, peer access, and driver errors
+//! turned into cartage's [`Error::Driver`].
+//!
+//! Device addresses here are `CUdeviceptr`s taken from the caching allocator; with unified
+//! addressing a device address can alias host memory, so every call that writes through an
+//! address is an `unsafe fn` whose caller proves the range is one it owns.
+
+use std::ffi::c_void;
+
+use cartage_core::{Device, Error};
+use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::sys::{self, CUdeviceptr, CUstream};
+
+/// A driver error as cartage's [`Error::Driver`], naming the device and what cartage was doing.
+pub(crate) fn error(device: Device, op: &'static str) -> impl Fn(DriverError) -> Error {
+    move |e| Error::Driver {
+        device,
+        op,
+        message: e.to_string(),
+    }
+}
+
+/// True when `e` is the driver's out-of-memory error.
+pub(crate) fn is_out_of_memory(e: &DriverError) -> bool {
+    e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// The number of devices the driver sees (0 when it cannot initialise, e.g. no GPU).
+pub(crate) fn device_count() -> usize {
+    if let Err(e) = result::init() {
+        tracing::debug!(error = %e, "cuInit failed: 0 CUDA devices");
+        return 0;
+    }
+    result::device::get_count().map(|n| n.max(0) as usize).unwrap_or(0)
+}
+
+/// The driver's CUDA version as (major, minor), e.g. (13, 0).
+pub(crate) fn driver_version() -> Option<(i32, i32)> {
+    let mut version = 0i32;
+    // SAFETY: writes one integer through a valid pointer; no other precondition.
+    let status = unsafe { sys::cuDriverGetVersion(&mut version) };
+    status.result().ok().map(|()| (version / 1000, (version % 1000) / 10))
+}
+
+/// `cuMemAlloc` of `bytes` in the current context.
+pub(crate) fn mem_alloc(bytes: usize) -> Result<CUdeviceptr, DriverError> {
+    // SAFETY: allocates fresh device memory; the caller binds the context first.
+    unsafe { result::malloc_sync(bytes) }
+}
+
+/// `cuMemFree`.
+///
+/// # Safety
+/// `ptr` came from [`mem_alloc`] in the current context, is freed once, and no queued work uses it.
+pub(crate) unsafe fn mem_free(ptr: CUdeviceptr) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { result::free_sync(ptr) }
+}
+
+/// Free and total memory of the current context's device.
+pub(crate) fn mem_info() -> Result<(usize, usize), DriverError> {
+    result::mem_get_info()
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`, portable to every context), zeroed.
+pub(crate) fn host_alloc(bytes: usize) -> Result<*mut u8, DriverError> {
+    let bytes = bytes.max(1);
+    // SAFETY: allocates fresh host memory; the caller binds a context first.
+    let ptr = unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }? as *mut u8;
+    // SAFETY: `ptr` is valid for `bytes` bytes just allocated and not yet shared.
+    unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+    Ok(ptr)
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+/// `ptr` came from [`host_alloc`], is freed once, and no copy in flight uses it.
+pub(crate) unsafe fn host_free(ptr: *mut u8) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { result::free_host(ptr as *mut c_void) }
+}
+
+/// Asynchronous host→device copy of `len` bytes on `stream`.
+///
+/// # Safety
+/// `dst..dst+len` is device memory the caller owns; `src..src+len` stays valid and unmodified
+/// until the copy completes on `stream` (for pageable memory, until this call returns).
+pub(crate) unsafe fn htod_async(
+    dst: CUdeviceptr,
+    src: *const u8,
+    len: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, len, stream) }.result()
+}
+
+/// Asynchronous device→host copy of `len` bytes on `stream`.
+///
+/// # Safety
+/// `src..src+len` is device memory the caller owns; `dst..dst+len` is host memory nobody else
+/// reads or writes until the copy completes on `stream`.
+pub(crate) unsafe fn dtoh_async(
+    dst: *mut u8,
+    src: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream) }.result()
+}
+
+/// Asynchronous device→device copy on `stream`.
+///
+/// # Safety
+/// Both ranges are device memory the caller owns, queued in stream order.
+pub(crate) unsafe fn dtod_async(
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { result::memcpy_dtod_async(dst, src, len, stream) }
+}
+
+/// Asynchronous byte fill on `stream`.
+///
+/// # Safety
+/// `dst..dst+len` is device memory the caller owns.
+pub(crate) unsafe fn memset_async(
+    dst: CUdeviceptr,
+    value: u8,
+    len: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { result::memset_d8_async(dst, value, len, stream) }
+}
+
+/// Asynchronous copy between two devices' memory on `stream` (a stream of the source context).
+///
+/// # Safety
+/// `src` is memory of `src_ctx`, `dst` of `dst_ctx`, both owned by the caller for `len` bytes,
+/// and the destination is not used by other work until the copy completes.
+pub(crate) unsafe fn peer_async(
+    dst_ctx: sys::CUcontext,
+    dst: CUdeviceptr,
+    src_ctx: sys::CUcontext,
+    src: CUdeviceptr,
+    len: usize,
+    stream: CUstream,
+) -> Result<(), DriverError> {
+    // SAFETY: the caller's contract.
+    unsafe { result::memcpy_peer_async(dst_ctx, dst, src_ctx, src, len, stream) }
+}
+
+/// True when `device` can address `peer`'s memory directly.
+pub(crate) fn can_access_peer(device: sys::CUdevice, peer: sys::CUdevice) -> bool {
+    let mut can = 0i32;
+    // SAFETY: writes one integer through a valid pointer; both handles come from the driver.
+    let status = unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) };
+    status.result().is_ok() && can != 0
+}
+
+/// Let the current context address `peer_ctx`'s memory (idempotent).
+pub(crate) fn enable_peer_access(peer_ctx: sys::CUcontext) -> Result<(), DriverError> {
+    // SAFETY: `peer_ctx` is a live primary context retained by its backend.
+    let status = unsafe { sys::cuCtxEnablePeerAccess(peer_ctx, 0) };
+    match status {
+        sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+        other => other.result(),
+    }
+}
+
+/// True when `ptr` is page-locked host memory known to the driver (a copy from it is truly
+/// asynchronous); false for ordinary pageable memory.
+pub(crate) fn is_pinned_host(ptr: *const u8) -> bool {
+    let mut memory_type: u32 = 0;
+    // SAFETY: asks for one attribute of an address and writes one `CUmemorytype` (a u32) into
+    // `memory_type`; the address is only inspected, never accessed.
+    let status = unsafe {
+        sys::cuPointerGetAttribute(
+            &mut memory_type as *mut u32 as *mut c_void,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as CUdeviceptr,
+        )
+    };
+    status == sys::CUresult::CUDA_SUCCESS && memory_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+}

@@ -1,0 +1,127 @@
+//! Running a [`Kernel`]: one arm per variant, each building its kernel's arguments.
+//!
+//! Every arm validates what the kernel's C signature assumes (shapes that match, dtypes that
+//! fit), picks the contiguous fast path (16-byte vector loads) when every operand is dense and
+//! aligned, and otherwise passes the coalesced shape and strides so that strided and broadcast
+//! operands are read in place (no hidden contiguous copy).
+
+use cartage_core::{DType, Error, Kernel, Result, TensorArg};
+
+use crate::backend::CudaBackend;
+use crate::matmul;
+
+mod elementwise;
+pub mod geometry;
+mod index;
+mod reduce;
+
+/// Queue `$name` on the compute stream after ordering it behind the users of `$slices` (an
+/// array of the operands' buffers);
+/// the arguments must be references to locals of the caller, in the kernel's parameter order.
+macro_rules! launch_kernel {
+    ($backend:expr, $name:expr, $cfg:expr, $slices:expr, $($arg:expr),+ $(,)?) => {{
+        let backend: &$crate::backend::CudaBackend = $backend;
+        let function = backend.modules.function($name)?;
+        backend.order.before_compute(&backend.compute, &$slices)?;
+        let mut builder = backend.compute.launch_builder(&function);
+        $( cudarc::driver::PushKernelArg::arg(&mut builder, $arg); )+
+        // SAFETY: the arguments follow the kernel's C parameter list (written together with the
+        // .cu declaration: device addresses as u64, geometry structs with the C layout); every
+        // address points into an operand whose extent `Kernel::check_bounds` verified against its
+        // buffer, and the launch is queued on the compute stream after the operands' earlier
+        // users (`StreamOrder::before_compute`).
+        unsafe { builder.launch($cfg) }
+            .map(|_| ())
+            .map_err($crate::driver::error(backend.device, "launch kernel"))
+    }};
+}
+pub(crate) use launch_kernel;
+
+/// Run `kernel` (bounds and support already checked, context bound).
+pub(crate) fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()> {
+    match kernel {
+        Kernel::Fill { out, value } => elementwise::fill(backend, out, *value),
+        Kernel::Arange { out, start, step } => elementwise::arange(backend, out, *start, *step),
+        Kernel::Random {
+            out,
+            distribution,
+            seed,
+            offset,
+        } => elementwise::random(backend, out, *distribution, *seed, *offset),
+        Kernel::Cast { input, out } => elementwise::cast(backend, input, out),
+        Kernel::Copy { input, out } => elementwise::copy(backend, input, out),
+        Kernel::Unary { op, input, out } => elementwise::unary(backend, *op, input, out),
+        Kernel::Binary { op, lhs, rhs, out } => elementwise::binary(backend, *op, lhs, rhs, out),
+        Kernel::Compare { op, lhs, rhs, out } => elementwise::compare(backend, *op, lhs, rhs, out),
+        Kernel::Where {
+            cond,
+            on_true,
+            on_false,
+            out,
+        } => elementwise::select(backend, cond, on_true, on_false, out),
+        Kernel::Reduce { op, input, dims, out } => reduce::reduce(backend, *op, input, dims, out),
+        Kernel::Softmax { input, dim, log, out } => reduce::softmax(backend, input, *dim, *log, out),
+        Kernel::Matmul { lhs, rhs, out } => matmul::matmul(backend, lhs, rhs, out),
+        Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
+        Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
+    }
+}
+
+/// The device address of the view's first element.
+pub(crate) fn device_ptr(arg: &TensorArg) -> u64 {
+    arg.buffer.segment.addr + arg.byte_offset() as u64
+}
+
+/// True when every address is 16-byte aligned (vector loads).
+pub(crate) fn aligned16(args: &[&TensorArg]) -> bool {
+    args.iter().all(|a| device_ptr(a).is_multiple_of(16))
+}
+
+/// True when every operand is dense row-major and 16-byte aligned: the vectorised fast path.
+pub(crate) fn dense(args: &[&TensorArg]) -> bool {
+    args.iter().all(|a| a.layout.is_contiguous()) && aligned16(args)
+}
+
+/// Fail unless `a` and `b` have the same shape.
+pub(crate) fn same_shape(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
+    if a.layout.shape() != b.layout.shape() {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: a.layout.shape().to_vec(),
+            rhs: b.layout.shape().to_vec(),
+            reason: "the operands of a launched kernel must already have the output's shape".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Fail unless `arg` has `dtype`.
+pub(crate) fn expect_dtype(op: &'static str, arg: &TensorArg, dtype: DType, role: &str) -> Result<()> {
+    if arg.dtype != dtype {
+        return Err(Error::invalid(
+            op,
+            format!("the {role} must be {dtype}, not {}", arg.dtype),
+        ));
+    }
+    Ok(())
+}
+
+/// The `b<bytes>` part of by-size kernel names.
+pub(crate) fn size_name(dtype: DType) -> &'static str {
+    match dtype.size_in_bytes() {
+        1 => "b1",
+        2 => "b2",
+        4 => "b4",
+        _ => "b8",
+    }
+}
+
+/// Elements per 16-byte vector of `dtype`.
+pub(crate) fn lanes(dtype: DType) -> u64 {
+    (16 / dtype.size_in_bytes()) as u64
+}
+
+/// The most blocks a grid-stride kernel gets: enough to fill the device several times over.
+pub(crate) fn max_blocks(backend: &CudaBackend) -> u32 {
+    backend.sm_count * 16
+}

@@ -1,0 +1,211 @@
+//! Matmul through cuBLAS: row-major strided operands mapped onto column-major GEMM without copies
+//! wherever BLAS can address them.
+//!
+//! cartage computes `out[b] = lhs[b] · rhs[b]` with `lhs` [B, M, K], `rhs` [B, K, N], `out`
+//! [B, M, N] contiguous. Read column-major, a contiguous row-major `out` is `outᵀ` (N × M, ld N),
+//! so cuBLAS is asked for `outᵀ = rhsᵀ · lhsᵀ`. A row-major matrix [R, C] with strides (sr, sc)
+//! is, column-major, its transpose with ld `sr` when `sc == 1`, or itself with ld `sc` when
+//! `sr == 1` (a transposed view): either way no copy. Other layouts (both strides > 1) are copied
+//! to a contiguous scratch first, and that copy is logged with its size. A batch stride of 0
+//! (broadcast) is passed to cuBLAS as is.
+//!
+//! f32 uses true f32 arithmetic unless the device's precision is `High` (TF32, R32); f16 and
+//! bf16 accumulate in f32; f64 in f64.
+
+use cartage_core::{Allocation, Backend, DType, Error, Layout, MatmulPrecision, Result, TensorArg};
+
+use crate::backend::CudaBackend;
+use crate::blas::{BlasOperand, Gemm, GemmKind};
+use crate::launch::{device_ptr, launch};
+
+/// How a [R, C] matrix with strides (sr, sc) is seen by BLAS, or `None` when it must be copied.
+/// Returns (transpose flag in the `rhsᵀ · lhsᵀ` formulation, leading dimension).
+pub fn blas_view(rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Option<(bool, usize)> {
+    // Size-1 dimensions can take any stride: pick the one that makes the view valid.
+    let sc = if cols == 1 { 1 } else { col_stride };
+    let sr = if rows == 1 { cols.max(1) } else { row_stride };
+    if sc == 1 && sr >= cols.max(1) {
+        Some((false, sr))
+    } else if sr == 1 && sc >= rows.max(1) {
+        Some((true, sc))
+    } else {
+        None
+    }
+}
+
+fn to_i32(what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        Error::invalid(
+            "matmul",
+            format!("{what} = {v} is beyond cuBLAS's 32-bit limit; split the product"),
+        )
+    })
+}
+
+/// An operand ready for BLAS, keeping a scratch copy alive when one was needed.
+struct Prepared {
+    operand: BlasOperand,
+    scratch: Option<Allocation>,
+}
+
+fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
+    let (shape, strides) = (arg.layout.shape(), arg.layout.strides());
+    let (batch, rows, cols) = (shape[0], shape[1], shape[2]);
+    let batch_stride = if batch == 1 { 0 } else { strides[0] };
+    if let Some((transpose, ld)) = blas_view(rows, cols, strides[1], strides[2]) {
+        return Ok(Prepared {
+            operand: BlasOperand {
+                addr: device_ptr(arg),
+                transpose,
+                ld: to_i32("leading dimension", ld)?,
+                batch_stride: batch_stride as i64,
+            },
+            scratch: None,
+        });
+    }
+    let bytes = arg.layout.numel() * arg.dtype.size_in_bytes();
+    tracing::debug!(
+        device = %backend.device,
+        bytes,
+        shape = ?shape,
+        strides = ?strides,
+        "matmul: operand strides are not BLAS-compatible; copying it to a contiguous scratch"
+    );
+    let scratch = backend.allocator.alloc(bytes)?;
+    let copy = cartage_core::Kernel::Copy {
+        input: arg.clone(),
+        out: TensorArg {
+            buffer: scratch.slice(),
+            layout: Layout::contiguous(shape)?,
+            dtype: arg.dtype,
+        },
+    };
+    if let Err(e) = launch(backend, &copy) {
+        backend.allocator.free(scratch);
+        return Err(e);
+    }
+    Ok(Prepared {
+        operand: BlasOperand {
+            addr: scratch.slice().addr(),
+            transpose: false,
+            ld: to_i32("leading dimension", cols.max(1))?,
+            batch_stride: (rows * cols) as i64,
+        },
+        scratch: Some(scratch),
+    })
+}
+
+/// Run Kernel::Matmul.
+pub(crate) fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    if lhs.dtype != rhs.dtype || out.dtype != lhs.dtype {
+        return Err(Error::invalid(
+            "matmul",
+            format!(
+                "operands must share a dtype ({}, {}, {})",
+                lhs.dtype, rhs.dtype, out.dtype
+            ),
+        ));
+    }
+    let (l, r, o) = (lhs.layout.shape(), rhs.layout.shape(), out.layout.shape());
+    if l.len() != 3 || r.len() != 3 || o.len() != 3 || l[0] != r[0] || l[2] != r[1] || o != [l[0], l[1], r[2]] {
+        return Err(Error::ShapeMismatch {
+            op: "matmul",
+            lhs: l.to_vec(),
+            rhs: r.to_vec(),
+            reason: format!("expected [B, M, K] × [B, K, N] → [B, M, N], got an output of {o:?}"),
+        });
+    }
+    if !out.layout.is_contiguous() {
+        return Err(Error::invalid("matmul", "the output must be contiguous"));
+    }
+    let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        let zero = cartage_core::Kernel::Fill {
+            out: out.clone(),
+            value: cartage_core::Scalar::Float(0.0),
+        };
+        return launch(backend, &zero);
+    }
+    let kind = match (out.dtype, backend.matmul_precision()) {
+        (DType::F32, MatmulPrecision::Highest) => GemmKind::F32,
+        (DType::F32, MatmulPrecision::High) => GemmKind::F32Tf32,
+        (DType::F64, _) => GemmKind::F64,
+        (DType::F16, _) => GemmKind::F16,
+        (DType::BF16, _) => GemmKind::BF16,
+        (dtype, _) => {
+            return Err(Error::unsupported(
+                "matmul",
+                dtype,
+                backend.device,
+                "matmul is float-only",
+            ));
+        }
+    };
+    let a = prepare(backend, rhs)?;
+    let b = match prepare(backend, lhs) {
+        Ok(b) => b,
+        Err(e) => {
+            if let Some(s) = a.scratch {
+                backend.allocator.free(s);
+            }
+            return Err(e);
+        }
+    };
+    let gemm = Gemm {
+        kind,
+        m: to_i32("N", n)?,
+        n: to_i32("M", m)?,
+        k: to_i32("K", k)?,
+        a: a.operand,
+        b: b.operand,
+        c: device_ptr(out),
+        ldc: to_i32("N", n)?,
+        stride_c: (m * n) as i64,
+        batch: to_i32("batch", batch)?,
+    };
+    let mut slices = vec![lhs.buffer, rhs.buffer, out.buffer];
+    slices.extend(a.scratch.iter().chain(b.scratch.iter()).map(|s| s.slice()));
+    let outcome = backend.order.before_compute(&backend.compute, &slices).and_then(|()| {
+        backend.with_blas(|blas| {
+            // SAFETY: every address is a live block of this device: `lhs`/`rhs` within their
+            // bounds-checked buffers under the strides `blas_view` accepted (or a dense scratch
+            // copy), `out` dense [B, M, N]; the call is queued on the compute stream (the
+            // handle's stream) after the operands' earlier users.
+            unsafe { blas.gemm(&gemm) }.map_err(|e| Error::Driver {
+                device: backend.device,
+                op: "cublasGemmEx",
+                message: e.to_string(),
+            })
+        })
+    });
+    // Scratch copies go back in stream order: later users are queued after the product.
+    for scratch in [a.scratch, b.scratch].into_iter().flatten() {
+        backend.allocator.free(scratch);
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_map_without_copies() {
+        // Row-major [4, 3]: ld 3, no transpose.
+        assert_eq!(blas_view(4, 3, 3, 1), Some((false, 3)));
+        // Its transpose view [3, 4] with strides (1, 3): transpose flag, ld 3.
+        assert_eq!(blas_view(3, 4, 1, 3), Some((true, 3)));
+        // A narrowed row-major view keeps the parent's ld.
+        assert_eq!(blas_view(4, 2, 3, 1), Some((false, 3)));
+        // Vectors take whichever stride works.
+        assert_eq!(blas_view(1, 5, 99, 1), Some((false, 5)));
+        assert_eq!(blas_view(5, 1, 7, 42), Some((false, 7)));
+        // Both strides above one: needs a copy.
+        assert_eq!(blas_view(4, 3, 6, 2), None);
+        // Overlapping rows (ld smaller than the row) are not BLAS-addressable either.
+        assert_eq!(blas_view(4, 3, 2, 1), None);
+    }
+}

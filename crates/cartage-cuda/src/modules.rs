@@ -1,0 +1,394 @@
+//! Kernels: CUDA C files embedded in the binary, compiled by NVRTC for the device's own
+//! architecture on first use, cached per device and on disk.
+//!
+//! Each file in `kernels/` is one module, compiled as a whole the first time one of its kernels
+//! is launched (`common.cuh` is prepended; no CUDA header is needed). The machine code is written
+//! to `$XDG_CACHE_HOME/cartage/kernels` (else `~/.cache/cartage/kernels`) under a name holding
+//! the file, a hash of the source and options, the architecture and the NVRTC version, so a
+//! second process loads it instead of compiling, and a changed source or toolkit never loads a
+//! stale image. Functions are looked up once per device and kept.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cartage_core::{Device, Error, Result};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use crate::nvrtc::{self, ImageKind};
+
+/// Bumped when the cache's file format or compile options change.
+const CACHE_FORMAT: u32 = 1;
+
+const COMMON: &str = include_str!("../kernels/common.cuh");
+
+/// One kernel source file (one module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SourceFile {
+    /// `unary.cu`.
+    Unary,
+    /// `binary.cu`.
+    Binary,
+    /// `compare.cu` (comparisons and where).
+    Compare,
+    /// `construct.cu` (fill, arange, random, strided copy).
+    Construct,
+    /// `cast.cu`.
+    Cast,
+    /// `reduce.cu` (reductions and softmax).
+    Reduce,
+    /// `index.cu` (gather and index_select).
+    Index,
+}
+
+impl SourceFile {
+    /// Every source file.
+    pub const ALL: [SourceFile; 7] = [
+        SourceFile::Unary,
+        SourceFile::Binary,
+        SourceFile::Compare,
+        SourceFile::Construct,
+        SourceFile::Cast,
+        SourceFile::Reduce,
+        SourceFile::Index,
+    ];
+
+    /// The file name.
+    pub const fn file_name(self) -> &'static str {
+        match self {
+            SourceFile::Unary => "unary.cu",
+            SourceFile::Binary => "binary.cu",
+            SourceFile::Compare => "compare.cu",
+            SourceFile::Construct => "construct.cu",
+            SourceFile::Cast => "cast.cu",
+            SourceFile::Reduce => "reduce.cu",
+            SourceFile::Index => "index.cu",
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            SourceFile::Unary => include_str!("../kernels/unary.cu"),
+            SourceFile::Binary => include_str!("../kernels/binary.cu"),
+            SourceFile::Compare => include_str!("../kernels/compare.cu"),
+            SourceFile::Construct => include_str!("../kernels/construct.cu"),
+            SourceFile::Cast => include_str!("../kernels/cast.cu"),
+            SourceFile::Reduce => include_str!("../kernels/reduce.cu"),
+            SourceFile::Index => include_str!("../kernels/index.cu"),
+        }
+    }
+
+    /// The full text NVRTC compiles: `common.cuh`, then the file.
+    pub fn source(self) -> String {
+        format!("{COMMON}\n#line 1 \"{}\"\n{}", self.file_name(), self.body())
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A kernel's name, `<part>_<part>_…` (e.g. `unary_neg_f32_contig`), built from static parts so
+/// that looking one up allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelName {
+    /// The module holding it.
+    pub file: SourceFile,
+    parts: [&'static str; 4],
+}
+
+impl KernelName {
+    /// A name from up to four parts (empty parts are skipped).
+    pub const fn new(file: SourceFile, parts: [&'static str; 4]) -> Self {
+        KernelName { file, parts }
+    }
+
+    /// The symbol in the module.
+    pub fn symbol(&self) -> String {
+        self.parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("_")
+    }
+}
+
+/// How the modules of a device were obtained so far (for tests and the cold-start benchmark).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModuleStats {
+    /// Modules compiled by NVRTC in this process.
+    pub compiled: u32,
+    /// Modules loaded from the disk cache.
+    pub disk_hits: u32,
+    /// Time spent compiling.
+    pub compile_time: Duration,
+    /// Time spent reading and loading cached images.
+    pub load_time: Duration,
+}
+
+/// The target NVRTC compiles for.
+#[derive(Clone, Debug)]
+struct Target {
+    /// `sm_90`, or `compute_XY` when NVRTC does not know the device's architecture.
+    arch: String,
+    kind: ImageKind,
+}
+
+/// Compiled modules and looked-up functions of one device.
+pub struct KernelModules {
+    device: Device,
+    ctx: Arc<CudaContext>,
+    target: Target,
+    nvrtc_version: (i32, i32),
+    cache_dir: Option<PathBuf>,
+    modules: [Mutex<Option<Arc<CudaModule>>>; SourceFile::ALL.len()],
+    functions: Mutex<HashMap<KernelName, CudaFunction>>,
+    stats: Mutex<ModuleStats>,
+}
+
+impl std::fmt::Debug for KernelModules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelModules")
+            .field("device", &self.device)
+            .field("arch", &self.target.arch)
+            .finish()
+    }
+}
+
+/// The on-disk cache folder: `$XDG_CACHE_HOME/cartage/kernels`, else `~/.cache/cartage/kernels`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
+    Some(base.join("cartage").join("kernels"))
+}
+
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for part in parts {
+        for &byte in *part {
+            hash ^= byte as u64;
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        hash ^= 0xff;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+impl KernelModules {
+    /// Modules for the device of `ctx`, with compute capability `cc`.
+    pub(crate) fn new(device: Device, ctx: Arc<CudaContext>, cc: (i32, i32)) -> Result<Self> {
+        let nvrtc_version = nvrtc::version().ok_or_else(|| Error::BackendUnavailable {
+            device,
+            reason: "NVRTC is loaded but does not report its version".to_string(),
+        })?;
+        let own = cc.0 * 10 + cc.1;
+        let archs = nvrtc::supported_archs();
+        let target = if archs.is_empty() || archs.contains(&own) {
+            Target {
+                arch: format!("sm_{own}"),
+                kind: ImageKind::Cubin,
+            }
+        } else {
+            let best = archs.iter().copied().filter(|&a| a <= own).max().unwrap_or(archs[0]);
+            tracing::warn!(%device, own, best, "NVRTC does not know this architecture; compiling PTX for an older one");
+            Target {
+                arch: format!("compute_{best}"),
+                kind: ImageKind::Ptx,
+            }
+        };
+        Ok(KernelModules {
+            device,
+            ctx,
+            target,
+            nvrtc_version,
+            cache_dir: default_cache_dir(),
+            modules: Default::default(),
+            functions: Mutex::new(HashMap::new()),
+            stats: Mutex::new(ModuleStats::default()),
+        })
+    }
+
+    /// The architecture kernels are compiled for (`sm_90` on an H200).
+    pub fn arch(&self) -> &str {
+        &self.target.arch
+    }
+
+    /// NVRTC's version.
+    pub fn nvrtc_version(&self) -> (i32, i32) {
+        self.nvrtc_version
+    }
+
+    /// Counters of compiles and cache hits so far.
+    pub fn stats(&self) -> ModuleStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where `file`'s compiled image is cached on disk (whether or not it exists yet).
+    pub fn cache_path(&self, file: SourceFile) -> Option<PathBuf> {
+        let dir = self.cache_dir.as_ref()?;
+        let source = file.source();
+        let version = format!("{}.{}", self.nvrtc_version.0, self.nvrtc_version.1);
+        let hash = fnv1a(&[
+            source.as_bytes(),
+            self.target.arch.as_bytes(),
+            version.as_bytes(),
+            &CACHE_FORMAT.to_le_bytes(),
+        ]);
+        let stem = file.file_name().trim_end_matches(".cu");
+        let ext = match self.target.kind {
+            ImageKind::Cubin => "cubin",
+            ImageKind::Ptx => "ptx",
+        };
+        Some(dir.join(format!("{stem}-{hash:016x}-{}-nvrtc{version}.{ext}", self.target.arch)))
+    }
+
+    /// The function `name`, compiling or loading its module on first use.
+    pub fn function(&self, name: KernelName) -> Result<CudaFunction> {
+        if let Some(f) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(&name) {
+            return Ok(f.clone());
+        }
+        let module = self.module(name.file)?;
+        let symbol = name.symbol();
+        let function = module.load_function(&symbol).map_err(|e| Error::Driver {
+            device: self.device,
+            op: "load kernel",
+            message: format!("{symbol} in {}: {e}", name.file.file_name()),
+        })?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, function.clone());
+        Ok(function)
+    }
+
+    /// The loaded module of `file`, compiling it (or reading the disk cache) on first use.
+    pub fn module(&self, file: SourceFile) -> Result<Arc<CudaModule>> {
+        let mut slot = self.modules[file.index()].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(module) = slot.as_ref() {
+            return Ok(module.clone());
+        }
+        let module = self.load_or_compile(file)?;
+        *slot = Some(module.clone());
+        Ok(module)
+    }
+
+    fn load_image(&self, image: Vec<u8>) -> std::result::Result<Arc<CudaModule>, String> {
+        self.ctx.load_module(Ptx::from_binary(image)).map_err(|e| e.to_string())
+    }
+
+    fn load_or_compile(&self, file: SourceFile) -> Result<Arc<CudaModule>> {
+        let path = self.cache_path(file);
+        if let Some(path) = &path {
+            let started = Instant::now();
+            if let Ok(image) = std::fs::read(path) {
+                match self.load_image(image) {
+                    Ok(module) => {
+                        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+                        stats.disk_hits += 1;
+                        stats.load_time += started.elapsed();
+                        tracing::debug!(device = %self.device, path = %path.display(), "kernel module from the disk cache");
+                        return Ok(module);
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cached kernel image did not load; recompiling");
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+            }
+        }
+        let started = Instant::now();
+        let image =
+            nvrtc::compile(file.file_name(), &file.source(), &self.target.arch, self.target.kind).map_err(|log| {
+                Error::Driver {
+                    device: self.device,
+                    op: "compile kernels (NVRTC)",
+                    message: log,
+                }
+            })?;
+        let elapsed = started.elapsed();
+        tracing::info!(device = %self.device, file = file.file_name(), arch = %self.target.arch, ms = elapsed.as_millis() as u64, "compiled kernels with NVRTC");
+        if let Some(path) = &path {
+            write_atomically(path, &image);
+        }
+        let started = Instant::now();
+        let module = self.load_image(image).map_err(|message| Error::Driver {
+            device: self.device,
+            op: "load kernels",
+            message,
+        })?;
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.compiled += 1;
+        stats.compile_time += elapsed;
+        stats.load_time += started.elapsed();
+        Ok(module)
+    }
+}
+
+/// Write `bytes` to `path` through a temporary file and a rename, so a reader never sees half a
+/// file; failures only cost the next process a compile, so they are logged, not returned.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        tracing::debug!(dir = %dir.display(), error = %e, "no kernel cache folder");
+        return;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        tracing::debug!(path = %path.display(), error = %e, "could not write the kernel cache");
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_join_their_parts() {
+        let name = KernelName::new(SourceFile::Unary, ["unary", "neg", "f32", "contig"]);
+        assert_eq!(name.symbol(), "unary_neg_f32_contig");
+        let short = KernelName::new(SourceFile::Construct, ["arange", "bf16", "", ""]);
+        assert_eq!(short.symbol(), "arange_bf16");
+    }
+
+    #[test]
+    fn the_cache_key_follows_the_inputs() {
+        let a = fnv1a(&[b"source", b"sm_90"]);
+        assert_ne!(a, fnv1a(&[b"source", b"sm_80"]));
+        assert_ne!(a, fnv1a(&[b"sourc", b"esm_90"]));
+        assert_eq!(a, fnv1a(&[b"source", b"sm_90"]));
+    }
+
+    /// Every kernel file compiles with NVRTC (no GPU needed, only libnvrtc); skipped loudly
+    /// when NVRTC is absent.
+    #[test]
+    fn every_kernel_file_compiles() {
+        if let Err(reason) = crate::loader::nvrtc() {
+            eprintln!("SKIP every_kernel_file_compiles: {reason}");
+            return;
+        }
+        let handles: Vec<_> = SourceFile::ALL
+            .into_iter()
+            .map(|file| {
+                std::thread::spawn(move || {
+                    nvrtc::compile(file.file_name(), &file.source(), "sm_90", ImageKind::Cubin)
+                        .map(|image| (file, image.len()))
+                })
+            })
+            .collect();
+        for handle in handles {
+            let (file, len) = handle
+                .join()
+                .expect("compile thread")
+                .unwrap_or_else(|log| panic!("{log}"));
+            assert!(len > 1000, "{file:?} produced {len} bytes");
+        }
+    }
+}

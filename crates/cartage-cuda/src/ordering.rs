@@ -1,0 +1,128 @@
+//! Ordering the compute stream and the copy stream against each other, per segment.
+//!
+//! All kernels, cuBLAS calls and synchronous copies run on the compute stream, in order.
+//! Asynchronous copies run on the copy stream so that they can overlap compute (R10), which
+//! leaves two hazards, both handled here with events instead of stream-wide waits:
+//! - a copy must not touch a segment before the compute work already queued on it has finished
+//!   (that includes a block freed and handed out again while kernels still read it): the copy
+//!   stream waits for an event recorded on the compute stream at the segment's last use;
+//! - compute work must not touch a segment before an asynchronous copy into or out of it has
+//!   finished: the copy's event is kept with the segment, and the next compute submission that
+//!   uses the segment makes the compute stream wait for it (then forgets it).
+//!
+//! A prefetch into a fresh block therefore overlaps the kernels still running on other memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cartage_core::{BufferSlice, Device, Result};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+
+use crate::driver;
+
+#[derive(Default)]
+struct SegmentUse {
+    /// Compute submission number of the last compute work that used the segment (0: none).
+    last_compute: u64,
+    /// The last asynchronous copy that touched the segment, not yet waited for by compute.
+    pending_copy: Option<Arc<CudaEvent>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Compute submissions so far.
+    submissions: u64,
+    segments: HashMap<u64, SegmentUse>,
+    /// An event on the compute stream and the submission number it was recorded after.
+    marker: Option<(CudaEvent, u64)>,
+}
+
+/// The per-segment bookkeeping of one device; see the module docs.
+pub struct StreamOrder {
+    device: Device,
+    state: Mutex<State>,
+}
+
+impl StreamOrder {
+    /// Bookkeeping for `device`.
+    pub fn new(device: Device) -> Self {
+        StreamOrder {
+            device,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Call before queuing compute work that uses `slices`: waits for pending asynchronous copies
+    /// of their segments and records the use.
+    pub fn before_compute(&self, compute: &CudaStream, slices: &[BufferSlice]) -> Result<()> {
+        let mut state = self.lock();
+        state.submissions += 1;
+        let now = state.submissions;
+        for slice in slices {
+            let entry = state.segments.entry(slice.segment.id).or_default();
+            entry.last_compute = now;
+            if let Some(event) = entry.pending_copy.take() {
+                compute
+                    .wait(&event)
+                    .map_err(driver::error(self.device, "order compute after copy"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Call before queuing a copy of `slice` on `copy`: the copy stream waits for the compute
+    /// work queued on the segment so far.
+    pub fn copy_after_compute(
+        &self,
+        ctx: &Arc<CudaContext>,
+        compute: &CudaStream,
+        copy: &CudaStream,
+        slice: BufferSlice,
+    ) -> Result<()> {
+        let mut state = self.lock();
+        let needed = state.segments.get(&slice.segment.id).map_or(0, |u| u.last_compute);
+        if needed == 0 {
+            return Ok(());
+        }
+        let submissions = state.submissions;
+        let covered = state.marker.as_ref().is_some_and(|(_, at)| *at >= needed);
+        if !covered {
+            let event = match state.marker.take() {
+                Some((event, _)) => event,
+                None => ctx
+                    .new_event(None)
+                    .map_err(driver::error(self.device, "create event"))?,
+            };
+            event
+                .record(compute)
+                .map_err(driver::error(self.device, "record event"))?;
+            state.marker = Some((event, submissions));
+        }
+        if let Some((event, _)) = &state.marker {
+            copy.wait(event)
+                .map_err(driver::error(self.device, "order copy after compute"))?;
+        }
+        Ok(())
+    }
+
+    /// Call after queuing an asynchronous copy of `slice` whose completion `event` records.
+    pub fn after_copy(&self, slice: BufferSlice, event: Arc<CudaEvent>) {
+        self.lock().segments.entry(slice.segment.id).or_default().pending_copy = Some(event);
+    }
+
+    /// Forget a segment returned to the driver.
+    pub fn forget_segment(&self, id: u64) {
+        self.lock().segments.remove(&id);
+    }
+
+    /// Forget every pending copy (after a full synchronisation).
+    pub fn clear_pending(&self) {
+        for entry in self.lock().segments.values_mut() {
+            entry.pending_copy = None;
+        }
+    }
+}
