@@ -1,0 +1,444 @@
+//! [`WgpuBackend`]: the [`Backend`] trait on a wgpu device — memory through core's caching
+//! allocator, ops recorded into a shared encoder, copies, read-back, synchronisation and timing.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use cartage_core::{
+    Backend, BufferSlice, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel, Layout,
+    Result, TensorArg,
+};
+
+use crate::bindings::{BindGroupCache, BindKey, Window};
+use crate::capabilities::{capabilities, refusal};
+use crate::context::GpuContext;
+use crate::encoder::{ParamBlock, Recorder};
+use crate::memory::{BufferSource, SegmentTable, allocator_config};
+use crate::ops;
+use crate::ops::index::IndexChecks;
+use crate::ops::matmul::MatmulTiling;
+use crate::pipelines::{PARAM_BYTES, PipelineCache};
+use crate::readback::{StagingPool, map_and_copy};
+use crate::timing::{WgpuEvent, span};
+
+/// A wgpu adapter as a cartage device (`wgpu:N`).
+pub struct WgpuBackend {
+    pub(crate) ctx: Arc<GpuContext>,
+    pub(crate) table: Arc<SegmentTable>,
+    pub(crate) bind_groups: Arc<BindGroupCache>,
+    pub(crate) pipelines: PipelineCache,
+    pub(crate) recorder: Mutex<Recorder>,
+    pub(crate) index_checks: Mutex<IndexChecks>,
+    pub(crate) tiling: Mutex<Option<MatmulTiling>>,
+    staging: StagingPool,
+    allocator: CachingAllocator,
+    capabilities: Capabilities,
+}
+
+impl WgpuBackend {
+    /// Open the device of `adapter` as `device`.
+    pub(crate) fn new(adapter: &wgpu::Adapter, device: Device) -> Result<Self> {
+        let ctx = Arc::new(GpuContext::open(adapter, device)?);
+        let table = Arc::new(SegmentTable::default());
+        let bind_groups = Arc::new(BindGroupCache::default());
+        let source = BufferSource::new(Arc::clone(&ctx), Arc::clone(&table), Arc::clone(&bind_groups));
+        let allocator = CachingAllocator::new(device, Box::new(source), allocator_config(&ctx));
+        let pipelines = PipelineCache::new(&ctx);
+        let recorder = Mutex::new(Recorder::new(&ctx));
+        let index_checks = Mutex::new(IndexChecks::new(&ctx, &table));
+        let capabilities = capabilities(&ctx);
+        Ok(WgpuBackend {
+            ctx,
+            table,
+            bind_groups,
+            pipelines,
+            recorder,
+            index_checks,
+            tiling: Mutex::new(None),
+            staging: StagingPool::default(),
+            allocator,
+            capabilities,
+        })
+    }
+
+    pub(crate) fn lock_recorder(&self) -> MutexGuard<'_, Recorder> {
+        self.recorder.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The adapter's description.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.ctx.info
+    }
+
+    /// The limits the device was opened with.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.ctx.limits
+    }
+
+    /// The wgpu features enabled on the device.
+    pub fn features(&self) -> wgpu::Features {
+        self.ctx.features
+    }
+
+    /// (dispatches recorded, batches submitted) since the device was opened.
+    pub fn dispatch_counters(&self) -> (u64, u64) {
+        self.lock_recorder().counters()
+    }
+
+    /// Number of compute pipelines compiled so far.
+    pub fn pipelines_compiled(&self) -> usize {
+        self.pipelines.len()
+    }
+
+    /// Record a dispatch of `pipeline` over `windows` (storage bindings 1..) with `params`.
+    pub(crate) fn record(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        windows: &[Window],
+        params: &ParamBlock,
+        groups: [u32; 3],
+    ) -> Result<()> {
+        let mut recorder = self.lock_recorder();
+        let key = BindKey {
+            layout: windows.len(),
+            windows: windows.to_vec(),
+        };
+        let group = self
+            .bind_groups
+            .get_or_create(key, |key| self.create_bind_group(key, recorder.params_buffer()))?;
+        recorder.dispatch(&self.ctx, pipeline, &group, params, groups)
+    }
+
+    fn create_bind_group(&self, key: &BindKey, params: &wgpu::Buffer) -> Result<wgpu::BindGroup> {
+        let buffers: Vec<wgpu::Buffer> = key
+            .windows
+            .iter()
+            .map(|w| {
+                self.table.get(w.segment).ok_or_else(|| {
+                    Error::invalid("launch", format!("segment {} is not held by {}", w.segment, self.ctx.cartage_device))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: params,
+                offset: 0,
+                size: wgpu::BufferSize::new(PARAM_BYTES),
+            }),
+        }];
+        for (i, (w, buffer)) in key.windows.iter().zip(&buffers).enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer,
+                    offset: w.offset,
+                    size: wgpu::BufferSize::new(w.size),
+                }),
+            });
+        }
+        Ok(self.ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: self.pipelines.layout(key.windows.len()),
+            entries: &entries,
+        }))
+    }
+
+    /// Allocate device scratch memory through the caching allocator (freed by the caller once
+    /// the work using it is recorded: the single queue keeps later reuse in order).
+    pub(crate) fn scratch(&self, bytes: usize) -> Result<cartage_core::Allocation> {
+        self.allocator.alloc(bytes)
+    }
+
+    /// Submit what is recorded; the submission index, if anything was.
+    pub(crate) fn flush(&self) -> Option<wgpu::SubmissionIndex> {
+        self.lock_recorder().submit(&self.ctx)
+    }
+
+    fn buffer(&self, slice: &BufferSlice, op: &'static str) -> Result<wgpu::Buffer> {
+        self.table.get(slice.segment.id).ok_or_else(|| {
+            Error::invalid(
+                op,
+                format!(
+                    "segment {} is not held by {} (freed, or memory of another device)",
+                    slice.segment.id, self.ctx.cartage_device
+                ),
+            )
+        })
+    }
+
+    fn check_range(slice: &BufferSlice, buffer: &wgpu::Buffer, op: &'static str) -> Result<()> {
+        if (slice.offset + slice.len) as u64 > buffer.size() {
+            return Err(Error::invalid(
+                op,
+                format!("bytes {}..{} lie outside a segment of {} bytes", slice.offset, slice.offset + slice.len, buffer.size()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A contiguous byte view of `slice` as a kernel operand of `dtype`.
+    fn bytes_arg(slice: BufferSlice, len: usize, dtype: DType) -> Result<TensorArg> {
+        Ok(TensorArg {
+            buffer: BufferSlice { len, ..slice },
+            layout: Layout::contiguous(&[len / dtype.size_in_bytes()])?,
+            dtype,
+        })
+    }
+
+    fn read_timestamps(&self, start: &wgpu::QuerySet, end: &wgpu::QuerySet) -> Result<(u64, u64)> {
+        let resolve = self
+            .ctx
+            .create_buffer(
+                "cartage timestamps",
+                512,
+                wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            )
+            .map_err(|_| Error::Driver {
+                device: self.ctx.cartage_device,
+                op: "elapsed",
+                message: "could not create the query resolve buffer".into(),
+            })?;
+        let staging = self.staging.take(&self.ctx, 512).map_err(|_| Error::Driver {
+            device: self.ctx.cartage_device,
+            op: "elapsed",
+            message: "could not create a staging buffer".into(),
+        })?;
+        let submission = {
+            let mut recorder = self.lock_recorder();
+            recorder.resolve(&self.ctx, start, 1, &resolve, 0);
+            recorder.resolve(&self.ctx, end, 1, &resolve, 256);
+            recorder.copy(&self.ctx, &resolve, 0, &staging, 0, 512);
+            recorder.submit(&self.ctx)
+        };
+        let mut bytes = [0u8; 512];
+        map_and_copy(&self.ctx, &staging, submission, 512, 0, &mut bytes)?;
+        self.staging.give_back(staging);
+        let read = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        Ok((read(0), read(256)))
+    }
+
+    /// Fail with the first index error a gather or index_select found since the last check.
+    fn check_indices(&self) -> Result<()> {
+        let mut checks = self.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+        checks.check(self)
+    }
+
+    /// Record a copy of `len` bytes from `src` into `staging` and submit.
+    pub(crate) fn read_into(&self, src: &BufferSlice, dst: &mut [u8], op: &'static str) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let buffer = self.buffer(src, op)?;
+        let start = src.offset as u64;
+        let lo = start / 4 * 4;
+        let hi = (start + dst.len() as u64).div_ceil(4) * 4;
+        if hi > buffer.size() {
+            return Err(Error::invalid(op, format!("bytes {start}..{hi} lie outside a segment of {} bytes", buffer.size())));
+        }
+        let staging = self.staging.take(&self.ctx, hi - lo).map_err(|e| match e {
+            cartage_core::SegmentError::Failed(e) => e,
+            cartage_core::SegmentError::OutOfMemory => Error::Driver {
+                device: self.ctx.cartage_device,
+                op,
+                message: format!("no host-visible memory for a {}-byte read-back staging buffer", hi - lo),
+            },
+        })?;
+        let submission = {
+            let mut recorder = self.lock_recorder();
+            recorder.copy(&self.ctx, &buffer, lo, &staging, 0, hi - lo);
+            recorder.submit(&self.ctx)
+        };
+        let result = map_and_copy(&self.ctx, &staging, submission, hi - lo, (start - lo) as usize, dst);
+        self.staging.give_back(staging);
+        result
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn device(&self) -> Device {
+        self.ctx.cartage_device
+    }
+
+    fn info(&self) -> DeviceInfo {
+        let info = &self.ctx.info;
+        let limits = &self.ctx.limits;
+        DeviceInfo {
+            device: self.ctx.cartage_device,
+            name: info.name.clone(),
+            total_memory: None,
+            details: vec![
+                ("adapter type".into(), format!("{:?}", info.device_type)),
+                ("backend".into(), format!("{:?}", info.backend)),
+                ("driver".into(), format!("{} {}", info.driver, info.driver_info)),
+                ("vendor id".into(), format!("{:#06x}", info.vendor)),
+                ("device id".into(), format!("{:#06x}", info.device)),
+                (
+                    "max storage binding".into(),
+                    cartage_core::format_bytes(limits.max_storage_buffer_binding_size),
+                ),
+                ("max buffer".into(), cartage_core::format_bytes(limits.max_buffer_size)),
+                ("features".into(), format!("{:?}", self.ctx.features)),
+                (
+                    "timing".into(),
+                    if self.ctx.has(wgpu::Features::TIMESTAMP_QUERY) {
+                        "timestamp queries".into()
+                    } else {
+                        "host clock after synchronisation".into()
+                    },
+                ),
+            ],
+        }
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    fn allocator(&self) -> &CachingAllocator {
+        &self.allocator
+    }
+
+    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
+        let n = src.len().min(dst.len);
+        if n == 0 {
+            return Ok(());
+        }
+        let buffer = self.buffer(&dst, "write")?;
+        Self::check_range(&BufferSlice { len: n, ..dst }, &buffer, "write")?;
+        // Work recorded before this write runs before it.
+        self.flush();
+        let start = dst.offset as u64;
+        let end = start + n as u64;
+        let (lo4, hi4) = (start.div_ceil(4) * 4, end / 4 * 4);
+        if lo4 < hi4 {
+            let from = (lo4 - start) as usize;
+            self.ctx.queue.write_buffer(&buffer, lo4, &src[from..from + (hi4 - lo4) as usize]);
+        }
+        // Bytes outside whole words are patched by a small kernel (never racing neighbours).
+        let mut edges: Vec<(u64, u32, u32)> = Vec::new();
+        let mut add_byte = |pos: u64, byte: u8| {
+            let word = pos / 4;
+            let shift = (pos % 4) * 8;
+            match edges.iter_mut().find(|e| e.0 == word) {
+                Some(e) => {
+                    e.1 |= 0xff << shift;
+                    e.2 |= u32::from(byte) << shift;
+                }
+                None => edges.push((word, 0xff << shift, u32::from(byte) << shift)),
+            }
+        };
+        for pos in start..end.min(lo4.max(start)) {
+            add_byte(pos, src[(pos - start) as usize]);
+        }
+        for pos in hi4.max(lo4).max(start)..end {
+            add_byte(pos, src[(pos - start) as usize]);
+        }
+        if !edges.is_empty() {
+            ops::patch::patch_words(self, dst.segment.id, &buffer, &edges)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
+        let n = dst.len().min(src.len);
+        self.read_into(&src, &mut dst[..n], "read")?;
+        self.check_indices()?;
+        self.ctx.take_errors("read")
+    }
+
+    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
+        let n = src.len.min(dst.len);
+        if n == 0 {
+            return Ok(());
+        }
+        let from = self.buffer(&src, "copy_within")?;
+        let to = self.buffer(&dst, "copy_within")?;
+        Self::check_range(&BufferSlice { len: n, ..src }, &from, "copy_within")?;
+        Self::check_range(&BufferSlice { len: n, ..dst }, &to, "copy_within")?;
+        let aligned = src.offset % 4 == 0 && dst.offset % 4 == 0 && n % 4 == 0;
+        if aligned && src.segment.id != dst.segment.id {
+            self.lock_recorder()
+                .copy(&self.ctx, &from, src.offset as u64, &to, dst.offset as u64, n as u64);
+            return Ok(());
+        }
+        let dtype = if aligned { DType::I32 } else { DType::U8 };
+        let input = Self::bytes_arg(src, n, dtype)?;
+        let out = Self::bytes_arg(dst, n, dtype)?;
+        ops::elementwise::copy(self, &input, &out)
+    }
+
+    fn launch(&self, kernel: &Kernel) -> Result<()> {
+        kernel.check_bounds()?;
+        self.check_supported(kernel)?;
+        ops::launch(self, kernel)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let submission = self.flush();
+        self.ctx.wait_for(submission, "synchronize")?;
+        self.check_indices()
+    }
+
+    fn empty_cache(&self) -> Result<usize> {
+        self.synchronize()?;
+        self.staging.clear();
+        Ok(self.allocator.empty_cache())
+    }
+
+    fn record_event(&self) -> Result<Event> {
+        if self.ctx.has(wgpu::Features::TIMESTAMP_QUERY) {
+            let query_set = self.ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("cartage event"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 1,
+            });
+            self.lock_recorder().timestamp(&self.ctx, &query_set, 0);
+            Ok(Event::new(WgpuEvent::Timestamp {
+                query_set,
+                device: self.ctx.cartage_device,
+            }))
+        } else {
+            self.synchronize()?;
+            Ok(Event::new(WgpuEvent::Host(Instant::now())))
+        }
+    }
+
+    fn elapsed(&self, start: &Event, end: &Event) -> Result<Duration> {
+        let (Some(a), Some(b)) = (start.downcast_ref::<WgpuEvent>(), end.downcast_ref::<WgpuEvent>()) else {
+            return Err(Error::invalid("elapsed", "the events were not recorded by a wgpu device"));
+        };
+        match (a, b) {
+            (WgpuEvent::Host(a), WgpuEvent::Host(b)) => Ok(b.saturating_duration_since(*a)),
+            (
+                WgpuEvent::Timestamp { query_set: qa, device: da },
+                WgpuEvent::Timestamp { query_set: qb, device: db },
+            ) if *da == self.ctx.cartage_device && *db == self.ctx.cartage_device => {
+                let (t0, t1) = self.read_timestamps(qa, qb)?;
+                Ok(span(t0, t1, self.ctx.queue.get_timestamp_period()))
+            }
+            _ => Err(Error::invalid(
+                "elapsed",
+                format!("both events must come from {}", self.ctx.cartage_device),
+            )),
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn check_supported(&self, kernel: &Kernel) -> Result<()> {
+        let (op, dtype) = (kernel.op(), kernel.dtype());
+        if self.capabilities.supports(op, dtype) {
+            return Ok(());
+        }
+        let reason = if !op.defined_for(dtype) {
+            "the op is not defined for this dtype on any device"
+        } else {
+            refusal(op, dtype, self.ctx.has(wgpu::Features::SHADER_F64)).unwrap_or("this backend has no kernel for it")
+        };
+        Err(Error::unsupported(op.name(), dtype, self.ctx.cartage_device, reason))
+    }
+}

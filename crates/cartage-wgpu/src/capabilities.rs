@@ -1,0 +1,50 @@
+//! What runs on a wgpu adapter, and why the rest does not (ARTICLE R26).
+//!
+//! - f32, f16, bf16, i32, u8, bool: every op defined for them. f16 and bf16 are stored packed
+//!   and computed in f32 on every adapter (SHADER_F16 is not needed for that).
+//! - f64: only with `SHADER_F64`, and not exp/log/tanh/sigmoid/gelu/pow/softmax/logsumexp,
+//!   which Vulkan's GLSL.std.450 does not define for 64-bit floats.
+//! - i64: fill, arange, copy, casts, where, gather and index_select (and as the index and
+//!   arg-reduction dtype). WGSL has no 64-bit integer arithmetic.
+
+use cartage_core::{BinaryOp, Capabilities, DType, Op, ReduceOp, UnaryOp};
+
+use crate::context::GpuContext;
+
+/// Why `op` does not run for `dtype` on an adapter (`has_f64`: it has SHADER_F64), or `None`.
+pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static str> {
+    let touches_f64 = dtype == DType::F64 || op == Op::Cast(DType::F64);
+    if touches_f64 && !has_f64 {
+        return Some("the adapter lacks the SHADER_F64 feature, so WGSL kernels cannot use f64");
+    }
+    match dtype {
+        DType::F64 => match op {
+            Op::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu)
+            | Op::Binary(BinaryOp::Pow)
+            | Op::Softmax
+            | Op::LogSoftmax
+            | Op::Reduce(ReduceOp::LogSumExp) => {
+                Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
+            }
+            _ => None,
+        },
+        DType::I64 => match op {
+            Op::Fill | Op::Arange | Op::Cast(_) | Op::Copy | Op::Where | Op::Gather | Op::IndexSelect => None,
+            _ => Some(
+                "WGSL has no 64-bit integer arithmetic; i64 tensors can be filled, copied, cast, selected and gathered, and index other tensors",
+            ),
+        },
+        _ => None,
+    }
+}
+
+/// The capabilities of the device behind `ctx`.
+pub(crate) fn capabilities(ctx: &GpuContext) -> Capabilities {
+    let has_f64 = ctx.has(wgpu::Features::SHADER_F64);
+    let mut caps = Capabilities::all_defined(|op, dtype| refusal(op, dtype, has_f64).is_some());
+    caps.max_buffer_bytes = ctx.max_binding();
+    caps.native_f16 = false;
+    caps.device_timing = ctx.has(wgpu::Features::TIMESTAMP_QUERY);
+    caps.async_copies = false;
+    caps
+}

@@ -1,0 +1,214 @@
+//! Gather and index_select as map kernels with index checking (`shaders/index.wgsl`).
+//!
+//! Indices are i32 or i64 (two words; a non-zero high word is out of range, negative
+//! included). Each launch takes a slot of a small flags buffer; a bad index sets the slot, and
+//! the next synchronisation (`synchronize`, `read`) reads the used slots back and returns the
+//! first error as [`Error::IndexOutOfRange`] with op, index, dimension, size and device.
+
+use cartage_core::{BufferSlice, DType, Error, Result, SegmentHandle, TensorArg};
+
+use crate::backend::WgpuBackend;
+use crate::bindings::Window;
+use crate::context::GpuContext;
+use crate::memory::SegmentTable;
+use crate::ops::geometry::coalesce;
+use crate::ops::map::{MapKernel, launch};
+use crate::wgsl::{self, compute_type};
+
+const INDEX: &str = include_str!("../../shaders/index.wgsl");
+
+/// Index-check slots before a forced check.
+const SLOTS: usize = 4096;
+
+struct PendingCheck {
+    op: &'static str,
+    dim: usize,
+    size: usize,
+}
+
+/// The flags buffer and the checks recorded since the last synchronisation.
+pub(crate) struct IndexChecks {
+    buffer: wgpu::Buffer,
+    id: u64,
+    pending: Vec<PendingCheck>,
+}
+
+impl IndexChecks {
+    /// A zeroed flags buffer registered in `table`.
+    pub fn new(ctx: &GpuContext, table: &SegmentTable) -> Self {
+        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("cartage index flags"),
+            size: (SLOTS * 16) as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let id = table.insert(buffer.clone());
+        IndexChecks {
+            buffer,
+            id,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Read back the slots used since the last check; the first bad index as an error.
+    pub fn check(&mut self, backend: &WgpuBackend) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let used = self.pending.len() * 16;
+        let mut bytes = vec![0u8; used];
+        let slice = BufferSlice {
+            segment: SegmentHandle { id: self.id, addr: 0 },
+            offset: 0,
+            len: used,
+        };
+        backend.read_into(&slice, &mut bytes, "index check")?;
+        backend.ctx.queue.write_buffer(&self.buffer, 0, &vec![0u8; used]);
+        let pending = std::mem::take(&mut self.pending);
+        for (slot, check) in pending.iter().enumerate() {
+            let word = |k: usize| u32::from_le_bytes(bytes[slot * 16 + 4 * k..slot * 16 + 4 * k + 4].try_into().unwrap_or([0; 4]));
+            if word(0) != 0 {
+                let index = (u64::from(word(2)) << 32 | u64::from(word(1))) as i64;
+                return Err(Error::IndexOutOfRange {
+                    op: check.op,
+                    index,
+                    dim: check.dim,
+                    size: check.size,
+                    device: backend.ctx.cartage_device,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn reserve(backend: &WgpuBackend, op: &'static str, dim: usize, size: usize) -> Result<(u32, Window)> {
+    let mut checks = backend.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+    if checks.pending.len() == SLOTS {
+        checks.check(backend)?;
+    }
+    checks.pending.push(PendingCheck { op, dim, size });
+    let window = Window {
+        segment: checks.id,
+        offset: 0,
+        size: checks.buffer.size(),
+    };
+    Ok(((checks.pending.len() - 1) as u32, window))
+}
+
+fn zero(dtype: DType) -> &'static str {
+    match compute_type(dtype) {
+        "f32" => "0.0",
+        "f64" => "0.0lf",
+        "i32" => "0",
+        "u32" => "0u",
+        _ => "vec2<u32>(0u, 0u)",
+    }
+}
+
+fn check_index_dtype(op: &'static str, index: &TensorArg) -> Result<()> {
+    if !index.dtype.is_index() {
+        return Err(Error::WrongDType {
+            op,
+            dtype: index.dtype,
+            expected: "indices must be i32 or i64 (integers, on every device); convert with `.to_dtype(DType::I64)`",
+        });
+    }
+    Ok(())
+}
+
+fn body(out: DType, index: DType) -> String {
+    let pair = match index {
+        DType::I64 => "raw",
+        _ => "vec2<u32>(bitcast<u32>(raw), select(0u, 0xffffffffu, raw < 0))",
+    };
+    format!(
+        "{INDEX}
+fn compute(i: u32) -> {c} {{
+    let o = offsets(i);
+    let raw = ld_2(o.z);
+    let idx = {pair};
+    if idx.y != 0u || idx.x >= P.extra[0].y {{
+        report_bad_index(P.extra[0].z, idx);
+        return {zero};
+    }}
+    return ld_1(o.y + idx.x * P.extra[0].x);
+}}",
+        c = compute_type(out),
+        zero = zero(out)
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_indexed(
+    backend: &WgpuBackend,
+    op: &'static str,
+    input: &TensorArg,
+    index: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+    index_strides: Vec<usize>,
+) -> Result<()> {
+    check_index_dtype(op, index)?;
+    if dim >= input.layout.rank() {
+        return Err(Error::DimOutOfRange {
+            op,
+            dim: dim as isize,
+            rank: input.layout.rank(),
+        });
+    }
+    if out.layout.numel() == 0 {
+        return Ok(());
+    }
+    let size = input.layout.shape()[dim];
+    let mut input_strides = input.layout.strides().to_vec();
+    let dim_stride = input_strides[dim];
+    input_strides[dim] = 0;
+    let geometry = coalesce(out.layout.shape(), &[out.layout.strides(), &input_strides, &index_strides]);
+    let (slot, window) = reserve(backend, op, dim, size)?;
+    let mut kernel = MapKernel::new(op, out, vec![input, index], body(out.dtype, index.dtype));
+    kernel.geometry = Some(geometry);
+    kernel.extra[0] = crate::ops::geometry::word(dim_stride, "stride")?;
+    kernel.extra[1] = crate::ops::geometry::word(size, "dimension size")?;
+    kernel.extra[2] = slot;
+    kernel.extra_windows = vec![window];
+    kernel.extra_bindings = wgsl::binding(4, "flags", "atomic<u32>");
+    launch(backend, &kernel)
+}
+
+/// torch.gather along `dim`.
+pub(crate) fn gather(backend: &WgpuBackend, input: &TensorArg, index: &TensorArg, dim: usize, out: &TensorArg) -> Result<()> {
+    if index.layout.rank() != input.layout.rank() || out.layout.shape() != index.layout.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "gather",
+            lhs: input.layout.shape().to_vec(),
+            rhs: index.layout.shape().to_vec(),
+            reason: "the index must have the input's rank and the output the index's shape".into(),
+        });
+    }
+    let strides = index.layout.strides().to_vec();
+    launch_indexed(backend, "gather", input, index, dim, out, strides)
+}
+
+/// Rows of `input` along `dim` chosen by a 1-D `index`.
+pub(crate) fn index_select(
+    backend: &WgpuBackend,
+    input: &TensorArg,
+    index: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+) -> Result<()> {
+    if index.layout.rank() != 1 || out.layout.rank() != input.layout.rank() {
+        return Err(Error::ShapeMismatch {
+            op: "index_select",
+            lhs: input.layout.shape().to_vec(),
+            rhs: index.layout.shape().to_vec(),
+            reason: "the index must be 1-D and the output have the input's rank".into(),
+        });
+    }
+    let mut strides = vec![0usize; out.layout.rank()];
+    if dim < strides.len() {
+        strides[dim] = index.layout.strides()[0];
+    }
+    launch_indexed(backend, "index_select", input, index, dim, out, strides)
+}

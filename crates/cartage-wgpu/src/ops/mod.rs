@@ -1,0 +1,45 @@
+//! One arm per [`Kernel`] variant, each in the module of its kernel family.
+
+pub(crate) mod elementwise;
+pub(crate) mod geometry;
+pub(crate) mod index;
+pub(crate) mod map;
+pub(crate) mod matmul;
+pub(crate) mod patch;
+pub(crate) mod random;
+pub(crate) mod reduce;
+pub(crate) mod softmax;
+
+use cartage_core::{Kernel, Result};
+
+use crate::backend::WgpuBackend;
+
+/// Run `kernel` (already bounds- and capability-checked).
+pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
+    match kernel {
+        Kernel::Fill { out, value } => elementwise::fill(backend, out, *value),
+        Kernel::Arange { out, start, step } => elementwise::arange(backend, out, *start, *step),
+        Kernel::Random {
+            out,
+            distribution,
+            seed,
+            offset,
+        } => random::random(backend, out, *distribution, *seed, *offset),
+        Kernel::Cast { input, out } => elementwise::cast(backend, input, out),
+        Kernel::Copy { input, out } => elementwise::copy(backend, input, out),
+        Kernel::Unary { op, input, out } => elementwise::unary(backend, *op, input, out),
+        Kernel::Binary { op, lhs, rhs, out } => elementwise::binary(backend, *op, lhs, rhs, out),
+        Kernel::Compare { op, lhs, rhs, out } => elementwise::compare(backend, *op, lhs, rhs, out),
+        Kernel::Where {
+            cond,
+            on_true,
+            on_false,
+            out,
+        } => elementwise::select(backend, cond, on_true, on_false, out),
+        Kernel::Reduce { op, input, dims, out } => reduce::reduce(backend, *op, input, dims, out),
+        Kernel::Softmax { input, dim, log, out } => softmax::softmax(backend, input, *dim, *log, out),
+        Kernel::Matmul { lhs, rhs, out } => matmul::matmul(backend, lhs, rhs, out),
+        Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
+        Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
+    }
+}
