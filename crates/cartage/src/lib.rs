@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod memory;
 pub mod runtime;
+pub mod safetensors_io;
 pub mod tensor;
 
 pub use cartage_core::{
@@ -44,6 +45,7 @@ pub use runtime::{
     reset_stats, set_matmul_precision, stats, synchronize,
 };
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
+pub use safetensors_io::{load_safetensors, save_safetensors};
 pub use tensor::{Storage, Tensor};
 
 /// The names most programs need: `use cartage::prelude::*;`.
