@@ -16,14 +16,15 @@ fn no_kernel(op: &str, dtype: DType) -> Error {
     Error::unsupported(op, dtype, Device::cpu(), "the op is not defined for this dtype")
 }
 
-/// The value `value` takes when stored as `T` (of dtype `dtype`), as `Scalar::to_bytes` does.
+/// The value `value` takes when stored as `T` (of dtype `dtype`), as `Scalar::to_bytes` does:
+/// a float converts straight to the target (saturating into integers), an integer goes through
+/// f64 into floats and wraps into narrower integers.
 fn scalar_as<T: CastTarget>(value: Scalar, dtype: DType) -> T {
-    if dtype.is_float() {
-        T::cast_from(value.as_f64())
-    } else if dtype == DType::Bool {
-        T::cast_from(Bool8::new(value.as_bool()))
-    } else {
-        T::cast_from(value.as_i64())
+    match value {
+        Scalar::Float(v) => T::cast_from(v),
+        Scalar::Int(i) if dtype.is_float() => T::cast_from(i as f64),
+        Scalar::Int(i) => T::cast_from(i),
+        Scalar::Bool(b) => T::cast_from(Bool8::new(b)),
     }
 }
 

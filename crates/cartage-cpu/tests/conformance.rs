@@ -1,0 +1,3 @@
+//! The shared backend conformance suite (cartage-core's `testsuite`), run against the cpu backend.
+
+cartage_core::conformance_tests!(cpu, || cartage_cpu::open(0));
