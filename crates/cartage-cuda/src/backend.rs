@@ -129,6 +129,17 @@ impl CudaBackend {
         &self.modules
     }
 
+    /// The stream kernels run on (for CUDA-specific extensions and benchmarks that must order
+    /// their own work with cartage's).
+    pub fn compute_stream(&self) -> &Arc<CudaStream> {
+        &self.compute
+    }
+
+    /// The device's CUDA context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
