@@ -27,6 +27,7 @@
 //! The backends compiled in are chosen by the features `cpu` (default), `cuda` and `wgpu`.
 
 pub mod bench;
+pub mod loader;
 pub mod memory;
 pub mod runtime;
 pub mod safetensors_io;
@@ -44,6 +45,7 @@ pub use runtime::{
     DevicePick, RuntimeStats, alloc_pinned, backend, devices, empty_cache, memory_stats, reset_peak_memory_stats,
     reset_stats, set_matmul_precision, stats, synchronize,
 };
+pub use loader::{HostBatch, PrefetchLoader};
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use safetensors_io::{load_safetensors, save_safetensors};
 pub use tensor::{Storage, Tensor};
