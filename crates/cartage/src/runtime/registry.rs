@@ -46,17 +46,17 @@ fn open(device: Device) -> Result<Arc<dyn Backend>> {
     match device.kind() {
         DeviceKind::Cpu => {
             #[cfg(feature = "cpu")]
-            return entry::cpu_open(device.ordinal());
+            return cartage_cpu::open(device.ordinal());
             Err(not_compiled(device))
         }
         DeviceKind::Cuda => {
             #[cfg(feature = "cuda")]
-            return entry::cuda_open(device.ordinal());
+            return cartage_cuda::open(device.ordinal());
             Err(not_compiled(device))
         }
         DeviceKind::Wgpu => {
             #[cfg(feature = "wgpu")]
-            return entry::wgpu_open(device.ordinal());
+            return cartage_wgpu::open(device.ordinal());
             Err(not_compiled(device))
         }
     }
@@ -68,17 +68,17 @@ fn device_count(kind: DeviceKind) -> Option<Result<usize>> {
     match kind {
         DeviceKind::Cpu => {
             #[cfg(feature = "cpu")]
-            return Some(entry::cpu_count());
+            return Some(cartage_cpu::device_count());
             None
         }
         DeviceKind::Cuda => {
             #[cfg(feature = "cuda")]
-            return Some(entry::cuda_count());
+            return Some(cartage_cuda::device_count());
             None
         }
         DeviceKind::Wgpu => {
             #[cfg(feature = "wgpu")]
-            return Some(entry::wgpu_count());
+            return Some(cartage_wgpu::device_count());
             None
         }
     }
@@ -166,37 +166,4 @@ pub fn is_software_adapter(info: &DeviceInfo) -> bool {
         let (key, value) = (key.to_ascii_lowercase(), value.to_ascii_lowercase());
         key.contains("type") && (value == "cpu" || value.contains("software"))
     })
-}
-
-/// TEMPORARY shim while the backend crates gain `open`/`device_count` (replaced by direct calls).
-#[allow(dead_code)]
-mod entry {
-    use std::sync::Arc;
-
-    use cartage_core::{Backend, Device, DeviceKind, Error, Result};
-
-    fn missing(kind: DeviceKind, ordinal: usize) -> Error {
-        Error::BackendUnavailable {
-            device: Device::new(kind, ordinal),
-            reason: "the backend crate does not export `open` yet".into(),
-        }
-    }
-    pub fn cpu_open(o: usize) -> Result<Arc<dyn Backend>> {
-        Err(missing(DeviceKind::Cpu, o))
-    }
-    pub fn cuda_open(o: usize) -> Result<Arc<dyn Backend>> {
-        Err(missing(DeviceKind::Cuda, o))
-    }
-    pub fn wgpu_open(o: usize) -> Result<Arc<dyn Backend>> {
-        Err(missing(DeviceKind::Wgpu, o))
-    }
-    pub fn cpu_count() -> Result<usize> {
-        Ok(0)
-    }
-    pub fn cuda_count() -> Result<usize> {
-        Ok(0)
-    }
-    pub fn wgpu_count() -> Result<usize> {
-        Ok(0)
-    }
 }
