@@ -129,38 +129,43 @@ impl Operand {
 /// Little-endian bytes of `values` stored as `dtype` (floats round to nearest, integers wrap,
 /// bools are `!= 0`). Integer values are expected to be integral.
 pub fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * dtype.size_in_bytes());
-    for &v in values {
-        match dtype {
-            DType::F32 => out.extend_from_slice(&(v as f32).to_le_bytes()),
-            DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
-            DType::F16 => out.extend_from_slice(&half::f16::from_f64(v).to_le_bytes()),
-            DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
-            DType::I32 => out.extend_from_slice(&(v as i64 as i32).to_le_bytes()),
-            DType::I64 => out.extend_from_slice(&(v as i64).to_le_bytes()),
-            DType::U8 => out.push(v as i64 as u8),
-            DType::Bool => out.push((v != 0.0) as u8),
+    fn bytes<const N: usize>(values: &[f64], one: impl Fn(f64) -> [u8; N]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * N);
+        for &v in values {
+            out.extend_from_slice(&one(v));
         }
+        out
     }
-    out
+    match dtype {
+        DType::F32 => bytes(values, |v| (v as f32).to_le_bytes()),
+        DType::F64 => bytes(values, f64::to_le_bytes),
+        DType::F16 => bytes(values, |v| half::f16::from_f64(v).to_le_bytes()),
+        DType::BF16 => bytes(values, |v| half::bf16::from_f64(v).to_le_bytes()),
+        DType::I32 => bytes(values, |v| (v as i64 as i32).to_le_bytes()),
+        DType::I64 => bytes(values, |v| (v as i64).to_le_bytes()),
+        DType::U8 => values.iter().map(|&v| v as i64 as u8).collect(),
+        DType::Bool => values.iter().map(|&v| (v != 0.0) as u8).collect(),
+    }
 }
 
 /// Decode little-endian `dtype` bytes to f64 (bool bytes keep their raw value, so a byte other
 /// than 0 or 1 shows up).
 pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
-    let size = dtype.size_in_bytes();
-    bytes
-        .chunks_exact(size)
-        .map(|c| match dtype {
-            DType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            DType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
-            DType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            DType::I64 => i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
-            DType::U8 | DType::Bool => c[0] as f64,
-        })
-        .collect()
+    fn values<const N: usize>(bytes: &[u8], one: impl Fn([u8; N]) -> f64) -> Vec<f64> {
+        bytes
+            .chunks_exact(N)
+            .map(|c| one(c.try_into().expect("chunks of N")))
+            .collect()
+    }
+    match dtype {
+        DType::F32 => values(bytes, |c| f32::from_le_bytes(c) as f64),
+        DType::F64 => values(bytes, f64::from_le_bytes),
+        DType::F16 => values(bytes, |c| half::f16::from_le_bytes(c).to_f64()),
+        DType::BF16 => values(bytes, |c| half::bf16::from_le_bytes(c).to_f64()),
+        DType::I32 => values(bytes, |c| i32::from_le_bytes(c) as f64),
+        DType::I64 => values(bytes, |c| i64::from_le_bytes(c) as f64),
+        DType::U8 | DType::Bool => bytes.iter().map(|&b| b as f64).collect(),
+    }
 }
 
 /// Exact little-endian bytes of integers stored as `dtype` (wrapping, as `as` does).

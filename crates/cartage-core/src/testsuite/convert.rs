@@ -7,7 +7,7 @@ use crate::kernel::{Kernel, Op};
 use super::buffers::{Operand, Spec, decode};
 use super::harness::Harness;
 use super::reference::{Tolerance, cast as cast_reference, wrap};
-use super::views::{Case, LARGE, ViewKind, elementwise_cases, view};
+use super::views::{Case, LARGE, ViewKind, elementwise_cases, offsets, view};
 
 /// Values every cast must handle, kept to those `src` can hold.
 fn special_values(src: DType) -> Vec<f64> {
@@ -176,9 +176,7 @@ fn copy_case(h: &Harness, dtype: DType, in_kind: ViewKind, out_kind: ViewKind, s
         layout: v.layout.clone(),
         kind: v.kind,
     };
-    let want: Vec<u8> = v
-        .layout
-        .offsets()
+    let want: Vec<u8> = offsets(&v.layout)
         .flat_map(|o| base[o * size..(o + 1) * size].iter().copied())
         .collect();
     let (out, out_layout) = h.poisoned_view(dtype, out_kind, shape);

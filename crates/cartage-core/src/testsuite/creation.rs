@@ -55,20 +55,24 @@ pub fn fill(h: &Harness) {
             continue;
         }
         for case in creation_cases() {
-            let kind = output_kind(case.kinds[0]);
-            let value = random_scalar(h);
-            let (out, layout) = h.poisoned_view(dtype, kind, &case.shape);
-            let what = format!("fill {dtype} with {value:?} into {} {:?}", kind.name(), case.shape);
-            if h.launch(
-                &what,
-                &Kernel::Fill {
-                    out: out.arg(&layout),
-                    value,
-                },
-            ) {
-                let want = vec![cast(scalar_dtype(value), dtype, value.as_f64()); layout.numel()];
-                h.check(&what, &out, &layout, &want, Tolerance::of(dtype));
-            }
+            fill_case(h, dtype, output_kind(case.kinds[0]), &case.shape, random_scalar(h));
+        }
+        // Values that must saturate, wrap, or turn NaN into 0 or true.
+        let edges = [
+            Scalar::Float(3e9),
+            Scalar::Float(-3e9),
+            Scalar::Float(1e10),
+            Scalar::Float(f64::NAN),
+            Scalar::Float(-0.9),
+            Scalar::Float(258.6),
+            Scalar::Float(-79.8),
+            Scalar::Int(-5),
+            Scalar::Int(300),
+            Scalar::Int(1 << 40),
+            Scalar::Bool(true),
+        ];
+        for value in edges {
+            fill_case(h, dtype, ViewKind::Contiguous, &[7], value);
         }
     }
     // Integers beyond 2^53 must arrive exactly.
@@ -89,6 +93,21 @@ pub fn fill(h: &Harness) {
                 h.fail(format!("{what}: values are not exact"));
             }
         }
+    }
+}
+
+fn fill_case(h: &Harness, dtype: DType, kind: ViewKind, shape: &[usize], value: Scalar) {
+    let (out, layout) = h.poisoned_view(dtype, kind, shape);
+    let what = format!("fill {dtype} with {value:?} into {} {shape:?}", kind.name());
+    if h.launch(
+        &what,
+        &Kernel::Fill {
+            out: out.arg(&layout),
+            value,
+        },
+    ) {
+        let want = vec![cast(scalar_dtype(value), dtype, value.as_f64()); layout.numel()];
+        h.check(&what, &out, &layout, &want, Tolerance::of(dtype));
     }
 }
 

@@ -17,7 +17,7 @@ use crate::kernel::Kernel;
 use crate::layout::Layout;
 
 use super::buffers::{DeviceBuffer, Operand, Spec, decode, encode};
-use super::views::{View, ViewKind, view};
+use super::views::{View, ViewKind, offsets, view};
 
 /// The environment variable naming device kinds whose absence is a failure, not a skip.
 pub const REQUIRE_VAR: &str = "CARTAGE_REQUIRE";
@@ -304,7 +304,7 @@ impl Harness {
             v.base_len,
             "suite bug: base values do not fill the view's buffer"
         );
-        let values = v.layout.offsets().map(|o| base[o]).collect();
+        let values = offsets(&v.layout).map(|o| base[o]).collect();
         Operand {
             buf: self.upload(dtype, base),
             layout: v.layout,
@@ -329,7 +329,7 @@ impl Harness {
     pub fn read_values(&self, what: &str, buf: &DeviceBuffer, layout: &Layout) -> Option<Vec<f64>> {
         let bytes = self.read_bytes(what, buf)?;
         let all = decode(buf.dtype, &bytes);
-        Some(layout.offsets().map(|o| all[o]).collect())
+        Some(offsets(layout).map(|o| all[o]).collect())
     }
 
     // ---- launches and checks ----

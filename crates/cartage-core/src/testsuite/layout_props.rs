@@ -13,7 +13,7 @@ use crate::layout::Layout;
 use super::buffers::Spec;
 use super::harness::Harness;
 use super::reference::{self, Tolerance};
-use super::views::{View, ViewKind};
+use super::views::{View, ViewKind, offsets};
 
 /// How one view of a target shape is built: per pre-permutation dimension, either a broadcast
 /// from size 1 or a narrow `[start, start + size)` of a dimension `extra` larger; then a
@@ -132,9 +132,7 @@ fn copy_through(h: &Harness, dtype: DType, shape: &[usize], from: &ViewRecipe, t
     let size = dtype.size_in_bytes();
     let base = h.random_bits(dtype, src.base_len);
     let input = h.upload_bytes(dtype, &base);
-    let want: Vec<u8> = src
-        .layout
-        .offsets()
+    let want: Vec<u8> = offsets(&src.layout)
         .flat_map(|o| base[o * size..(o + 1) * size].iter().copied())
         .collect();
     let out = h.poisoned(dtype, dst.base_len);

@@ -225,17 +225,32 @@ pub fn reduced_shape(shape: &[usize], dims: &[usize]) -> Vec<usize> {
 /// The elements of each output position of a reduction, in input order.
 fn reduction_groups(shape: &[usize], values: &[f64], dims: &[usize]) -> Vec<Vec<f64>> {
     let out_shape = reduced_shape(shape, dims);
-    let out_strides = strides_of(&out_shape);
+    // The step in the output for a step along each input dimension (0 along reduced ones).
+    let steps: Vec<usize> = strides_of(&out_shape)
+        .iter()
+        .enumerate()
+        .map(|(d, &s)| if dims.contains(&d) { 0 } else { s })
+        .collect();
+    let per_group: usize = dims.iter().map(|&d| shape[d]).product();
+    let suffix = dims.iter().enumerate().all(|(i, &d)| d == shape.len() - dims.len() + i);
+    if suffix && per_group > 0 {
+        // The reduced dimensions are the innermost ones: each group is one run.
+        return values.chunks(per_group).map(<[f64]>::to_vec).collect();
+    }
     let mut groups = vec![Vec::new(); out_shape.iter().product()];
-    for (linear, &v) in values.iter().enumerate() {
-        let index = unravel(linear, shape);
-        let out: usize = index
-            .iter()
-            .zip(&out_strides)
-            .enumerate()
-            .map(|(d, (&i, &s))| if dims.contains(&d) { 0 } else { i * s })
-            .sum();
+    let (mut index, mut out) = (vec![0usize; shape.len()], 0usize);
+    for &v in values {
         groups[out].push(v);
+        // Advance the row-major multi-index like an odometer, keeping `out` in step.
+        for d in (0..shape.len()).rev() {
+            index[d] += 1;
+            out += steps[d];
+            if index[d] < shape[d] {
+                break;
+            }
+            out -= steps[d] * index[d];
+            index[d] = 0;
+        }
     }
     groups
 }
