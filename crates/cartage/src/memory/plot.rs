@@ -1,14 +1,16 @@
-//! The memory curve as SVG (plotters' SVG backend): allocated and reserved MiB against the step,
-//! with the leak check's fitted line over its window.
+//! The memory curve as SVG (plotters' SVG backend): allocated bytes against the step on top, with
+//! the leak check's fitted line over its window, and reserved bytes below, each panel in the unit
+//! that suits its own range (reserved is usually far larger and would flatten the leak).
 
 use std::path::Path;
 
 use cartage_core::{Error, Result};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::tracker::{LeakCheck, MemorySample, fit_line};
 
-const MIB: f64 = (1u64 << 20) as f64;
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Io {
@@ -17,7 +19,77 @@ fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Write the curve of `samples` to `path`.
+/// The unit (name, bytes) in which `max` reads as a number below 1024.
+fn unit_for(max: f64) -> (&'static str, f64) {
+    const UNITS: [(&str, f64); 4] = [
+        ("B", 1.0),
+        ("KiB", 1024.0),
+        ("MiB", 1024.0 * 1024.0),
+        ("GiB", 1024.0 * 1024.0 * 1024.0),
+    ];
+    UNITS
+        .into_iter()
+        .rev()
+        .find(|&(_, size)| max >= size)
+        .unwrap_or(UNITS[0])
+}
+
+/// One panel: `series` (step, bytes) as a line, plus an optional extra line (the fit).
+fn panel(
+    area: &Area<'_>,
+    path: &Path,
+    caption: &str,
+    (label, color): (&str, RGBColor),
+    series: &[(f64, f64)],
+    fit: Option<(String, [(f64, f64); 2])>,
+) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| io_error(path, e);
+    let first = series.first().map_or(0.0, |p| p.0);
+    let last = series.last().map_or(1.0, |p| p.0).max(first + 1.0);
+    let max = series.iter().map(|p| p.1).fold(0.0, f64::max);
+    let (unit, size) = unit_for(max);
+    let top = if max > 0.0 { max / size * 1.15 } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(first..last, 0.0..top)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_desc(unit)
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(
+            series.iter().map(|&(x, y)| (x, y / size)),
+            color.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    if let Some((fit_label, ends)) = fit {
+        let style = BLACK.stroke_width(2);
+        chart
+            .draw_series(DashedLineSeries::new(ends.map(|(x, y)| (x, y / size)), 8, 4, style))
+            .map_err(|e| err(&e))?
+            .label(fit_label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// Write the curves of `samples` to `path`.
 pub(super) fn write_memory_svg(
     path: &Path,
     title: &str,
@@ -25,67 +97,29 @@ pub(super) fn write_memory_svg(
     leak: Option<&LeakCheck>,
 ) -> Result<()> {
     let err = |e: &dyn std::fmt::Display| io_error(path, e);
-    let first = samples.first().map_or(0, |s| s.step);
-    let last = samples.last().map_or(1, |s| s.step).max(first + 1);
-    let top = samples.iter().map(|s| s.reserved.max(s.allocated)).max().unwrap_or(0) as f64 / MIB;
-    let top = if top > 0.0 { top * 1.1 } else { 1.0 };
-
-    let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
+    let root = SVGBackend::new(path, (960, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(first as f64..last as f64, 0.0..top)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .y_desc("MiB")
-        .draw()
-        .map_err(|e| err(&e))?;
+    let (upper, lower) = root.split_vertically(420);
 
-    let reserved = samples.iter().map(|s| (s.step as f64, s.reserved as f64 / MIB));
-    chart
-        .draw_series(LineSeries::new(reserved, &BLUE))
-        .map_err(|e| err(&e))?
-        .label("reserved (allocated + cached free)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-    let allocated = samples.iter().map(|s| (s.step as f64, s.allocated as f64 / MIB));
-    chart
-        .draw_series(LineSeries::new(allocated, &RED))
-        .map_err(|e| err(&e))?
-        .label("allocated (live tensors)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
-
-    if let Some(check) = leak
-        && samples.len() >= check.window
-    {
+    let allocated: Vec<(f64, f64)> = samples.iter().map(|s| (s.step as f64, s.allocated as f64)).collect();
+    let fit = leak.filter(|c| samples.len() >= c.window).map(|check| {
         let window = &samples[samples.len() - check.window..];
         let (intercept, slope) = fit_line(window);
-        let ends = [window[0].step, window[window.len() - 1].step]
-            .map(|step| (step as f64, (intercept + slope * step as f64) / MIB));
+        let ends =
+            [window[0].step, window[window.len() - 1].step].map(|step| (step as f64, intercept + slope * step as f64));
         let verdict = if check.is_leak() { "LEAK" } else { "steady" };
         let label = format!(
-            "fit over last {} steps: {:+.0} B/step ({verdict})",
-            check.window, check.bytes_per_step
+            "fit over the last {} steps: {:+.0} B/step, R² {:.2} ({verdict})",
+            check.window, check.bytes_per_step, check.r_squared
         );
-        let style = ShapeStyle::from(&BLACK).stroke_width(2);
-        chart
-            .draw_series(LineSeries::new(ends, style))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-    }
+        (label, ends)
+    });
+    let caption = format!("{title}: allocated (live tensors)");
+    panel(&upper, path, &caption, ("allocated", RED), &allocated, fit)?;
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    let reserved: Vec<(f64, f64)> = samples.iter().map(|s| (s.step as f64, s.reserved as f64)).collect();
+    let caption = "reserved (allocated + cached free blocks: growth here alone is not a leak)";
+    panel(&lower, path, caption, ("reserved", BLUE), &reserved, None)?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
