@@ -36,7 +36,7 @@ fn loading_holds_at_most_one_staging_buffer_of_pinned_memory() {
         let peak = pinned_bytes_peak();
         println!(
             "{device}: loaded {} MiB; pinned peak {} bytes (baseline {baseline}, staging limit {STAGING_BYTES})",
-            4 * n >> 20,
+            (4 * n) >> 20,
             peak
         );
         assert!(peak > baseline || baseline > 0, "{device}: no pinned staging was used");
