@@ -1,7 +1,8 @@
 // f64 helpers and element-wise functions (only compiled into kernels of f64 tensors, on adapters
 // with SHADER_F64). Vulkan has no 64-bit exp/log/tanh, so those ops are not offered for f64.
 
-fn is_nan_f64(x: f64) -> bool { return x != x; }
+// Ordered equality is false only for NaN (`!=` may be an ordered compare, false for NaN too).
+fn is_nan_f64(x: f64) -> bool { return !(x == x); }
 fn nan_f64() -> f64 { return f64(nan_f32()); }
 
 fn f64_to_i32(x: f64) -> i32 {

@@ -26,9 +26,22 @@ fn uniform_unit(w: vec4<u32>) -> f32 {
     return f32(w.x >> 8u) * 5.9604644775390625e-8;
 }
 
-// Standard normal by Box-Muller in f32.
+// ln(x) for x in (0, 1], accurate near 1 where Box-Muller takes the square root of it: there
+// x - 1 is exact and ln x = 2 atanh((x - 1) / (x + 1)) by its series.
+fn ln_unit(x: f32) -> f32 {
+    if x <= 0.5 {
+        return log(x);
+    }
+    let s = (x - 1.0) / (x + 1.0);
+    let s2 = s * s;
+    let series = 1.0 + s2 * (0.33333333 + s2 * (0.2 + s2 * (0.14285714 + s2 * (0.11111111 + s2 * (0.09090909 + s2 * 0.07692308)))));
+    return 2.0 * s * series;
+}
+
+// Standard normal by Box-Muller in f32; the cosine's argument is folded into [-pi, pi].
 fn normal_unit(w: vec4<u32>) -> f32 {
     let u1 = f32((w.x >> 8u) + 1u) * 5.9604644775390625e-8;
     let u2 = f32(w.y >> 8u) * 5.9604644775390625e-8;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    let turn = select(u2, u2 - 1.0, u2 > 0.5);
+    return sqrt(-2.0 * ln_unit(u1)) * cos(6.283185307179586 * turn);
 }

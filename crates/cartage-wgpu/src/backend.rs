@@ -372,6 +372,7 @@ impl Backend for WgpuBackend {
     fn launch(&self, kernel: &Kernel) -> Result<()> {
         kernel.check_bounds()?;
         self.check_supported(kernel)?;
+        crate::validate::check(kernel)?;
         ops::launch(self, kernel)
     }
 

@@ -24,6 +24,7 @@ mod ops;
 mod pipelines;
 mod readback;
 mod timing;
+mod validate;
 mod wgsl;
 
 use std::collections::HashMap;

@@ -162,7 +162,7 @@ pub(crate) fn convert(from: DType, to: DType, expr: &str) -> String {
         (F64, F32 | F16 | BF16) => format!("f32({expr})"),
         (F64, I32) => format!("f64_to_i32({expr})"),
         (F64, U8) => format!("f64_to_u8({expr})"),
-        (F64, Bool) => format!("select(0u, 1u, {expr} != 0.0lf)"),
+        (F64, Bool) => format!("select(1u, 0u, {expr} == 0.0lf)"),
         (F64, I64) => format!("f64_to_i64({expr})"),
         (F64, F64) => expr.to_string(),
         _ => unreachable!("every (from, to) pair is covered above"),

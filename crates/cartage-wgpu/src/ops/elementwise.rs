@@ -185,16 +185,17 @@ pub(crate) fn binary(backend: &WgpuBackend, op: BinaryOp, lhs: &TensorArg, rhs: 
 
 /// `out = lhs OP rhs` as bool.
 pub(crate) fn compare(backend: &WgpuBackend, op: CompareOp, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
-    let symbol = match op {
-        CompareOp::Eq => "==",
-        CompareOp::Ne => "!=",
-        CompareOp::Lt => "<",
-        CompareOp::Le => "<=",
-        CompareOp::Gt => ">",
-        CompareOp::Ge => ">=",
+    // `!=` is written as a negated `==` so that NaN != x holds whatever compare the driver picks.
+    let test = match op {
+        CompareOp::Eq => "ld_1(o.y) == ld_2(o.z)",
+        CompareOp::Ne => "!(ld_1(o.y) == ld_2(o.z))",
+        CompareOp::Lt => "ld_1(o.y) < ld_2(o.z)",
+        CompareOp::Le => "ld_1(o.y) <= ld_2(o.z)",
+        CompareOp::Gt => "ld_1(o.y) > ld_2(o.z)",
+        CompareOp::Ge => "ld_1(o.y) >= ld_2(o.z)",
     };
     let body = format!(
-        "fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, ld_1(o.y) {symbol} ld_2(o.z)); }}"
+        "fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}"
     );
     launch(backend, &MapKernel::new(format!("compare_{}", op.name()), out, vec![lhs, rhs], body))
 }

@@ -1,6 +1,383 @@
-//! stub
-use cartage_core::{Result, TensorArg};
+//! Reductions (`shaders/reduce.wgsl`): sum, mean, max, min, argmax, argmin and log-sum-exp
+//! over any set of dimensions of a strided input.
+//!
+//! Kept dimensions are coalesced jointly for input and output, reduced dimensions for the
+//! input. A long reduction is split over several workgroups per output, whose partial states
+//! go to scratch memory from the caching allocator and are combined by a finishing pass; many
+//! short or column-wise reductions run one invocation per output (coalesced reads across
+//! neighbouring outputs). f32 sums over contiguous rows read four elements at a time.
+
+use cartage_core::{DType, Error, ReduceOp, Result, TensorArg};
+
 use crate::backend::WgpuBackend;
-pub(crate) fn reduce(backend: &WgpuBackend, op: cartage_core::ReduceOp, input: &TensorArg, _dims: &[usize], _out: &TensorArg) -> Result<()> {
-    Err(cartage_core::Error::unsupported(op.name(), input.dtype, cartage_core::Backend::device(backend), "todo"))
+use crate::bindings::{Window, bind_operand};
+use crate::encoder::ParamBlock;
+use crate::ops::geometry::{MAX_RANK, WORKGROUP, coalesce, grid};
+use crate::wgsl;
+
+const REDUCE: &str = include_str!("../../shaders/reduce.wgsl");
+
+/// How one launch is organised.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Plan {
+    /// One workgroup per output.
+    Direct,
+    /// `groups` workgroups per output, then a finishing pass.
+    Split(u32),
+    /// One invocation per output.
+    PerThread,
+}
+
+fn acc_type(dtype: DType) -> &'static str {
+    wgsl::compute_type(dtype)
+}
+
+/// The WGSL of the op: identity, element, combine, finish.
+fn ops_source(op: ReduceOp, dtype: DType) -> String {
+    let acc = acc_type(dtype);
+    let fam = wgsl::family(dtype);
+    let float = dtype.is_float();
+    let (lowest, highest) = match fam {
+        "f32" => ("-inf_f32()".to_string(), "inf_f32()".to_string()),
+        "f64" => ("f64(-inf_f32())".to_string(), "f64(inf_f32())".to_string()),
+        "i32" => ("(-2147483647 - 1)".to_string(), "2147483647".to_string()),
+        _ => ("0u".to_string(), "0xffffffffu".to_string()),
+    };
+    let zero = match fam {
+        "f32" => "0.0",
+        "f64" => "0.0lf",
+        "i32" => "0",
+        _ => "0u",
+    };
+    let one = match fam {
+        "f32" => "1.0",
+        "f64" => "1.0lf",
+        "i32" => "1",
+        _ => "1u",
+    };
+    let nan = |x: &str| {
+        if float {
+            format!("is_nan_{fam}({x})")
+        } else {
+            "false".into()
+        }
+    };
+    let identity = match op {
+        ReduceOp::Sum | ReduceOp::Mean => format!("S({zero}, {zero}, 0u)"),
+        ReduceOp::Max => format!("S({lowest}, {zero}, 0u)"),
+        ReduceOp::Min => format!("S({highest}, {zero}, 0u)"),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => format!("S({zero}, {zero}, 0xffffffffu)"),
+        ReduceOp::LogSumExp => format!("S({lowest}, {zero}, 0u)"),
+    };
+    let combine = match op {
+        ReduceOp::Sum | ReduceOp::Mean => "return S(a.v + b.v, a.w, 0u);".to_string(),
+        ReduceOp::Max | ReduceOp::Min => {
+            let better = if op == ReduceOp::Max { ">" } else { "<" };
+            format!(
+                "if {an} {{ return a; }}
+    if {bn} {{ return b; }}
+    if b.v {better} a.v {{ return b; }}
+    return a;",
+                an = nan("a.v"),
+                bn = nan("b.v")
+            )
+        }
+        ReduceOp::ArgMax | ReduceOp::ArgMin => {
+            let better = if op == ReduceOp::ArgMax { ">" } else { "<" };
+            format!(
+                "if a.i == 0xffffffffu {{ return b; }}
+    if b.i == 0xffffffffu {{ return a; }}
+    let an = {an};
+    let bn = {bn};
+    if an || bn {{
+        if an && bn {{
+            if b.i < a.i {{ return b; }}
+            return a;
+        }}
+        if an {{ return a; }}
+        return b;
+    }}
+    if b.v {better} a.v {{ return b; }}
+    if a.v {better} b.v {{ return a; }}
+    if b.i < a.i {{ return b; }}
+    return a;",
+                an = nan("a.v"),
+                bn = nan("b.v")
+            )
+        }
+        ReduceOp::LogSumExp => "if a.v == -inf_f32() { return b; }
+    if b.v == -inf_f32() { return a; }
+    let m = maximum_f32(a.v, b.v);
+    let ea = select(exp(a.v - m), 1.0, a.v == m);
+    let eb = select(exp(b.v - m), 1.0, b.v == m);
+    return S(m, a.w * ea + b.w * eb, 0u);"
+            .to_string(),
+    };
+    let out_c = wgsl::compute_type(op.output_dtype(dtype));
+    let finish = match op {
+        ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min => "return s.v;".to_string(),
+        ReduceOp::Mean => format!("return s.v / {acc}(P.count);"),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => "return vec2<u32>(s.i, 0u);".to_string(),
+        ReduceOp::LogSumExp => "if s.v == -inf_f32() { return s.v; }
+    return s.v + log_f32(s.w);"
+            .to_string(),
+    };
+    format!(
+        "fn identity() -> S {{ return {identity}; }}
+fn element(x: {acc}, r: u32) -> S {{ return S(x, {one}, r); }}
+fn combine(a: S, b: S) -> S {{
+    {combine}
+}}
+fn finish(s: S) -> {out_c} {{
+    {finish}
+}}
+"
+    )
+}
+
+const TREE: &str = "    tree[lid] = acc;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if lid < s {
+            tree[lid] = combine(tree[lid], tree[lid + s]);
+        }
+        workgroupBarrier();
+    }";
+
+fn main_source(stage: &str, vec4_sum: bool) -> String {
+    let header = "var<workgroup> tree: array<S, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let flat = wid.x + wid.y * nwg.x;";
+    match stage {
+        "finish" => format!(
+            "{header}
+    if flat >= P.outputs {{
+        return;
+    }}
+    var acc = identity();
+    for (var g = lid; g < P.groups; g = g + 256u) {{
+        acc = combine(acc, partials[flat * P.groups + g]);
+    }}
+{TREE}
+    if lid == 0u {{
+        store_out(kept_bases(flat).y, finish(tree[0]));
+    }}
+}}"
+        ),
+        "thread" => "@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = gid.x + gid.y * nwg.x * 256u;
+    if o >= P.outputs {
+        return;
+    }
+    let bases = kept_bases(o);
+    var acc = identity();
+    for (var r = 0u; r < P.count; r = r + 1u) {
+        acc = combine(acc, element(load_x(bases.x + red_offset(r)), r));
+    }
+    store_out(bases.y, finish(acc));
+}"
+        .to_string(),
+        _ => {
+            let emit = if stage == "partial" {
+                "partials[flat] = tree[0];"
+            } else {
+                "store_out(bases.y, finish(tree[0]));"
+            };
+            let body = if vec4_sum {
+                "var acc4 = vec4<f32>(0.0);
+    for (var q = (start >> 2u) + lid; q < (end >> 2u); q = q + 256u) {
+        acc4 = acc4 + b1[(bases.x >> 2u) + q];
+    }
+    var acc = S((acc4.x + acc4.y) + (acc4.z + acc4.w), 0.0, 0u);"
+            } else {
+                "var acc = identity();
+    for (var r = start + lid; r < end; r = r + 256u) {
+        acc = combine(acc, element(load_x(bases.x + red_offset(r)), r));
+    }"
+            };
+            format!(
+                "{header}
+    if flat >= P.outputs * P.groups {{
+        return;
+    }}
+    let o = flat / P.groups;
+    let g = flat % P.groups;
+    let bases = kept_bases(o);
+    let start = g * P.chunk;
+    let end = min(start + P.chunk, P.count);
+    {body}
+{TREE}
+    if lid == 0u {{
+        {emit}
+    }}
+}}"
+            )
+        }
+    }
+}
+
+/// `fn store_out(e, v)`: a plain store, or atomic bit updates for packed dtypes (outputs of
+/// different workgroups may share a word).
+pub(crate) fn store_source(out: DType) -> String {
+    let c = wgsl::compute_type(out);
+    if wgsl::packed(out) {
+        let per = wgsl::per_word(out);
+        let bits = wgsl::bits(out);
+        let full = (1u64 << bits) - 1;
+        format!(
+            "{enc}fn store_out(e: u32, v: {c}) {{
+    let w = e / {per}u;
+    let shift = (e % {per}u) * {bits}u;
+    atomicAnd(&b2[w], ~({full}u << shift));
+    atomicOr(&b2[w], enc_out(v) << shift);
+}}
+",
+            enc = wgsl::encode_fn("enc_out", out)
+        )
+    } else {
+        wgsl::store_fn("store_out", "b2", out)
+    }
+}
+
+/// Reduce `dims` of `input` into `out` with `op`.
+pub(crate) fn reduce(backend: &WgpuBackend, op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) -> Result<()> {
+    let outputs = out.layout.numel();
+    if outputs == 0 {
+        return Ok(());
+    }
+    let shape = input.layout.shape();
+    let strides = input.layout.strides();
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !dims.contains(d)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&d| shape[d]).collect();
+    let kept_in: Vec<usize> = kept.iter().map(|&d| strides[d]).collect();
+    let kept_out: Vec<usize> = kept.iter().map(|&d| out.layout.strides()[d]).collect();
+    let red_shape: Vec<usize> = dims.iter().map(|&d| shape[d]).collect();
+    let red_in: Vec<usize> = dims.iter().map(|&d| strides[d]).collect();
+    let kept_g = coalesce(&kept_shape, &[&kept_in, &kept_out]);
+    let red_g = coalesce(&red_shape, &[&red_in]);
+    let count: usize = red_shape.iter().product();
+    if kept_g.shape.len() > MAX_RANK || red_g.shape.len() > MAX_RANK {
+        return Err(Error::invalid(
+            op.name(),
+            format!("the wgpu reduction indexes at most rank {MAX_RANK} kept and reduced dimensions after merging; make the input contiguous first"),
+        ));
+    }
+    let in_bound = bind_operand(&backend.ctx, &backend.table, input, op.name(), None)?;
+    let out_bound = bind_operand(&backend.ctx, &backend.table, out, op.name(), None)?;
+    let red_contiguous = red_g.shape.len() <= 1 && red_g.strides[0].first().is_none_or(|&s| s == 1);
+    let inner_stride = red_g.strides[0].last().copied().unwrap_or(1);
+    let plan = if count == 0 {
+        Plan::PerThread
+    } else if outputs >= 256 && (inner_stride != 1 || count <= 64) {
+        Plan::PerThread
+    } else {
+        let wanted = count.div_ceil(4096).min((2048 / outputs).max(1)).max(1);
+        if wanted > 1 { Plan::Split(wanted as u32) } else { Plan::Direct }
+    };
+    let groups = match plan {
+        Plan::Split(g) => g as usize,
+        _ => 1,
+    };
+    let chunk = count.div_ceil(groups).next_multiple_of(4).max(4);
+    let vec4_sum = input.dtype == DType::F32
+        && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
+        && plan != Plan::PerThread
+        && red_contiguous
+        && count.is_multiple_of(4)
+        && in_bound.element_offset.is_multiple_of(4)
+        && kept_g.strides[0].iter().all(|s| s % 4 == 0);
+    let mut params = ParamBlock::default();
+    params.put_sizes(0, &[outputs, count, kept_g.shape.len(), red_g.shape.len()], "reduction size")?;
+    params.put_sizes(4, &[in_bound.element_offset as usize, out_bound.element_offset as usize, groups, chunk], "offset")?;
+    params.put_sizes(8, &kept_g.shape, "dimension")?;
+    params.put_sizes(16, &kept_g.strides[0], "stride")?;
+    params.put_sizes(24, &kept_g.strides[1], "stride")?;
+    params.put_sizes(32, &red_g.shape, "dimension")?;
+    params.put_sizes(40, &red_g.strides[0], "stride")?;
+    let red_offset = if red_contiguous {
+        "fn red_offset(r: u32) -> u32 { return r; }"
+    } else {
+        "fn red_offset(r: u32) -> u32 { return red_offset_strided(r); }"
+    };
+    let out_dtype = out.dtype;
+    let max_dim = backend.ctx.limits.max_compute_workgroups_per_dimension;
+    let source = |stage: &str, with_partials: bool| {
+        let acc = acc_type(input.dtype);
+        let in_element = if vec4_sum && stage != "finish" {
+            "vec4<f32>".to_string()
+        } else {
+            wgsl::storage_type(input.dtype).to_string()
+        };
+        let mut bindings = wgsl::binding(1, "b1", &in_element);
+        let out_element = if wgsl::packed(out_dtype) {
+            "atomic<u32>"
+        } else {
+            wgsl::storage_type(out_dtype)
+        };
+        bindings.push_str(&wgsl::binding(2, "b2", out_element));
+        if with_partials {
+            bindings.push_str(&wgsl::binding(3, "partials", "S"));
+        }
+        let mut accessors = String::new();
+        if !(vec4_sum && stage != "finish") {
+            accessors.push_str(&wgsl::load_fn("load_x", "b1", input.dtype));
+        }
+        accessors.push_str(&store_source(out_dtype));
+        wgsl::fill(
+            REDUCE,
+            &[
+                ("PRELUDE", &wgsl::prelude(input.dtype == DType::F64)),
+                ("ACC", acc),
+                ("BINDINGS", &bindings),
+                ("ACCESSORS", &accessors),
+                ("RED_OFFSET", red_offset),
+                ("OPS", &ops_source(op, input.dtype)),
+                ("MAIN", &main_source(stage, vec4_sum)),
+            ],
+        )
+    };
+    let key = |stage: &str| {
+        format!(
+            "reduce:{}|{}|{}|{stage}|{}{}",
+            op.name(),
+            input.dtype,
+            out_dtype,
+            if red_contiguous { "c" } else { "s" },
+            if vec4_sum { "|v4" } else { "" }
+        )
+    };
+    let windows = [in_bound.window, out_bound.window];
+    match plan {
+        Plan::PerThread => {
+            let pipeline = backend.pipelines.get(&backend.ctx, &key("thread"), 2, || source("thread", false))?;
+            backend.record(&pipeline, &windows, &params, grid(outputs as u64, WORKGROUP, max_dim))
+        }
+        Plan::Direct => {
+            let pipeline = backend.pipelines.get(&backend.ctx, &key("direct"), 2, || source("direct", false))?;
+            backend.record(&pipeline, &windows, &params, grid(outputs as u64, 1, max_dim))
+        }
+        Plan::Split(g) => {
+            let state_bytes = if input.dtype == DType::F64 { 24 } else { 12 };
+            let scratch = backend.scratch(outputs * g as usize * state_bytes)?;
+            let slice = scratch.slice();
+            let partials = Window {
+                segment: slice.segment.id,
+                offset: slice.offset as u64,
+                size: (slice.len as u64).div_ceil(16) * 16,
+            };
+            let result = (|| {
+                let all = [in_bound.window, out_bound.window, partials];
+                let partial = backend.pipelines.get(&backend.ctx, &key("partial"), 3, || source("partial", true))?;
+                backend.record(&partial, &all, &params, grid(outputs as u64 * u64::from(g), 1, max_dim))?;
+                let finish = backend.pipelines.get(&backend.ctx, &key("finish"), 3, || source("finish", true))?;
+                backend.record(&finish, &all, &params, grid(outputs as u64, 1, max_dim))
+            })();
+            cartage_core::Backend::free(backend, scratch);
+            result
+        }
+    }
 }
