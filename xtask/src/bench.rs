@@ -1,10 +1,317 @@
-//! `cargo xtask bench`: the cross-backend benchmark report (built by the bench work).
+//! `cargo xtask bench`: the cross-backend benchmark report, cartage's main job.
+//!
+//! In-process (no cargo at run time, so the staged binary runs on a GPU machine): find the
+//! devices of the backends asked for, plan the tasks of the report's eight sections for each
+//! (`bench_plan.rs`), measure them with `cartage::bench` (`bench_exec*.rs`) behind a progress
+//! bar, optionally run the same tasks with PyTorch or numpy (`bench_torch.rs`), place every row
+//! against its device's measured ceilings, and write `report.json`, `report.md` (with the charts
+//! as SVG files beside it) and a self-contained `report.html` (`report/`).
+//!
+//! A backend that is not compiled in, finds no device or fails a task is reported as such; the
+//! run goes on and never panics.
+
+#[path = "bench_cases.rs"]
+pub mod cases;
+#[path = "bench_devices.rs"]
+mod devices;
+#[path = "bench_env.rs"]
+mod env;
+#[path = "bench_exec.rs"]
+mod exec;
+#[path = "bench_plan.rs"]
+mod plan;
+#[path = "report/mod.rs"]
+pub mod report;
+#[path = "bench_torch.rs"]
+mod torch;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use cartage::{DType, DeviceKind};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use cases::{Case, Task};
+use plan::Plan;
+use report::{ReferenceStatus, ReferenceValue, Report, Row};
 
 /// Arguments of `cargo xtask bench`.
-#[derive(clap::Args)]
-pub struct BenchArgs {}
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Backends to measure, comma-separated: cpu, cuda, wgpu.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,cuda,wgpu")]
+    backends: Vec<String>,
+    /// Small sizes and short budgets: a smoke test of the whole report.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write report.json, report.md, report.html and the charts.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// Run the same cases with PyTorch (numpy for CPU rows without PyTorch) and show the ratios.
+    #[arg(long)]
+    vs_torch: bool,
+    /// The Python interpreter for --vs-torch.
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
 
 /// Run the report.
-pub fn run(_args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the benchmark report is not built yet")
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let kinds = parse_backends(&args.backends)?;
+    let plan = Plan::new(args.quick);
+    let mut report = Report {
+        meta: env::meta(args.quick, SystemTime::now()),
+        ..Report::default()
+    };
+
+    let discovery = devices::discover(&kinds);
+    report.backends = discovery.backends;
+    let mut tasks: Vec<(cartage::Device, Task)> = Vec::new();
+    for found in &discovery.devices {
+        let (planned, skipped) = plan.tasks(&found.entry.device, &found.entry.name, &found.capabilities);
+        tasks.extend(planned.into_iter().map(|t| (found.device, t)));
+        report.skips.extend(skipped);
+        report.devices.push(found.entry.clone());
+    }
+    for b in &report.backends {
+        if let Some(problem) = &b.problem {
+            eprintln!("bench: {}: {problem}", b.backend);
+        }
+    }
+
+    let reference = args.vs_torch.then(|| torch::Reference::find(&args.python));
+    let reference_tasks: Vec<&Task> = match &reference {
+        Some(Ok(r)) => tasks.iter().map(|(_, t)| t).filter(|t| r.covers(&t.device)).collect(),
+        _ => Vec::new(),
+    };
+    let progress = progress_bar((tasks.len() + reference_tasks.len()) as u64);
+    let names: HashMap<String, String> = report
+        .devices
+        .iter()
+        .map(|d| (d.device.clone(), d.name.clone()))
+        .collect();
+    let bench = plan.budget.bench();
+    let mut limits = CallLimit::new(plan.max_call);
+    for (device, task) in &tasks {
+        progress.set_message(task.id.clone());
+        let outcome = match limits.check(task) {
+            Some(reason) => {
+                limits.record_over(task);
+                Err(reason)
+            }
+            None => exec::run(task, device, &bench).map_err(|f| f.reason()),
+        };
+        match outcome {
+            Ok(outcome) => {
+                limits.record(task, outcome.measurement.median());
+                let name = names.get(&task.device).cloned().unwrap_or_default();
+                report.rows.push(row(task, &name, outcome));
+            }
+            Err(reason) => report.skips.push(plan::skip(task, reason)),
+        }
+        progress.inc(1);
+        if progress.is_hidden() {
+            log_line(&report, task, progress.position(), progress.length().unwrap_or(0));
+        }
+    }
+
+    report.reference = match reference {
+        None => ReferenceStatus::NotRequested,
+        Some(Err(reason)) => {
+            eprintln!("bench: no reference library: {reason}");
+            ReferenceStatus::NotFound { reason }
+        }
+        Some(Ok(r)) => {
+            let (status, measured) = r.run(&reference_tasks, &plan, &progress);
+            attach_reference(&mut report, &tasks, &measured);
+            status
+        }
+    };
+    progress.finish_and_clear();
+    report.meta.duration_s = started.elapsed().as_secs_f64();
+    report.finalize();
+    write(&args.out, &report)?;
+    eprintln!(
+        "bench: {} measurements, {} skipped, in {:.0} s; report at {}",
+        report.rows.len(),
+        report.skips.len(),
+        report.meta.duration_s,
+        args.out.join("report.html").display()
+    );
+    Ok(())
+}
+
+fn parse_backends(names: &[String]) -> anyhow::Result<Vec<DeviceKind>> {
+    names
+        .iter()
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .map(|n| match n.as_str() {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" => Ok(DeviceKind::Cuda),
+            "wgpu" => Ok(DeviceKind::Wgpu),
+            other => anyhow::bail!("unknown backend `{other}` in --backends; expected cpu, cuda or wgpu"),
+        })
+        .collect()
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} [{bar:32}] {pos}/{len} {wide_msg}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+/// One line per task where no progress bar is drawn (CI logs).
+fn log_line(report: &Report, task: &Task, done: u64, total: u64) {
+    let result = match report
+        .rows
+        .last()
+        .filter(|r| r.id == task.id && r.section == task.section)
+    {
+        Some(r) => report::format_seconds(r.median),
+        None => report
+            .skips
+            .last()
+            .map(|s| format!("skipped: {}", s.reason))
+            .unwrap_or_default(),
+    };
+    eprintln!("[{done}/{total}] {} {result}", task.id);
+}
+
+/// A row from a task and its outcome (bound and fraction are set by `Report::finalize`).
+fn row(task: &Task, device_name: &str, outcome: exec::Outcome) -> Row {
+    let m = &outcome.measurement;
+    let element = DType::from_name(&task.dtype).map_or(4, |d| d.size_in_bytes());
+    Row {
+        id: task.id.clone(),
+        section: task.section,
+        backend: task.device.split(':').next().unwrap_or_default().to_string(),
+        device: task.device.clone(),
+        device_name: device_name.to_string(),
+        case: task.case.name(),
+        dtype: task.dtype.clone(),
+        size: task.case.size(),
+        size_unit: task.case.size_unit().to_string(),
+        median: m.median().as_secs_f64(),
+        p10: m.p10().as_secs_f64(),
+        p90: m.p90().as_secs_f64(),
+        unit: "s".into(),
+        samples: m.samples().len(),
+        iters_per_sample: m.iters_per_sample(),
+        timing: m.timing().name().to_string(),
+        work: task.case.work(element),
+        rate: None,
+        rate_unit: None,
+        bound: None,
+        fraction_of_ceiling: None,
+        counters: outcome.counters,
+        reference: None,
+        params: task.case.clone(),
+    }
+}
+
+fn attach_reference(
+    report: &mut Report,
+    tasks: &[(cartage::Device, Task)],
+    measured: &HashMap<String, torch::Measured>,
+) {
+    for row in &mut report.rows {
+        let Some((_, task)) = tasks.iter().find(|(_, t)| t.id == row.id && t.section == row.section) else {
+            continue;
+        };
+        if let Some(m) = measured.get(&torch::key(task)) {
+            row.reference = Some(ReferenceValue {
+                library: m.library.clone(),
+                median: m.median,
+                p10: m.p10,
+                p90: m.p90,
+                ratio: row.median / m.median,
+            });
+        }
+    }
+}
+
+/// Skips matmuls predicted to take longer than the run's limit per call, scaling the last smaller
+/// measurement of the same device and dtype by n³; once a size is over, larger ones are too.
+struct CallLimit {
+    max: Duration,
+    last: HashMap<(String, String, bool), (usize, f64)>,
+    over: HashMap<(String, String, bool), usize>,
+}
+
+impl CallLimit {
+    fn new(max: Duration) -> Self {
+        CallLimit {
+            max,
+            last: HashMap::new(),
+            over: HashMap::new(),
+        }
+    }
+
+    fn key(task: &Task) -> Option<((String, String, bool), usize)> {
+        match task.case {
+            Case::Matmul { n, tf32 } => Some(((task.device.clone(), task.dtype.clone(), tf32), n)),
+            _ => None,
+        }
+    }
+
+    fn check(&self, task: &Task) -> Option<String> {
+        let (key, n) = Self::key(task)?;
+        if let Some(&smaller) = self.over.get(&key).filter(|&&m| m <= n) {
+            return Some(format!("n = {smaller} was already over this run's time limit per call"));
+        }
+        let f32_key = (key.0.clone(), key.1.clone(), false);
+        let &(m, seconds) = self.last.get(&key).or_else(|| self.last.get(&f32_key))?;
+        let predicted = seconds * (n as f64 / m as f64).powi(3);
+        (m < n && predicted > self.max.as_secs_f64()).then(|| {
+            format!(
+                "predicted {} per call from n = {m}, over this run's limit of {}",
+                report::format_seconds(predicted),
+                report::format_seconds(self.max.as_secs_f64())
+            )
+        })
+    }
+
+    fn record(&mut self, task: &Task, median: Duration) {
+        if let Some((key, n)) = Self::key(task) {
+            let entry = self.last.entry(key).or_insert((n, median.as_secs_f64()));
+            if n >= entry.0 {
+                *entry = (n, median.as_secs_f64());
+            }
+        }
+    }
+
+    fn record_over(&mut self, task: &Task) {
+        if let Some((key, n)) = Self::key(task) {
+            let entry = self.over.entry(key).or_insert(n);
+            *entry = (*entry).min(n);
+        }
+    }
+}
+
+/// Write the report files into `dir`.
+fn write(dir: &Path, report: &Report) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let blocks = report::blocks::build(report);
+    let files = [
+        ("report.json", report::json::render(report)?),
+        ("report.md", report::markdown::render(&blocks)),
+        ("report.html", report::html::render("cartage benchmark report", &blocks)),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).with_context(|| format!("writing {}", dir.join(name).display()))?;
+    }
+    for block in &blocks {
+        if let report::blocks::Block::Chart { name, svg, .. } = block {
+            let path = dir.join(format!("{name}.svg"));
+            std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
 }

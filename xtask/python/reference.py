@@ -1,0 +1,438 @@
+"""The reference side of `cargo xtask bench --vs-torch`: the report's cases run with PyTorch (CPU and
+CUDA) or, when PyTorch is absent, numpy (CPU only), timed the way `cartage::bench` times them.
+
+Embedded into the xtask binary and written to a temporary file at run time, so a staged binary needs
+no checkout. Two commands:
+
+    python3 reference.py probe            -> one JSON object: python, torch, torch_cuda, numpy
+    python3 reference.py run SPEC.json    -> one JSON line per task, as each finishes:
+        {"key": ..., "median": s, "p10": s, "p90": s, "library": "torch 2.11.0"}
+        {"key": ..., "skipped": "why"}
+
+Method (as in cartage::bench): warm up for `warmup_s` (at least `min_warmup` calls, synchronising
+after each), estimate one call, run enough iterations per sample to last `min_sample_time_s`, take
+as many samples as fit in `budget_s` within [min_samples, max_samples]; time each sample with CUDA
+events read after a synchronisation (CUDA) or perf_counter (CPU); report the median and p10/p90 of
+the per-iteration times.
+"""
+
+import json
+import math
+import sys
+import time
+
+try:
+    import numpy as np
+except ImportError:  # the probe reports it
+    np = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def probe():
+    cuda = None
+    if torch is not None and torch.cuda.is_available():
+        cuda = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    return {
+        "python": "%s %d.%d.%d" % (sys.executable, *sys.version_info[:3]),
+        "torch": torch.__version__ if torch is not None else None,
+        "torch_cuda": cuda,
+        "cuda_devices": torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0,
+        "numpy": np.__version__ if np is not None else None,
+    }
+
+
+class Skip(Exception):
+    """A task with no counterpart here; the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+class Timer:
+    """Synchronisation and sample timing for one device."""
+
+    def __init__(self, device):
+        self.cuda = device.startswith("cuda")
+        self.device = device
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def region(self, work, iters):
+        """Seconds for `iters` calls, read after the device finished them."""
+        self.sync()
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                work()
+            end.record()
+            self.sync()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            work()
+        return time.perf_counter() - t0
+
+
+def percentile(sorted_values, q):
+    position = q * (len(sorted_values) - 1)
+    below, above = math.floor(position), math.ceil(position)
+    weight = position - below
+    return sorted_values[below] + (sorted_values[above] - sorted_values[below]) * weight
+
+
+def measure(timer, work, cfg):
+    timer.sync()
+    started = time.perf_counter()
+    calls, per_call = 0, None
+    while calls < cfg["min_warmup"] or time.perf_counter() - started < cfg["warmup_s"]:
+        t0 = time.perf_counter()
+        work()
+        timer.sync()
+        per_call = time.perf_counter() - t0
+        calls += 1
+        if per_call > cfg["max_call_s"]:
+            raise Skip("one call took %.1f s, over this run's limit of %.1f s" % (per_call, cfg["max_call_s"]))
+    per_call = max(per_call or 1e-9, 1e-9)
+    iters = max(1, math.ceil(cfg["min_sample_time_s"] / per_call))
+    count = int(cfg["budget_s"] // (per_call * iters))
+    count = max(cfg["min_samples"], min(count, cfg["max_samples"]))
+    samples = sorted(timer.region(work, iters) / iters for _ in range(count))
+    return percentile(samples, 0.5), percentile(samples, 0.1), percentile(samples, 0.9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases with PyTorch
+
+
+TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64"}
+
+
+def torch_dtype(name):
+    return getattr(torch, TORCH_DTYPES[name])
+
+
+def cuda_only(device, what):
+    if not device.startswith("cuda"):
+        raise Skip("%s needs a device other than the host in PyTorch" % what)
+
+
+def torch_case(task, cfg):
+    device, case, kind = task["device"], task["case"], task["case"]["kind"]
+    dtype = torch_dtype(task["dtype"])
+    timer = Timer(device)
+    gen = lambda *shape: torch.randn(*shape, dtype=torch.float32, device=device).to(dtype)  # noqa: E731
+
+    if kind == "matmul":
+        n = case["n"]
+        a, b = gen(n, n), gen(n, n)
+        if case["tf32"]:
+            cuda_only(device, "TF32")
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                return measure(timer, lambda: torch.matmul(a, b), cfg)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return measure(timer, lambda: torch.matmul(a, b), cfg)
+    if kind in ("matmul_loop", "matmul_batched"):
+        count, n = case["count"], case["n"]
+        a, b = gen(count, n, n), gen(count, n, n)
+        if kind == "matmul_batched":
+            return measure(timer, lambda: torch.matmul(a, b), cfg)
+        pairs = [(a[i], b[i]) for i in range(count)]
+
+        def loop():
+            for x, y in pairs:
+                torch.matmul(x, y)
+
+        return measure(timer, loop, cfg)
+    if kind in ("host_to_device", "device_to_host"):
+        cuda_only(device, "a host/device transfer")
+        n = case["bytes"] // 4
+        host = torch.rand(n).pin_memory() if case["pinned"] else torch.rand(n)
+        if kind == "host_to_device":
+            if case["pinned"]:
+                target = torch.empty(n, device=device)
+                return measure(timer, lambda: target.copy_(host, non_blocking=True), cfg)
+            return measure(timer, lambda: host.to(device), cfg)
+        source = torch.rand(n, device=device)
+        if case["pinned"]:
+            return measure(timer, lambda: host.copy_(source, non_blocking=True), cfg)
+        return measure(timer, lambda: source.cpu(), cfg)
+    if kind == "move_batch":
+        cuda_only(device, "a host/device transfer")
+        fields, n = case["fields"], case["field_bytes"] // 4
+        host = [torch.rand(n) for _ in range(fields)]
+        if case["packed"]:
+            staging = torch.empty(fields * n)
+
+            def packed():
+                torch.cat(host, out=staging)
+                batch = staging.to(device).view(fields, n)
+                return [batch[i] for i in range(fields)]
+
+            return measure(timer, packed, cfg)
+        return measure(timer, lambda: [f.to(device) for f in host], cfg)
+    if kind == "pipeline":
+        cuda_only(device, "a host/device pipeline")
+        return torch_pipeline(case, device, timer, cfg)
+    if kind == "loss_loop":
+        n, steps = case["n"], case["steps"]
+        x, w = gen(n, n), gen(n, n) / n
+
+        def every_step():
+            total = 0.0
+            for _ in range(steps):
+                total += (x @ w).sum().item()
+
+        def accumulate():
+            total = torch.zeros((), device=device)
+            for _ in range(steps):
+                total = total + (x @ w).sum()
+            total.item()
+
+        return measure(timer, every_step if case["read_every_step"] else accumulate, cfg)
+    if kind == "alloc_loop":
+        steps, numel = case["steps"], case["numel"]
+        if case["empty_cache"]:
+            cuda_only(device, "empty_cache")
+
+        def loop():
+            for step in range(steps):
+                a = torch.full((numel,), 1.0, device=device)
+                b = torch.full((numel // 3 + 129 * (step % 4),), 2.0, device=device)
+                c = a[: b.numel()] + b
+                del a, b, c
+                if case["empty_cache"]:
+                    torch.cuda.empty_cache()
+
+        return measure(timer, loop, cfg)
+    if kind == "vector":
+        return torch_vector(case["op"], case["numel"], gen, timer, cfg, device, dtype)
+    raise Skip("no reference for %s" % kind)
+
+
+def torch_pipeline(case, device, timer, cfg):
+    batches, cols, mode = case["batches"], case["cols"], case["mode"]
+    rows = case["batch_bytes"] // 4 // cols
+    source = torch.rand(rows, cols)
+    pinned = [torch.empty(rows, cols).pin_memory() for _ in range(2)]
+    batch = [torch.empty(rows, cols, device=device) for _ in range(2)]
+    weight = torch.randn(cols, cols, device=device)
+    copies = torch.cuda.Stream(device)
+
+    def copy(i):
+        pinned[i].copy_(source)
+        with torch.cuda.stream(copies):
+            batch[i].copy_(pinned[i], non_blocking=True)
+        return copies
+
+    if mode == "copy_only":
+        def work():
+            for _ in range(batches):
+                copy(0).synchronize()
+    elif mode == "compute_only":
+        def work():
+            for _ in range(batches):
+                batch[0] @ weight
+    elif mode == "serial":
+        def work():
+            for _ in range(batches):
+                copy(0).synchronize()
+                batch[0] @ weight
+                torch.cuda.synchronize(device)
+    else:
+        def work():
+            copy(0).synchronize()
+            for step in range(batches):
+                current, following = step % 2, (step + 1) % 2
+                torch.cuda.synchronize(device)
+                out = batch[current] @ weight
+                if step + 1 < batches:
+                    copy(following).synchronize()
+                del out
+    return measure(timer, work, cfg)
+
+
+def torch_vector(op, numel, gen, timer, cfg, device, dtype):
+    side = int(math.isqrt(numel))
+    rows_op = op in ("sum_rows", "softmax")
+    x = gen(side, side) if rows_op else gen(numel)
+    y = gen(side, side) if rows_op else gen(numel)
+    if op == "copy":
+        out = torch.empty_like(x)
+        return measure(timer, lambda: out.copy_(x), cfg)
+    ops = {
+        "add": lambda: torch.add(x, y),
+        "mul": lambda: torch.mul(x, y),
+        "exp": lambda: torch.exp(x),
+        "relu": lambda: torch.relu(x),
+        "gelu": lambda: torch.nn.functional.gelu(x),
+        "sum_all": lambda: x.sum(),
+        "sum_rows": lambda: x.sum(dim=1),
+        "softmax": lambda: torch.softmax(x, dim=1),
+    }
+    return measure(timer, ops[op], cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases with numpy (CPU only)
+
+
+NUMPY_DTYPES = {"f32": "float32", "f16": "float16", "f64": "float64"}
+
+
+def numpy_case(task, cfg):
+    case, kind = task["case"], task["case"]["kind"]
+    if task["dtype"] not in NUMPY_DTYPES:
+        raise Skip("numpy has no %s" % task["dtype"])
+    dtype = getattr(np, NUMPY_DTYPES[task["dtype"]])
+    rng = np.random.default_rng(0)
+    gen = lambda *shape: rng.standard_normal(shape, dtype=np.float32).astype(dtype)  # noqa: E731
+    timer = Timer("cpu")
+    if kind == "matmul":
+        if case["tf32"]:
+            raise Skip("numpy has no TF32 mode")
+        n = case["n"]
+        a, b = gen(n, n), gen(n, n)
+        return measure(timer, lambda: a @ b, cfg)
+    if kind in ("matmul_loop", "matmul_batched"):
+        count, n = case["count"], case["n"]
+        a, b = gen(count, n, n), gen(count, n, n)
+        if kind == "matmul_batched":
+            return measure(timer, lambda: np.matmul(a, b), cfg)
+        pairs = [(a[i], b[i]) for i in range(count)]
+
+        def loop():
+            for x, y in pairs:
+                x @ y
+
+        return measure(timer, loop, cfg)
+    if kind in ("host_to_device", "device_to_host", "move_batch", "pipeline"):
+        raise Skip("numpy has no device to move data to")
+    if kind == "loss_loop":
+        n, steps = case["n"], case["steps"]
+        x, w = gen(n, n), gen(n, n) / n
+
+        def every_step():
+            total = 0.0
+            for _ in range(steps):
+                total += float((x @ w).sum())
+
+        def accumulate():
+            total = np.zeros((), dtype=np.float32)
+            for _ in range(steps):
+                total = total + (x @ w).sum()
+            float(total)
+
+        return measure(timer, every_step if case["read_every_step"] else accumulate, cfg)
+    if kind == "alloc_loop":
+        if case["empty_cache"]:
+            raise Skip("numpy has no allocator cache to empty")
+        steps, numel = case["steps"], case["numel"]
+
+        def loop():
+            for step in range(steps):
+                a = np.full(numel, 1.0, dtype=np.float32)
+                b = np.full(numel // 3 + 129 * (step % 4), 2.0, dtype=np.float32)
+                c = a[: b.size] + b
+                del a, b, c
+
+        return measure(timer, loop, cfg)
+    if kind == "vector":
+        op, numel = case["op"], case["numel"]
+        side = int(math.isqrt(numel))
+        rows_op = op in ("sum_rows", "softmax")
+        x = gen(side, side) if rows_op else gen(numel)
+        y = gen(side, side) if rows_op else gen(numel)
+        if op == "gelu":
+            raise Skip("numpy has no erf for the exact gelu")
+        if op == "copy":
+            out = np.empty_like(x)
+            return measure(timer, lambda: np.copyto(out, x), cfg)
+
+        def softmax():
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+
+        ops = {
+            "add": lambda: np.add(x, y),
+            "mul": lambda: np.multiply(x, y),
+            "exp": lambda: np.exp(x),
+            "relu": lambda: np.maximum(x, 0),
+            "sum_all": lambda: x.sum(),
+            "sum_rows": lambda: x.sum(axis=1),
+            "softmax": softmax,
+        }
+        return measure(timer, ops[op], cfg)
+    raise Skip("no reference for %s" % kind)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def predicted_too_slow(task, history, cfg):
+    """Skip a matmul whose time, scaled from the last smaller one, would pass the call limit."""
+    case = task["case"]
+    if case["kind"] != "matmul":
+        return None
+    key = (task["device"], task["dtype"], case["tf32"])
+    last = history.get(key)
+    if last is None or last[0] >= case["n"]:
+        return None
+    n, seconds = last
+    predicted = seconds * (case["n"] / n) ** 3
+    if predicted > cfg["max_call_s"]:
+        return "predicted %.1f s per call from n = %d, over this run's limit of %.1f s" % (
+            predicted, n, cfg["max_call_s"])
+    return None
+
+
+def run(spec_path):
+    spec = json.load(open(spec_path))
+    cfg = spec["bench"]
+    history = {}
+    if torch is not None:
+        torch.manual_seed(0)
+        torch.set_float32_matmul_precision("highest")
+    for task in spec["tasks"]:
+        line = {"key": task["key"]}
+        use_torch = torch is not None and (task["device"] == "cpu" or task["device"].startswith("cuda"))
+        library = ("torch " + torch.__version__) if use_torch else ("numpy " + np.__version__ if np else "none")
+        try:
+            reason = predicted_too_slow(task, history, cfg)
+            if reason:
+                raise Skip(reason)
+            if use_torch:
+                median, p10, p90 = torch_case(task, cfg)
+            elif np is not None and task["device"] == "cpu":
+                median, p10, p90 = numpy_case(task, cfg)
+            else:
+                raise Skip("no library for %s" % task["device"])
+            line.update(median=median, p10=p10, p90=p90, library=library)
+            if task["case"]["kind"] == "matmul":
+                history[(task["device"], task["dtype"], task["case"]["tf32"])] = (task["case"]["n"], median)
+        except Skip as skip:
+            line["skipped"] = str(skip)
+        except Exception as error:  # a failure of one case must not end the others
+            line["skipped"] = "failed: %s: %s" % (type(error).__name__, error)
+        print(json.dumps(line), flush=True)
+        if use_torch and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "probe":
+        print(json.dumps(probe()))
+    elif len(sys.argv) >= 3 and sys.argv[1] == "run":
+        run(sys.argv[2])
+    else:
+        sys.exit("usage: reference.py probe | run SPEC.json")
