@@ -1,9 +1,528 @@
-//! stub
-use cartage_core::{Result, TensorArg};
+//! Batched matrix products (`shaders/matmul.wgsl`): workgroup tiles in shared memory, a
+//! register block per invocation, vec4 loads where the operands allow, double-buffered K-tiles.
+//!
+//! The tile shape is a [`MatmulTiling`], chosen per adapter and problem: the backend's large
+//! tiling (from the adapter kind and limits, replaced by [`WgpuBackend::tune_matmul`] or the
+//! `CARTAGE_WGPU_MATMUL_TILE=BMxBNxBK/TMxTN` override) when the problem has enough tiles to fill
+//! the device, smaller ones otherwise. f16/bf16 operands are decoded to f32, accumulated in f32
+//! into scratch memory, and rounded once by a cast kernel. f64 uses the same kernel in f64.
+
+use std::fmt;
+use std::time::Duration;
+
+use cartage_core::{Backend, DType, Error, Kernel, Layout, Result, TensorArg};
+
 use crate::backend::WgpuBackend;
-/// Tiling.
-#[derive(Clone, Copy, Debug)]
-pub struct MatmulTiling;
-pub(crate) fn matmul(backend: &WgpuBackend, lhs: &TensorArg, _rhs: &TensorArg, _out: &TensorArg) -> Result<()> {
-    Err(cartage_core::Error::unsupported("matmul", lhs.dtype, cartage_core::Backend::device(backend), "todo"))
+use crate::bindings::{Window, bind_operand};
+use crate::encoder::ParamBlock;
+use crate::ops::elementwise;
+use crate::wgsl;
+
+const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
+
+/// A matmul tile shape: BM × BN outputs per workgroup, BK of K per step, TM × TN per invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatmulTiling {
+    /// Rows of C per workgroup.
+    pub bm: u32,
+    /// Columns of C per workgroup.
+    pub bn: u32,
+    /// K per shared-memory step.
+    pub bk: u32,
+    /// Rows per invocation (a multiple of 4).
+    pub tm: u32,
+    /// Columns per invocation (a multiple of 4).
+    pub tn: u32,
+}
+
+impl fmt::Display for MatmulTiling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+    }
+}
+
+impl std::str::FromStr for MatmulTiling {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::invalid("matmul tiling", format!("`{s}` is not BMxBNxBK/TMxTN, e.g. 128x128x8/8x8"));
+        let (block, thread) = s.split_once('/').ok_or_else(bad)?;
+        let b: Vec<u32> = block.split('x').map(str::parse).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
+        let t: Vec<u32> = thread.split('x').map(str::parse).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
+        match (b.as_slice(), t.as_slice()) {
+            ([bm, bn, bk], [tm, tn]) => Ok(MatmulTiling {
+                bm: *bm,
+                bn: *bn,
+                bk: *bk,
+                tm: *tm,
+                tn: *tn,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl MatmulTiling {
+    const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
+        MatmulTiling { bm, bn, bk, tm, tn }
+    }
+
+    /// The tilings [`WgpuBackend::tune_matmul`] tries.
+    pub const CANDIDATES: [MatmulTiling; 7] = [
+        MatmulTiling::new(128, 128, 8, 8, 8),
+        MatmulTiling::new(128, 128, 16, 8, 8),
+        MatmulTiling::new(128, 64, 16, 8, 4),
+        MatmulTiling::new(64, 128, 16, 4, 8),
+        MatmulTiling::new(64, 64, 16, 4, 4),
+        MatmulTiling::new(64, 64, 32, 4, 4),
+        MatmulTiling::new(64, 64, 8, 8, 8),
+    ];
+    /// The small tiling for problems with few tiles.
+    pub const SMALL: MatmulTiling = MatmulTiling::new(32, 32, 16, 4, 4);
+
+    /// Invocations per workgroup.
+    pub fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    /// True when the tiling is well-formed and fits `limits` for elements of `bytes` bytes.
+    pub fn fits(&self, limits: &wgpu::Limits, bytes: u32) -> bool {
+        let t = self.threads();
+        self.tm % 4 == 0
+            && self.tn % 4 == 0
+            && self.bm % self.tm == 0
+            && self.bn % self.tn == 0
+            && self.bk % 4 == 0
+            && t > 0
+            && t <= limits.max_compute_invocations_per_workgroup
+            && self.bn / self.tn <= limits.max_compute_workgroup_size_x
+            && (self.bm * self.bk) % (4 * t) == 0
+            && (self.bn * self.bk) % (4 * t) == 0
+            && self.bk * (self.bm + self.bn) * bytes <= limits.max_compute_workgroup_storage_size
+    }
+
+    /// The default large tiling for an adapter.
+    pub fn for_adapter(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> MatmulTiling {
+        if let Some(t) = std::env::var("CARTAGE_WGPU_MATMUL_TILE").ok().and_then(|s| s.parse::<MatmulTiling>().ok())
+            && t.fits(limits, 4)
+        {
+            return t;
+        }
+        let preferred = match info.device_type {
+            wgpu::DeviceType::Cpu => MatmulTiling::new(64, 64, 16, 4, 4),
+            _ => MatmulTiling::new(128, 128, 8, 8, 8),
+        };
+        if preferred.fits(limits, 4) {
+            preferred
+        } else {
+            MatmulTiling::SMALL
+        }
+    }
+}
+
+/// How A, B and C are read and written.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Four consecutive elements (K for A, N for B, N for C) per access.
+    Vec4,
+    /// Scalars, the first index fastest across invocations.
+    ScalarOuterFast,
+    /// Scalars, the second index fastest.
+    ScalarInnerFast,
+}
+
+fn tag(m: Mode) -> &'static str {
+    match m {
+        Mode::Vec4 => "v",
+        Mode::ScalarOuterFast => "o",
+        Mode::ScalarInnerFast => "i",
+    }
+}
+
+struct Plan {
+    tiling: MatmulTiling,
+    a: Mode,
+    b: Mode,
+    c_vec4: bool,
+    t: &'static str,
+}
+
+fn source(plan: &Plan, in_dtype: DType) -> String {
+    let t = plan.t;
+    let tl = plan.tiling;
+    let threads = tl.threads();
+    let mut bindings = String::new();
+    let mut accessors = String::new();
+    let (ra, la, fetch_a, deposit_a) = match plan.a {
+        Mode::Vec4 => {
+            bindings.push_str(&wgsl::binding(1, "a4", &format!("vec4<{t}>")));
+            (
+                format!("vec4<{t}>"),
+                tl.bm * tl.bk / 4 / threads,
+                format!(
+                    "for (var s = 0u; s < LA; s = s + 1u) {{
+        let v = lid + s * THREADS;
+        let m = v / (BK / 4u);
+        let kq = v % (BK / 4u);
+        let row = row0 + m;
+        let kk = k0 + kq * 4u;
+        if row < P.m && kk < P.k {{
+            ra[s] = a4[(a_base + row * P.a_sm + kk) >> 2u];
+        }} else {{
+            ra[s] = vec4<{t}>();
+        }}
+    }}"
+                ),
+                "for (var s = 0u; s < LA; s = s + 1u) {
+        let v = lid + s * THREADS;
+        let m = v / (BK / 4u);
+        let kq = v % (BK / 4u);
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            As[(kq * 4u + c) * (BM / 4u) + m / 4u][m % 4u] = ra[s][c];
+        }
+    }"
+                .to_string(),
+            )
+        }
+        mode => {
+            bindings.push_str(&wgsl::binding(1, "a1", wgsl::storage_type(in_dtype)));
+            accessors.push_str(&wgsl::load_fn("lda", "a1", in_dtype));
+            let index = if mode == Mode::ScalarInnerFast {
+                "let m = v / BK;\n        let k = v % BK;"
+            } else {
+                "let m = v % BM;\n        let k = v / BM;"
+            };
+            let conv = if t == "f64" { "" } else { "f32" };
+            (
+                t.to_string(),
+                tl.bm * tl.bk / threads,
+                format!(
+                    "for (var s = 0u; s < LA; s = s + 1u) {{
+        let v = lid + s * THREADS;
+        {index}
+        let row = row0 + m;
+        let kk = k0 + k;
+        if row < P.m && kk < P.k {{
+            ra[s] = {conv}(lda(a_base + row * P.a_sm + kk * P.a_sk));
+        }} else {{
+            ra[s] = {t}();
+        }}
+    }}"
+                ),
+                format!(
+                    "for (var s = 0u; s < LA; s = s + 1u) {{
+        let v = lid + s * THREADS;
+        {index}
+        As[k * (BM / 4u) + m / 4u][m % 4u] = ra[s];
+    }}"
+                ),
+            )
+        }
+    };
+    let (rb, lb, fetch_b, deposit_b) = match plan.b {
+        Mode::Vec4 => {
+            bindings.push_str(&wgsl::binding(2, "b4", &format!("vec4<{t}>")));
+            (
+                format!("vec4<{t}>"),
+                tl.bn * tl.bk / 4 / threads,
+                format!(
+                    "for (var s = 0u; s < LB; s = s + 1u) {{
+        let v = lid + s * THREADS;
+        let k = v / (BN / 4u);
+        let nq = v % (BN / 4u);
+        let col = col0 + nq * 4u;
+        let kk = k0 + k;
+        if kk < P.k && col < P.n {{
+            rb[s] = b4[(b_base + kk * P.b_sk + col) >> 2u];
+        }} else {{
+            rb[s] = vec4<{t}>();
+        }}
+    }}"
+                ),
+                "for (var s = 0u; s < LB; s = s + 1u) {
+        let v = lid + s * THREADS;
+        Bs[(v / (BN / 4u)) * (BN / 4u) + v % (BN / 4u)] = rb[s];
+    }"
+                .to_string(),
+            )
+        }
+        mode => {
+            bindings.push_str(&wgsl::binding(2, "b1", wgsl::storage_type(in_dtype)));
+            accessors.push_str(&wgsl::load_fn("ldb", "b1", in_dtype));
+            let index = if mode == Mode::ScalarInnerFast {
+                "let k = v / BN;\n        let n = v % BN;"
+            } else {
+                "let k = v % BK;\n        let n = v / BK;"
+            };
+            let conv = if t == "f64" { "" } else { "f32" };
+            (
+                t.to_string(),
+                tl.bn * tl.bk / threads,
+                format!(
+                    "for (var s = 0u; s < LB; s = s + 1u) {{
+        let v = lid + s * THREADS;
+        {index}
+        let col = col0 + n;
+        let kk = k0 + k;
+        if kk < P.k && col < P.n {{
+            rb[s] = {conv}(ldb(b_base + kk * P.b_sk + col * P.b_sn));
+        }} else {{
+            rb[s] = {t}();
+        }}
+    }}"
+                ),
+                format!(
+                    "for (var s = 0u; s < LB; s = s + 1u) {{
+        let v = lid + s * THREADS;
+        {index}
+        Bs[k * (BN / 4u) + n / 4u][n % 4u] = rb[s];
+    }}"
+                ),
+            )
+        }
+    };
+    let store = if plan.c_vec4 {
+        bindings.push_str(&wgsl::binding(3, "c4", &format!("vec4<{t}>")));
+        "if c < P.n {
+                c4[(c_base + r * P.c_sm + c) >> 2u] = v;
+            }"
+    } else {
+        bindings.push_str(&wgsl::binding(3, "c1", t));
+        "for (var q = 0u; q < 4u; q = q + 1u) {
+                if c + q < P.n {
+                    c1[c_base + r * P.c_sm + c + q] = v[q];
+                }
+            }"
+    };
+    // `f32(x)` of an f32 is the identity; loads of f16/bf16 already return f32.
+    let fetch = format!("{fetch_a}\n    {fetch_b}");
+    let deposit = format!("{deposit_a}\n    {deposit_b}");
+    let n = |v: u32| v.to_string();
+    wgsl::fill(
+        MATMUL,
+        &[
+            ("PRELUDE", &wgsl::prelude(t == "f64")),
+            ("BINDINGS", &bindings),
+            ("ACCESSORS", &accessors),
+            ("BM", &n(tl.bm)),
+            ("BN", &n(tl.bn)),
+            ("BK", &n(tl.bk)),
+            ("TM", &n(tl.tm)),
+            ("TN", &n(tl.tn)),
+            ("LA", &n(la.max(1))),
+            ("LB", &n(lb.max(1))),
+            ("THREADS", &n(threads)),
+            ("T", t),
+            ("RA", &ra),
+            ("RB", &rb),
+            ("FETCH", &fetch),
+            ("DEPOSIT", &deposit),
+            ("STORE", store),
+        ],
+    )
+}
+
+/// The tiling for a problem of `tiles(t)` workgroups under the large tiling `large`.
+fn choose(backend: &WgpuBackend, large: MatmulTiling, batch: usize, m: usize, n: usize, bytes: u32) -> MatmulTiling {
+    let limits = &backend.ctx.limits;
+    let tiles = |t: MatmulTiling| batch * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+    let enough = if backend.ctx.info.device_type == wgpu::DeviceType::Cpu { 16 } else { 192 };
+    let medium = MatmulTiling::new(64, 64, 16, 4, 4);
+    for t in [large, medium] {
+        if t.fits(limits, bytes) && tiles(t) >= enough {
+            return t;
+        }
+    }
+    if medium.fits(limits, bytes) && m >= 64 && n >= 64 && tiles(medium) >= enough / 4 {
+        return medium;
+    }
+    MatmulTiling::SMALL
+}
+
+/// `out[b] = lhs[b] × rhs[b]`.
+pub(crate) fn matmul(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    let large = *backend
+        .tiling
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(|| MatmulTiling::for_adapter(&backend.ctx.info, &backend.ctx.limits));
+    matmul_with(backend, lhs, rhs, out, Some(large))
+}
+
+/// [`matmul`] with an explicit large tiling (`None`: the automatic choice).
+pub(crate) fn matmul_with(
+    backend: &WgpuBackend,
+    lhs: &TensorArg,
+    rhs: &TensorArg,
+    out: &TensorArg,
+    large: Option<MatmulTiling>,
+) -> Result<()> {
+    let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+    let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
+    if batch * m * n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        return elementwise::fill(backend, out, cartage_core::Scalar::Float(0.0));
+    }
+    let dtype = lhs.dtype;
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        // Accumulate in f32 scratch, then round once into the output.
+        let scratch = backend.scratch(batch * m * n * 4)?;
+        let staged = TensorArg {
+            buffer: scratch.slice(),
+            layout: Layout::contiguous(&[batch, m, n])?,
+            dtype: DType::F32,
+        };
+        let result = matmul_core(backend, lhs, rhs, &staged, large)
+            .and_then(|()| elementwise::cast(backend, &staged, out));
+        backend.free(scratch);
+        return result;
+    }
+    matmul_core(backend, lhs, rhs, out, large)
+}
+
+fn matmul_core(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg, large: Option<MatmulTiling>) -> Result<()> {
+    let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+    let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
+    let (ls, rs, os) = (lhs.layout.strides(), rhs.layout.strides(), out.layout.strides());
+    let a = bind_operand(&backend.ctx, &backend.table, lhs, "matmul", None)?;
+    let b = bind_operand(&backend.ctx, &backend.table, rhs, "matmul", None)?;
+    let c = bind_operand(&backend.ctx, &backend.table, out, "matmul", None)?;
+    let wide = matches!(lhs.dtype, DType::F32 | DType::F64);
+    let t = if lhs.dtype == DType::F64 { "f64" } else { "f32" };
+    let bytes = if t == "f64" { 8 } else { 4 };
+    let a_mode = if wide && ls[2] == 1 && k % 4 == 0 && a.element_offset % 4 == 0 && ls[1] % 4 == 0 && ls[0] % 4 == 0 {
+        Mode::Vec4
+    } else if ls[2] == 1 || m == 1 {
+        Mode::ScalarInnerFast
+    } else {
+        Mode::ScalarOuterFast
+    };
+    let b_mode = if wide && rs[2] == 1 && n % 4 == 0 && b.element_offset % 4 == 0 && rs[1] % 4 == 0 && rs[0] % 4 == 0 {
+        Mode::Vec4
+    } else if rs[2] == 1 || k == 1 {
+        Mode::ScalarInnerFast
+    } else {
+        Mode::ScalarOuterFast
+    };
+    let c_vec4 = n % 4 == 0 && c.element_offset % 4 == 0 && os[1] % 4 == 0 && os[0] % 4 == 0;
+    let large = large.unwrap_or_else(|| MatmulTiling::for_adapter(&backend.ctx.info, &backend.ctx.limits));
+    let tiling = choose(backend, large, batch, m, n, bytes);
+    let plan = Plan {
+        tiling,
+        a: a_mode,
+        b: b_mode,
+        c_vec4,
+        t,
+    };
+    let key = format!(
+        "matmul:{}|{tiling}|{}{}{}",
+        lhs.dtype,
+        tag(a_mode),
+        tag(b_mode),
+        if c_vec4 { "v" } else { "s" }
+    );
+    let pipeline = backend.pipelines.get(&backend.ctx, &key, 3, || source(&plan, lhs.dtype))?;
+    let windows: [Window; 3] = [a.window, b.window, c.window];
+    let max_dim = backend.ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let (gx, gy) = (n.div_ceil(tiling.bn as usize), m.div_ceil(tiling.bm as usize));
+    if gx > max_dim || gy > max_dim {
+        return Err(Error::invalid(
+            "matmul",
+            format!("a {m}x{n} output needs {gy}x{gx} tiles, more than the adapter's {max_dim} workgroups per dimension"),
+        ));
+    }
+    let mut first = 0usize;
+    while first < batch {
+        let count = (batch - first).min(max_dim);
+        let mut params = ParamBlock::default();
+        params.put_sizes(0, &[m, n, k, first], "matmul size")?;
+        params.put_sizes(4, &[a.element_offset as usize, b.element_offset as usize, c.element_offset as usize], "offset")?;
+        params.put_sizes(8, &[ls[0], ls[1], ls[2]], "stride")?;
+        params.put_sizes(12, &[rs[0], rs[1], rs[2]], "stride")?;
+        params.put_sizes(16, &[os[0], os[1]], "stride")?;
+        backend.record(&pipeline, &windows, &params, [gx as u32, gy as u32, count as u32])?;
+        first += count;
+    }
+    Ok(())
+}
+
+impl WgpuBackend {
+    /// The large matmul tiling in use.
+    pub fn matmul_tiling(&self) -> MatmulTiling {
+        *self
+            .tiling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| MatmulTiling::for_adapter(&self.ctx.info, &self.ctx.limits))
+    }
+
+    /// Time every candidate tiling on an f32 `size`³ product (median of `reps`, device clock
+    /// where the adapter has timestamps) and keep the fastest for this device. Returns each
+    /// candidate with its time, fastest first.
+    pub fn tune_matmul(&self, size: usize, reps: usize) -> Result<Vec<(MatmulTiling, Duration)>> {
+        let bytes = size * size * 4;
+        let mut allocs = Vec::new();
+        let mut args = Vec::new();
+        for _ in 0..3 {
+            let alloc = self.alloc(bytes, std::panic::Location::caller())?;
+            args.push(TensorArg {
+                buffer: alloc.slice(),
+                layout: Layout::contiguous(&[1, size, size])?,
+                dtype: DType::F32,
+            });
+            allocs.push(alloc);
+        }
+        let fill = |arg: &TensorArg, seed| {
+            self.launch(&Kernel::Random {
+                out: arg.clone(),
+                distribution: cartage_core::Distribution::Uniform { low: -1.0, high: 1.0 },
+                seed,
+                offset: 0,
+            })
+        };
+        fill(&args[0], 1)?;
+        fill(&args[1], 2)?;
+        let mut results = Vec::new();
+        for tiling in MatmulTiling::CANDIDATES {
+            if !tiling.fits(&self.ctx.limits, 4) {
+                continue;
+            }
+            let mut times = Vec::with_capacity(reps);
+            for rep in 0..=reps {
+                let start = self.record_event()?;
+                matmul_core(self, &args[0], &args[1], &args[2], Some(tiling))?;
+                let end = self.record_event()?;
+                let elapsed = self.elapsed(&start, &end)?;
+                if rep > 0 {
+                    times.push(elapsed);
+                }
+            }
+            times.sort();
+            results.push((tiling, times[times.len() / 2]));
+        }
+        for alloc in allocs {
+            self.free(alloc);
+        }
+        results.sort_by_key(|r| r.1);
+        if let Some(&(best, time)) = results.first() {
+            tracing::info!(device = %self.ctx.cartage_device, %best, ?time, "matmul tiling tuned");
+            *self.tiling.lock().unwrap_or_else(|p| p.into_inner()) = Some(best);
+        }
+        Ok(results)
+    }
+
+    /// Run one product with the large tiling `tiling` (for benchmarks comparing tilings).
+    pub fn matmul_with_tiling(&self, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg, tiling: MatmulTiling) -> Result<()> {
+        let kernel = Kernel::Matmul {
+            lhs: lhs.clone(),
+            rhs: rhs.clone(),
+            out: out.clone(),
+        };
+        kernel.check_bounds()?;
+        self.check_supported(&kernel)?;
+        crate::validate::check(&kernel)?;
+        matmul_with(self, lhs, rhs, out, Some(tiling))
+    }
 }

@@ -1,0 +1,118 @@
+// Tiled batched matrix product C[b] = A[b] × B[b] with A [M, K], B [K, N] at any strides and C
+// contiguous. A workgroup computes a BM × BN tile of C with (BM/TM) × (BN/TN) invocations, each
+// owning a TM × TN register block (rows and columns in groups of four, spread over the tile so
+// that shared-memory reads and global stores are contiguous across neighbouring invocations).
+// K advances BK at a time through workgroup memory (A transposed, B as is), and the next
+// K-tile is fetched into registers while the current one is multiplied (double buffering).
+// Fast path: K-contiguous A and N-contiguous B are read four elements at a time (vec4).
+
+{{PRELUDE}}
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    batch_base: u32,
+    a_off: u32,
+    b_off: u32,
+    c_off: u32,
+    pad0: u32,
+    a_sb: u32,
+    a_sm: u32,
+    a_sk: u32,
+    pad1: u32,
+    b_sb: u32,
+    b_sk: u32,
+    b_sn: u32,
+    pad2: u32,
+    c_sb: u32,
+    c_sm: u32,
+    pad3: u32,
+    pad4: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+
+{{BINDINGS}}
+
+{{ACCESSORS}}
+
+const BM: u32 = {{BM}}u;
+const BN: u32 = {{BN}}u;
+const BK: u32 = {{BK}}u;
+const TM: u32 = {{TM}}u;
+const TN: u32 = {{TN}}u;
+const WX: u32 = BN / TN;
+const WY: u32 = BM / TM;
+const THREADS: u32 = WX * WY;
+const LA: u32 = {{LA}}u;
+const LB: u32 = {{LB}}u;
+
+var<workgroup> As: array<vec4<{{T}}>, BK * BM / 4u>;
+var<workgroup> Bs: array<vec4<{{T}}>, BK * BN / 4u>;
+var<private> ra: array<{{RA}}, LA>;
+var<private> rb: array<{{RB}}, LB>;
+
+// Global memory -> registers for the K-tile starting at k0.
+fn fetch(k0: u32, a_base: u32, b_base: u32, row0: u32, col0: u32, lid: u32) {
+    {{FETCH}}
+}
+
+// Registers -> workgroup memory.
+fn deposit(lid: u32) {
+    {{DEPOSIT}}
+}
+
+@compute @workgroup_size({{THREADS}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let batch = wid.z + P.batch_base;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+    let tx = lid % WX;
+    let ty = lid / WX;
+    let a_base = P.a_off + batch * P.a_sb;
+    let b_base = P.b_off + batch * P.b_sb;
+    var acc: array<vec4<{{T}}>, TM * TN / 4u>;
+    fetch(0u, a_base, b_base, row0, col0, lid);
+    deposit(lid);
+    workgroupBarrier();
+    for (var k0 = 0u; k0 < P.k; k0 = k0 + BK) {
+        let next = k0 + BK < P.k;
+        if next {
+            fetch(k0 + BK, a_base, b_base, row0, col0, lid);
+        }
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            var a: array<vec4<{{T}}>, TM / 4u>;
+            var b: array<vec4<{{T}}>, TN / 4u>;
+            for (var i = 0u; i < TM / 4u; i = i + 1u) {
+                a[i] = As[kk * (BM / 4u) + i * WY + ty];
+            }
+            for (var j = 0u; j < TN / 4u; j = j + 1u) {
+                b[j] = Bs[kk * (BN / 4u) + j * WX + tx];
+            }
+            for (var i = 0u; i < TM; i = i + 1u) {
+                let av = vec4<{{T}}>(a[i / 4u][i % 4u]);
+                for (var j = 0u; j < TN / 4u; j = j + 1u) {
+                    acc[i * (TN / 4u) + j] = fma(av, b[j], acc[i * (TN / 4u) + j]);
+                }
+            }
+        }
+        workgroupBarrier();
+        if next {
+            deposit(lid);
+            workgroupBarrier();
+        }
+    }
+    let c_base = P.c_off + batch * P.c_sb;
+    for (var i = 0u; i < TM; i = i + 1u) {
+        let r = row0 + (i / 4u) * (WY * 4u) + ty * 4u + (i % 4u);
+        if r >= P.m {
+            continue;
+        }
+        for (var j = 0u; j < TN / 4u; j = j + 1u) {
+            let c = col0 + j * (WX * 4u) + tx * 4u;
+            let v = acc[i * (TN / 4u) + j];
+            {{STORE}}
+        }
+    }
+}
