@@ -85,6 +85,7 @@ struct LimitGuard(Device);
 
 impl LimitGuard {
     fn set(device: &Device, headroom: usize) -> Self {
+        cartage::empty_cache(device).unwrap(); // cached free blocks would count as available
         let b = backend(device).unwrap();
         b.allocator()
             .set_limit(Some(b.memory_stats().reserved_bytes + headroom));
