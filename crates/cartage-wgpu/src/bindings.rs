@@ -47,8 +47,9 @@ pub(crate) fn align_up(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
 }
 
-/// The window to bind for `arg` on `op`. `bytes_from`/`bytes_to` restrict it to a sub-range of
-/// the operand's reachable bytes (relative to the segment); `None` binds all of them.
+/// The window to bind for `arg` on `op`. `range` restricts it to a byte range of the segment
+/// (a chunk of a contiguous operand); then `element_offset` counts from the range's first byte,
+/// otherwise from the view's first element.
 pub(crate) fn bind_operand(
     ctx: &GpuContext,
     table: &SegmentTable,
@@ -66,6 +67,10 @@ pub(crate) fn bind_operand(
     let seg_size = buffer.size();
     let es = arg.dtype.size_in_bytes() as u64;
     let view_start = arg.byte_offset() as u64;
+    let (lo, hi) = range.unwrap_or_else(|| {
+        let extent = arg.layout.extent() as u64;
+        (view_start, arg.buffer.offset as u64 + extent * es)
+    });
     let max = ctx.max_binding();
     let window = if seg_size <= max {
         Window {
@@ -74,11 +79,7 @@ pub(crate) fn bind_operand(
             size: seg_size,
         }
     } else {
-        let (lo, hi) = range.unwrap_or_else(|| {
-            let extent = arg.layout.extent() as u64;
-            (view_start, arg.buffer.offset as u64 + extent * es)
-        });
-        let start = align_down(lo.min(view_start), ctx.binding_alignment());
+        let start = align_down(lo, ctx.binding_alignment());
         let end = align_up(hi.max(start + 4), 16).min(seg_size);
         if end - start > max {
             return Err(binding_limit_error(ctx, arg, op, end - start));
@@ -91,7 +92,7 @@ pub(crate) fn bind_operand(
     };
     Ok(Bound {
         window,
-        element_offset: (view_start - window.offset) / es,
+        element_offset: (lo - window.offset) / es,
     })
 }
 

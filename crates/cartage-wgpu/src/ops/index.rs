@@ -4,6 +4,10 @@
 //! included). Each launch takes a slot of a small flags buffer; a bad index sets the slot, and
 //! the next synchronisation (`synchronize`, `read`) reads the used slots back and returns the
 //! first error as [`Error::IndexOutOfRange`] with op, index, dimension, size and device.
+//! Errors belong to the thread that launched the op: a synchronisation on another thread keeps
+//! them for the launching thread's next synchronisation.
+
+use std::thread::ThreadId;
 
 use cartage_core::{BufferSlice, DType, Error, Result, SegmentHandle, TensorArg};
 
@@ -24,6 +28,7 @@ struct PendingCheck {
     op: &'static str,
     dim: usize,
     size: usize,
+    thread: ThreadId,
 }
 
 /// The flags buffer and the checks recorded since the last synchronisation.
@@ -31,6 +36,7 @@ pub(crate) struct IndexChecks {
     buffer: wgpu::Buffer,
     id: u64,
     pending: Vec<PendingCheck>,
+    found: Vec<(ThreadId, Error)>,
 }
 
 impl IndexChecks {
@@ -47,11 +53,22 @@ impl IndexChecks {
             buffer,
             id,
             pending: Vec::new(),
+            found: Vec::new(),
         }
     }
 
-    /// Read back the slots used since the last check; the first bad index as an error.
+    /// Read back the slots used since the last check; the first bad index of an op this thread
+    /// launched as an error (others are kept for their threads).
     pub fn check(&mut self, backend: &WgpuBackend) -> Result<()> {
+        self.collect(backend)?;
+        let me = std::thread::current().id();
+        match self.found.iter().position(|(thread, _)| *thread == me) {
+            Some(i) => Err(self.found.remove(i).1),
+            None => Ok(()),
+        }
+    }
+
+    fn collect(&mut self, backend: &WgpuBackend) -> Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -67,33 +84,37 @@ impl IndexChecks {
         let pending = std::mem::take(&mut self.pending);
         for (slot, check) in pending.iter().enumerate() {
             let word = |k: usize| u32::from_le_bytes(bytes[slot * 16 + 4 * k..slot * 16 + 4 * k + 4].try_into().unwrap_or([0; 4]));
-            if word(0) != 0 {
+            if word(0) != 0 && !self.found.iter().any(|(thread, _)| *thread == check.thread) {
                 let index = (u64::from(word(2)) << 32 | u64::from(word(1))) as i64;
-                return Err(Error::IndexOutOfRange {
+                let error = Error::IndexOutOfRange {
                     op: check.op,
                     index,
                     dim: check.dim,
                     size: check.size,
                     device: backend.ctx.cartage_device,
-                });
+                };
+                self.found.push((check.thread, error));
             }
         }
         Ok(())
     }
 }
 
-fn reserve(backend: &WgpuBackend, op: &'static str, dim: usize, size: usize) -> Result<(u32, Window)> {
-    let mut checks = backend.index_checks.lock().unwrap_or_else(|p| p.into_inner());
-    if checks.pending.len() == SLOTS {
-        checks.check(backend)?;
+impl IndexChecks {
+    /// A slot for an op launched now by this thread, and the window of the flags buffer.
+    fn reserve(&mut self, backend: &WgpuBackend, op: &'static str, dim: usize, size: usize) -> Result<(u32, Window)> {
+        if self.pending.len() == SLOTS {
+            self.collect(backend)?;
+        }
+        let thread = std::thread::current().id();
+        self.pending.push(PendingCheck { op, dim, size, thread });
+        let window = Window {
+            segment: self.id,
+            offset: 0,
+            size: self.buffer.size(),
+        };
+        Ok(((self.pending.len() - 1) as u32, window))
     }
-    checks.pending.push(PendingCheck { op, dim, size });
-    let window = Window {
-        segment: checks.id,
-        offset: 0,
-        size: checks.buffer.size(),
-    };
-    Ok(((checks.pending.len() - 1) as u32, window))
 }
 
 fn zero(dtype: DType) -> &'static str {
@@ -165,7 +186,10 @@ fn launch_indexed(
     let dim_stride = input_strides[dim];
     input_strides[dim] = 0;
     let geometry = coalesce(out.layout.shape(), &[out.layout.strides(), &input_strides, &index_strides]);
-    let (slot, window) = reserve(backend, op, dim, size)?;
+    // The slot is reserved and the op recorded under one lock, so that no check on another
+    // thread can read the slot before the op that may set it is recorded.
+    let mut checks = backend.index_checks.lock().unwrap_or_else(|p| p.into_inner());
+    let (slot, window) = checks.reserve(backend, op, dim, size)?;
     let mut kernel = MapKernel::new(op, out, vec![input, index], body(out.dtype, index.dtype));
     kernel.geometry = Some(geometry);
     kernel.extra[0] = crate::ops::geometry::word(dim_stride, "stride")?;
@@ -173,7 +197,9 @@ fn launch_indexed(
     kernel.extra[2] = slot;
     kernel.extra_windows = vec![window];
     kernel.extra_bindings = wgsl::binding(4, "flags", "atomic<u32>");
-    launch(backend, &kernel)
+    let result = launch(backend, &kernel);
+    drop(checks);
+    result
 }
 
 /// torch.gather along `dim`.

@@ -146,11 +146,7 @@ fn launch_chunked(backend: &WgpuBackend, kernel: &MapKernel<'_>, access: &[Acces
                 _ => (first + start as u64 * es, first + (start + len) as u64 * es),
             };
             let bound = bind_operand(&backend.ctx, &backend.table, arg, &kernel.name, Some((lo, hi)))?;
-            let chunk_offset = match acc {
-                Access::Broadcast => bound.element_offset,
-                _ => bound.element_offset + start as u64,
-            };
-            offsets.push(chunk_offset);
+            offsets.push(bound.element_offset);
             windows.push(bound.window);
         }
         let geometry = Geometry {

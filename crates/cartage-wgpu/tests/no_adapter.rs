@@ -1,0 +1,22 @@
+//! Without a Vulkan driver the backend reports zero adapters and a typed error, never a panic.
+//! (Its own test binary: the driver list is read once per process.)
+
+use cartage_core::{Device, Error};
+
+#[test]
+fn no_driver_means_zero_devices_and_backend_unavailable() {
+    // SAFETY: this test binary has one test and sets the variables before any thread or wgpu
+    // instance exists.
+    unsafe {
+        std::env::set_var("VK_ICD_FILENAMES", "/nonexistent/icd.json");
+        std::env::set_var("VK_DRIVER_FILES", "/nonexistent/icd.json");
+    }
+    assert_eq!(cartage_wgpu::device_count().unwrap(), 0);
+    match cartage_wgpu::open(0) {
+        Err(Error::BackendUnavailable { device, reason }) => {
+            assert_eq!(device, Device::wgpu(0));
+            assert!(reason.contains("Vulkan") || reason.contains("adapter"), "{reason}");
+        }
+        other => panic!("expected BackendUnavailable, got {:?}", other.map(|b| b.device())),
+    }
+}
