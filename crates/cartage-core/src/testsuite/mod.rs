@@ -51,6 +51,9 @@ macro_rules! conformance_tests {
     ($name:ident, $open:expr) => {
         #[allow(missing_docs)]
         mod $name {
+            // The caller's items (a local `open` function, say) stay reachable from `$open`.
+            #[allow(unused_imports)]
+            use super::*;
             use $crate::testsuite as suite;
             const SUITE: &str = stringify!($name);
 
