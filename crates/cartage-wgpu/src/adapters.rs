@@ -13,7 +13,7 @@ use wgpu::{Adapter, Backends, DeviceType, Instance, InstanceDescriptor, Instance
 /// The process-wide instance and its sorted adapters.
 pub(crate) struct Adapters {
     /// The instance the adapters came from (kept alive with them).
-    pub instance: Instance,
+    _instance: Instance,
     /// Adapters in cartage's documented order.
     pub list: Vec<Adapter>,
 }
@@ -43,7 +43,10 @@ fn enumerate() -> Option<Adapters> {
             let info = a.get_info();
             (kind_rank(info.device_type), info.name, info.device_pci_bus_id)
         });
-        Adapters { instance, list }
+        Adapters {
+            _instance: instance,
+            list,
+        }
     });
     match found {
         Ok(adapters) => Some(adapters),

@@ -116,7 +116,10 @@ impl WgpuBackend {
             .iter()
             .map(|w| {
                 self.table.get(w.segment).ok_or_else(|| {
-                    Error::invalid("launch", format!("segment {} is not held by {}", w.segment, self.ctx.cartage_device))
+                    Error::invalid(
+                        "launch",
+                        format!("segment {} is not held by {}", w.segment, self.ctx.cartage_device),
+                    )
                 })
             })
             .collect::<Result<_>>()?;
@@ -172,7 +175,12 @@ impl WgpuBackend {
         if (slice.offset + slice.len) as u64 > buffer.size() {
             return Err(Error::invalid(
                 op,
-                format!("bytes {}..{} lie outside a segment of {} bytes", slice.offset, slice.offset + slice.len, buffer.size()),
+                format!(
+                    "bytes {}..{} lie outside a segment of {} bytes",
+                    slice.offset,
+                    slice.offset + slice.len,
+                    buffer.size()
+                ),
             ));
         }
         Ok(())
@@ -235,7 +243,10 @@ impl WgpuBackend {
         let lo = start / 4 * 4;
         let hi = (start + dst.len() as u64).div_ceil(4) * 4;
         if hi > buffer.size() {
-            return Err(Error::invalid(op, format!("bytes {start}..{hi} lie outside a segment of {} bytes", buffer.size())));
+            return Err(Error::invalid(
+                op,
+                format!("bytes {start}..{hi} lie outside a segment of {} bytes", buffer.size()),
+            ));
         }
         let staging = self.staging.take(&self.ctx, hi - lo).map_err(|e| match e {
             cartage_core::SegmentError::Failed(e) => e,
@@ -314,7 +325,9 @@ impl Backend for WgpuBackend {
         let (lo4, hi4) = (start.div_ceil(4) * 4, end / 4 * 4);
         if lo4 < hi4 {
             let from = (lo4 - start) as usize;
-            self.ctx.queue.write_buffer(&buffer, lo4, &src[from..from + (hi4 - lo4) as usize]);
+            self.ctx
+                .queue
+                .write_buffer(&buffer, lo4, &src[from..from + (hi4 - lo4) as usize]);
         }
         // Bytes outside whole words are patched by a small kernel (never racing neighbours).
         let mut edges: Vec<(u64, u32, u32)> = Vec::new();
@@ -357,7 +370,7 @@ impl Backend for WgpuBackend {
         let to = self.buffer(&dst, "copy_within")?;
         Self::check_range(&BufferSlice { len: n, ..src }, &from, "copy_within")?;
         Self::check_range(&BufferSlice { len: n, ..dst }, &to, "copy_within")?;
-        let aligned = src.offset % 4 == 0 && dst.offset % 4 == 0 && n % 4 == 0;
+        let aligned = src.offset.is_multiple_of(4) && dst.offset.is_multiple_of(4) && n.is_multiple_of(4);
         if aligned && src.segment.id != dst.segment.id {
             self.lock_recorder()
                 .copy(&self.ctx, &from, src.offset as u64, &to, dst.offset as u64, n as u64);
@@ -408,13 +421,22 @@ impl Backend for WgpuBackend {
 
     fn elapsed(&self, start: &Event, end: &Event) -> Result<Duration> {
         let (Some(a), Some(b)) = (start.downcast_ref::<WgpuEvent>(), end.downcast_ref::<WgpuEvent>()) else {
-            return Err(Error::invalid("elapsed", "the events were not recorded by a wgpu device"));
+            return Err(Error::invalid(
+                "elapsed",
+                "the events were not recorded by a wgpu device",
+            ));
         };
         match (a, b) {
             (WgpuEvent::Host(a), WgpuEvent::Host(b)) => Ok(b.saturating_duration_since(*a)),
             (
-                WgpuEvent::Timestamp { query_set: qa, device: da },
-                WgpuEvent::Timestamp { query_set: qb, device: db },
+                WgpuEvent::Timestamp {
+                    query_set: qa,
+                    device: da,
+                },
+                WgpuEvent::Timestamp {
+                    query_set: qb,
+                    device: db,
+                },
             ) if *da == self.ctx.cartage_device && *db == self.ctx.cartage_device => {
                 let (t0, t1) = self.read_timestamps(qa, qb)?;
                 Ok(span(t0, t1, self.ctx.queue.get_timestamp_period()))

@@ -132,7 +132,11 @@ const CACHE_LIMIT: usize = 16384;
 
 impl BindGroupCache {
     /// The bind group for `key`, created with `create` on a miss.
-    pub fn get_or_create(&self, key: BindKey, create: impl FnOnce(&BindKey) -> Result<wgpu::BindGroup>) -> Result<wgpu::BindGroup> {
+    pub fn get_or_create(
+        &self,
+        key: BindKey,
+        create: impl FnOnce(&BindKey) -> Result<wgpu::BindGroup>,
+    ) -> Result<wgpu::BindGroup> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(group) = map.get(&key) {
             return Ok(group.clone());
@@ -149,10 +153,5 @@ impl BindGroupCache {
     pub fn forget_segment(&self, id: u64) {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|key, _| key.windows.iter().all(|w| w.segment != id));
-    }
-
-    /// Drop everything.
-    pub fn clear(&self) {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }

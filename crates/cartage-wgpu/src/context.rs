@@ -119,7 +119,11 @@ impl GpuContext {
         usage: wgpu::BufferUsages,
     ) -> std::result::Result<wgpu::Buffer, SegmentError> {
         if size > self.limits.max_buffer_size {
-            tracing::warn!(size, max = self.limits.max_buffer_size, "buffer larger than the adapter's max_buffer_size");
+            tracing::warn!(
+                size,
+                max = self.limits.max_buffer_size,
+                "buffer larger than the adapter's max_buffer_size"
+            );
             return Err(SegmentError::OutOfMemory);
         }
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -144,12 +148,6 @@ impl GpuContext {
             }));
         }
         Ok(buffer)
-    }
-
-    /// Submit `commands` and wait until the queue is idle.
-    pub fn submit_and_wait(&self, commands: Option<wgpu::CommandBuffer>, op: &'static str) -> Result<()> {
-        let index = self.queue.submit(commands);
-        self.wait_for(Some(index), op)
     }
 
     /// Wait for submission `index` (or everything submitted so far).

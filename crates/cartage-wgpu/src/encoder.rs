@@ -66,11 +66,6 @@ impl Recorder {
         (self.dispatches, self.submits)
     }
 
-    /// True when nothing is recorded.
-    pub fn is_empty(&self) -> bool {
-        self.encoder.is_none()
-    }
-
     fn encoder(&mut self, ctx: &GpuContext) -> &mut wgpu::CommandEncoder {
         self.encoder.get_or_insert_with(|| {
             ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
@@ -118,9 +113,18 @@ impl Recorder {
     }
 
     /// Record a buffer-to-buffer copy (offsets and size multiples of 4, distinct buffers).
-    pub fn copy(&mut self, ctx: &GpuContext, src: &wgpu::Buffer, src_offset: u64, dst: &wgpu::Buffer, dst_offset: u64, size: u64) {
+    pub fn copy(
+        &mut self,
+        ctx: &GpuContext,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) {
         self.end_pass();
-        self.encoder(ctx).copy_buffer_to_buffer(src, src_offset, dst, dst_offset, size);
+        self.encoder(ctx)
+            .copy_buffer_to_buffer(src, src_offset, dst, dst_offset, size);
     }
 
     /// Record a timestamp into `query_set[index]` after all work recorded so far.
@@ -144,9 +148,17 @@ impl Recorder {
     }
 
     /// Record the resolution of `count` queries into `destination` at `offset`.
-    pub fn resolve(&mut self, ctx: &GpuContext, query_set: &wgpu::QuerySet, count: u32, destination: &wgpu::Buffer, offset: u64) {
+    pub fn resolve(
+        &mut self,
+        ctx: &GpuContext,
+        query_set: &wgpu::QuerySet,
+        count: u32,
+        destination: &wgpu::Buffer,
+        offset: u64,
+    ) {
         self.end_pass();
-        self.encoder(ctx).resolve_query_set(query_set, 0..count, destination, offset);
+        self.encoder(ctx)
+            .resolve_query_set(query_set, 0..count, destination, offset);
     }
 
     /// Submit the batch (parameters first); the submission index, or `None` when empty.

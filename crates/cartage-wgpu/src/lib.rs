@@ -50,7 +50,10 @@ pub fn open(ordinal: usize) -> Result<Arc<dyn Backend>> {
 /// [`open`], returning the concrete backend (for the wgpu-specific methods).
 pub fn open_wgpu(ordinal: usize) -> Result<Arc<WgpuBackend>> {
     let device = Device::wgpu(ordinal);
-    let mut opened = OPENED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut opened = OPENED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(backend) = opened.get(&ordinal) {
         return Ok(Arc::clone(backend));
     }

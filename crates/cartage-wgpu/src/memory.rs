@@ -34,17 +34,15 @@ impl SegmentTable {
     /// Register a buffer under a fresh id (segments, and internal buffers kernels bind).
     pub fn insert(&self, buffer: wgpu::Buffer) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        self.buffers.write().unwrap_or_else(|p| p.into_inner()).insert(id, buffer);
+        self.buffers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, buffer);
         id
     }
 
     fn remove(&self, id: u64) -> Option<wgpu::Buffer> {
         self.buffers.write().unwrap_or_else(|p| p.into_inner()).remove(&id)
-    }
-
-    /// Number of live segments.
-    pub fn len(&self) -> usize {
-        self.buffers.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -95,6 +93,8 @@ impl SegmentSource for BufferSource {
 /// The allocator configuration for `ctx`: blocks rounded to the storage-offset alignment.
 pub(crate) fn allocator_config(ctx: &GpuContext) -> AllocatorConfig {
     let defaults = AllocatorConfig::default();
-    let round = (ctx.binding_alignment() as usize).max(defaults.round).next_power_of_two();
+    let round = (ctx.binding_alignment() as usize)
+        .max(defaults.round)
+        .next_power_of_two();
     AllocatorConfig { round, ..defaults }
 }

@@ -121,7 +121,10 @@ impl PipelineCache {
             // it is given (which `Kernel::check_bounds` and the binding windows make consistent)
             // and has loops bounded by uniform counts, so dropping wgpu's own bounds checks and
             // loop bounding does not allow out-of-bounds access. CARTAGE_WGPU_CHECKED=1 restores them.
-            unsafe { ctx.device.create_shader_module_trusted(descriptor, wgpu::ShaderRuntimeChecks::unchecked()) }
+            unsafe {
+                ctx.device
+                    .create_shader_module_trusted(descriptor, wgpu::ShaderRuntimeChecks::unchecked())
+            }
         };
         let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key),

@@ -5,8 +5,8 @@
 //! [`POOL_BYTES`] of them, larger ones are dropped after use.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
 use std::sync::Mutex;
+use std::sync::mpsc;
 
 use cartage_core::{Error, Result};
 
@@ -74,11 +74,11 @@ pub(crate) fn map_and_copy(
         let _ = sender.send(result);
     });
     ctx.wait_for(submission, "read")?;
-    let mapped = receiver
+    receiver
         .recv()
         .map_err(|_| driver(ctx, "the map callback never ran"))?
         .map_err(|e| driver(ctx, &format!("mapping the staging buffer failed: {e}")))?;
-    let _: () = mapped;
+    let _: () = ();
     {
         let view = slice
             .get_mapped_range()

@@ -72,7 +72,12 @@ fn same_shape(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
     if a.layout.shape() == b.layout.shape() {
         return Ok(());
     }
-    Err(mismatch(op, a, b, "a kernel's operands have the output's shape (broadcast before launch)"))
+    Err(mismatch(
+        op,
+        a,
+        b,
+        "a kernel's operands have the output's shape (broadcast before launch)",
+    ))
 }
 
 fn same_dtype(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
@@ -81,7 +86,10 @@ fn same_dtype(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
     }
     Err(Error::invalid(
         op,
-        format!("operands of dtypes {} and {} in one kernel; they must match", a.dtype, b.dtype),
+        format!(
+            "operands of dtypes {} and {} in one kernel; they must match",
+            a.dtype, b.dtype
+        ),
     ))
 }
 
@@ -125,13 +133,18 @@ fn reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) -> R
     let name = op.name();
     let rank = input.layout.rank();
     if dims.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(Error::invalid(name, format!("dims {dims:?} must be sorted and distinct")));
+        return Err(Error::invalid(
+            name,
+            format!("dims {dims:?} must be sorted and distinct"),
+        ));
     }
     for &d in dims {
         dim_in_range(name, d, rank)?;
     }
     let shape = input.layout.shape();
-    let expected: Vec<usize> = (0..rank).map(|d| if dims.contains(&d) { 1 } else { shape[d] }).collect();
+    let expected: Vec<usize> = (0..rank)
+        .map(|d| if dims.contains(&d) { 1 } else { shape[d] })
+        .collect();
     if out.layout.shape() != expected.as_slice() {
         return Err(mismatch(
             name,
@@ -163,7 +176,12 @@ fn reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) -> R
 fn matmul(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
     let (l, r, o) = (lhs.layout.shape(), rhs.layout.shape(), out.layout.shape());
     if l.len() != 3 || r.len() != 3 || o.len() != 3 {
-        return Err(mismatch("matmul", lhs, rhs, "the matmul kernel takes rank-3 operands [B, M, K] × [B, K, N]"));
+        return Err(mismatch(
+            "matmul",
+            lhs,
+            rhs,
+            "the matmul kernel takes rank-3 operands [B, M, K] × [B, K, N]",
+        ));
     }
     if l[0] != r[0] || l[2] != r[1] || o != [l[0], l[1], r[2]] {
         return Err(mismatch(
@@ -216,7 +234,12 @@ fn index_select(input: &TensorArg, index: &TensorArg, dim: usize, out: &TensorAr
     dim_in_range("index_select", dim, rank)?;
     same_dtype("index_select", input, out)?;
     if index.layout.rank() != 1 {
-        return Err(mismatch("index_select", input, index, "the index must be one-dimensional"));
+        return Err(mismatch(
+            "index_select",
+            input,
+            index,
+            "the index must be one-dimensional",
+        ));
     }
     let mut expected = input.layout.shape().to_vec();
     expected[dim] = index.layout.shape()[0];

@@ -5,17 +5,20 @@
 
 mod common;
 
-use cartage_core::{
-    Backend, BinaryOp, DType, Device, Error, Kernel, Layout, Op, ReduceOp, Scalar, TensorArg, UnaryOp,
-};
+use cartage_core::{Backend, BinaryOp, DType, Device, Error, Kernel, Layout, Op, ReduceOp, Scalar, TensorArg, UnaryOp};
 use common::{backend, download, empty, upload};
 
 #[test]
 fn opening_twice_gives_the_same_device_and_bad_ordinals_are_typed() {
-    let Some(b) = backend("opening_twice_gives_the_same_device") else { return };
+    let Some(b) = backend("opening_twice_gives_the_same_device") else {
+        return;
+    };
     let again = cartage_wgpu::open(0).unwrap();
     assert_eq!(again.device(), Device::wgpu(0));
-    assert!(std::ptr::addr_eq(std::sync::Arc::as_ptr(&again), std::sync::Arc::as_ptr(&b)));
+    assert!(std::ptr::addr_eq(
+        std::sync::Arc::as_ptr(&again),
+        std::sync::Arc::as_ptr(&b)
+    ));
     let count = cartage_wgpu::device_count().unwrap();
     assert!(count >= 1);
     match cartage_wgpu::open(count) {
@@ -32,7 +35,9 @@ fn opening_twice_gives_the_same_device_and_bad_ordinals_are_typed() {
 
 #[test]
 fn device_exhaustion_is_a_typed_out_of_memory() {
-    let Some(b) = backend("device_exhaustion_is_a_typed_out_of_memory") else { return };
+    let Some(b) = backend("device_exhaustion_is_a_typed_out_of_memory") else {
+        return;
+    };
     let too_big = (b.limits().max_buffer_size as usize).saturating_mul(4);
     match b.alloc(too_big, std::panic::Location::caller()) {
         Err(Error::OutOfMemory(report)) => {
@@ -50,7 +55,9 @@ fn device_exhaustion_is_a_typed_out_of_memory() {
 
 #[test]
 fn bad_indices_are_index_errors_at_the_next_sync() {
-    let Some(b) = backend("bad_indices_are_index_errors_at_the_next_sync") else { return };
+    let Some(b) = backend("bad_indices_are_index_errors_at_the_next_sync") else {
+        return;
+    };
     let (_x, input) = upload(&b, &[10.0f32, 20.0, 30.0, 40.0, 50.0, 60.0], &[2, 3]);
     for (index_values, bad) in [(vec![0i64, 3], 3i64), (vec![-1, 0], -1), (vec![1 << 40, 0], 1 << 40)] {
         let (_i, index) = upload(&b, &index_values, &[2]);
@@ -70,7 +77,10 @@ fn bad_indices_are_index_errors_at_the_next_sync() {
                 size,
                 device,
             }) => {
-                assert_eq!((op, index, dim, size, device), ("index_select", bad, 1, 3, Device::wgpu(0)));
+                assert_eq!(
+                    (op, index, dim, size, device),
+                    ("index_select", bad, 1, 3, Device::wgpu(0))
+                );
             }
             other => panic!("expected IndexOutOfRange for {bad}, got {other:?}"),
         }
@@ -103,9 +113,14 @@ fn bad_indices_are_index_errors_at_the_next_sync() {
 
 #[test]
 fn refused_ops_name_device_dtype_and_op() {
-    let Some(b) = backend("refused_ops_name_device_dtype_and_op") else { return };
+    let Some(b) = backend("refused_ops_name_device_dtype_and_op") else {
+        return;
+    };
     let has_f64 = b.features().contains(wgpu::Features::SHADER_F64);
-    assert_eq!(b.capabilities().supports(Op::Binary(BinaryOp::Add), DType::F64), has_f64);
+    assert_eq!(
+        b.capabilities().supports(Op::Binary(BinaryOp::Add), DType::F64),
+        has_f64
+    );
     let (_x, x) = upload(&b, &[1.0f64, 2.0], &[2]);
     let (_o, out) = empty::<f64>(&b, &[2]);
     let exp = Kernel::Unary {
@@ -114,9 +129,17 @@ fn refused_ops_name_device_dtype_and_op() {
         out: out.clone(),
     };
     match b.launch(&exp) {
-        Err(Error::Unsupported { op, dtype, device, reason }) => {
+        Err(Error::Unsupported {
+            op,
+            dtype,
+            device,
+            reason,
+        }) => {
             assert_eq!((op.as_str(), dtype, device), ("exp", DType::F64, Device::wgpu(0)));
-            assert!(reason.contains("SHADER_F64") || reason.contains("GLSL.std.450"), "{reason}");
+            assert!(
+                reason.contains("SHADER_F64") || reason.contains("GLSL.std.450"),
+                "{reason}"
+            );
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
@@ -141,14 +164,23 @@ fn refused_ops_name_device_dtype_and_op() {
         rhs: i.clone(),
         out: j.clone(),
     };
-    assert!(matches!(b.launch(&sum), Err(Error::Unsupported { dtype: DType::I64, .. })));
-    b.launch(&Kernel::Copy { input: i, out: j.clone() }).unwrap();
+    assert!(matches!(
+        b.launch(&sum),
+        Err(Error::Unsupported { dtype: DType::I64, .. })
+    ));
+    b.launch(&Kernel::Copy {
+        input: i,
+        out: j.clone(),
+    })
+    .unwrap();
     assert_eq!(download::<i64>(&b, &j), vec![5, -7]);
 }
 
 #[test]
 fn a_long_chain_between_syncs_crosses_batches_correctly() {
-    let Some(b) = backend("a_long_chain_between_syncs_crosses_batches_correctly") else { return };
+    let Some(b) = backend("a_long_chain_between_syncs_crosses_batches_correctly") else {
+        return;
+    };
     let n = 1000;
     let (_x, x) = upload(&b, &vec![0.0f32; n], &[n]);
     let (_o, one) = upload(&b, &[1.0f32], &[1]);
@@ -171,16 +203,24 @@ fn a_long_chain_between_syncs_crosses_batches_correctly() {
     // (Other tests may use the device at the same time: their work counts too.)
     assert!(d - dispatches >= steps as u64);
     // 2500 ops go in a few batches, not one submit per op.
-    assert!(s - submits < steps as u64 / 10, "{} submits for {steps} ops", s - submits);
+    assert!(
+        s - submits < steps as u64 / 10,
+        "{} submits for {steps} ops",
+        s - submits
+    );
     assert_eq!(download::<f32>(&b, &x), vec![steps as f32; n]);
 }
 
 #[test]
 fn operands_beyond_one_binding_are_chunked_or_refused_by_name() {
-    let Some(b) = backend("operands_beyond_one_binding") else { return };
+    let Some(b) = backend("operands_beyond_one_binding") else {
+        return;
+    };
     let limit = b.limits().max_storage_buffer_binding_size as usize;
     if limit > (512 << 20) {
-        eprintln!("SKIP wgpu/operands_beyond_one_binding: the binding limit ({limit} bytes) is too large to exceed cheaply");
+        eprintln!(
+            "SKIP wgpu/operands_beyond_one_binding: the binding limit ({limit} bytes) is too large to exceed cheaply"
+        );
         return;
     }
     let n = limit / 4 + 1000;
@@ -188,8 +228,17 @@ fn operands_beyond_one_binding_are_chunked_or_refused_by_name() {
     let (_a, x) = alloc(&[n]);
     let (_b, y) = alloc(&[n]);
     let (_c, z) = alloc(&[n]);
-    b.launch(&Kernel::Arange { out: x.clone(), start: 0.0, step: 1.0 }).unwrap();
-    b.launch(&Kernel::Fill { out: y.clone(), value: Scalar::Float(0.5) }).unwrap();
+    b.launch(&Kernel::Arange {
+        out: x.clone(),
+        start: 0.0,
+        step: 1.0,
+    })
+    .unwrap();
+    b.launch(&Kernel::Fill {
+        out: y.clone(),
+        value: Scalar::Float(0.5),
+    })
+    .unwrap();
     b.launch(&Kernel::Binary {
         op: BinaryOp::Add,
         lhs: x.clone(),
@@ -218,12 +267,18 @@ fn operands_beyond_one_binding_are_chunked_or_refused_by_name() {
 
 #[test]
 fn events_time_device_work() {
-    let Some(b) = backend("events_time_device_work") else { return };
+    let Some(b) = backend("events_time_device_work") else {
+        return;
+    };
     let n = 1 << 20;
     let (_x, x) = empty::<f32>(&b, &[n]);
     let start = b.record_event().unwrap();
     for _ in 0..10 {
-        b.launch(&Kernel::Fill { out: x.clone(), value: Scalar::Float(1.0) }).unwrap();
+        b.launch(&Kernel::Fill {
+            out: x.clone(),
+            value: Scalar::Float(1.0),
+        })
+        .unwrap();
     }
     let end = b.record_event().unwrap();
     let elapsed = b.elapsed(&start, &end).unwrap();
@@ -235,7 +290,9 @@ fn events_time_device_work() {
 
 #[test]
 fn strided_packed_outputs_do_not_race() {
-    let Some(b) = backend("strided_packed_outputs_do_not_race") else { return };
+    let Some(b) = backend("strided_packed_outputs_do_not_race") else {
+        return;
+    };
     // Write a transposed u8 view element by element: neighbours in a word come from different
     // invocations, which must not lose each other's bytes.
     let (rows, cols) = (37, 29);

@@ -9,7 +9,9 @@ use half::{bf16, f16};
 
 #[test]
 fn write_read_round_trip_at_odd_offsets() {
-    let Some(b) = backend("write_read_round_trip_at_odd_offsets") else { return };
+    let Some(b) = backend("write_read_round_trip_at_odd_offsets") else {
+        return;
+    };
     let alloc = b.alloc(64, std::panic::Location::caller()).unwrap();
     let data: Vec<u8> = (1..=64).collect();
     b.write(alloc.slice(), &data).unwrap();
@@ -28,19 +30,45 @@ fn write_read_round_trip_at_odd_offsets() {
 
 #[test]
 fn fill_add_and_packed_outputs() {
-    let Some(b) = backend("fill_add_and_packed_outputs") else { return };
+    let Some(b) = backend("fill_add_and_packed_outputs") else {
+        return;
+    };
     let (_a, x) = upload(&b, &[1.0f32, 2.0, 3.0, 4.0, 5.0], &[5]);
     let (_c, y) = upload(&b, &[10.0f32, 20.0, 30.0, 40.0, 50.0], &[5]);
     let (_o, out) = empty::<f32>(&b, &[5]);
-    b.launch(&Kernel::Binary { op: BinaryOp::Add, lhs: x.clone(), rhs: y, out: out.clone() }).unwrap();
+    b.launch(&Kernel::Binary {
+        op: BinaryOp::Add,
+        lhs: x.clone(),
+        rhs: y,
+        out: out.clone(),
+    })
+    .unwrap();
     assert_eq!(download::<f32>(&b, &out), vec![11.0, 22.0, 33.0, 44.0, 55.0]);
     let (_u, u) = empty::<u8>(&b, &[7]);
-    b.launch(&Kernel::Fill { out: u.clone(), value: Scalar::Int(300) }).unwrap();
+    b.launch(&Kernel::Fill {
+        out: u.clone(),
+        value: Scalar::Int(300),
+    })
+    .unwrap();
     assert_eq!(download::<u8>(&b, &u), vec![44u8; 7]);
     let (_h, h) = empty::<f16>(&b, &[5]);
-    b.launch(&Kernel::Cast { input: x.clone(), out: h.clone() }).unwrap();
-    assert_eq!(download::<f16>(&b, &h), [1.0f32, 2.0, 3.0, 4.0, 5.0].map(f16::from_f32).to_vec());
+    b.launch(&Kernel::Cast {
+        input: x.clone(),
+        out: h.clone(),
+    })
+    .unwrap();
+    assert_eq!(
+        download::<f16>(&b, &h),
+        [1.0f32, 2.0, 3.0, 4.0, 5.0].map(f16::from_f32).to_vec()
+    );
     let (_g, g) = empty::<bf16>(&b, &[5]);
-    b.launch(&Kernel::Cast { input: x, out: g.clone() }).unwrap();
-    assert_eq!(download::<bf16>(&b, &g), [1.0f32, 2.0, 3.0, 4.0, 5.0].map(bf16::from_f32).to_vec());
+    b.launch(&Kernel::Cast {
+        input: x,
+        out: g.clone(),
+    })
+    .unwrap();
+    assert_eq!(
+        download::<bf16>(&b, &g),
+        [1.0f32, 2.0, 3.0, 4.0, 5.0].map(bf16::from_f32).to_vec()
+    );
 }

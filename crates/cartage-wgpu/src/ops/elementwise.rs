@@ -133,7 +133,10 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
 /// Convert dtypes element by element.
 pub(crate) fn cast(backend: &WgpuBackend, input: &TensorArg, out: &TensorArg) -> Result<()> {
     let value = convert(input.dtype, out.dtype, "ld_1(offsets(i).y)");
-    let body = format!("fn compute(i: u32) -> {} {{ return {value}; }}", compute_type(out.dtype));
+    let body = format!(
+        "fn compute(i: u32) -> {} {{ return {value}; }}",
+        compute_type(out.dtype)
+    );
     launch(backend, &MapKernel::new("cast", out, vec![input], body))
 }
 
@@ -165,7 +168,13 @@ pub(crate) fn unary(backend: &WgpuBackend, op: UnaryOp, input: &TensorArg, out: 
 }
 
 /// `out = op(lhs, rhs)`.
-pub(crate) fn binary(backend: &WgpuBackend, op: BinaryOp, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+pub(crate) fn binary(
+    backend: &WgpuBackend,
+    op: BinaryOp,
+    lhs: &TensorArg,
+    rhs: &TensorArg,
+    out: &TensorArg,
+) -> Result<()> {
     let func = format!("{}_{}", op.name(), family(lhs.dtype));
     let body = format!(
         "fn compute(i: u32) -> {} {{ let o = offsets(i); return {func}(ld_1(o.y), ld_2(o.z)); }}",
@@ -184,7 +193,13 @@ pub(crate) fn binary(backend: &WgpuBackend, op: BinaryOp, lhs: &TensorArg, rhs: 
 }
 
 /// `out = lhs OP rhs` as bool.
-pub(crate) fn compare(backend: &WgpuBackend, op: CompareOp, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+pub(crate) fn compare(
+    backend: &WgpuBackend,
+    op: CompareOp,
+    lhs: &TensorArg,
+    rhs: &TensorArg,
+    out: &TensorArg,
+) -> Result<()> {
     // `!=` is written as a negated `==` so that NaN != x holds whatever compare the driver picks.
     let test = match op {
         CompareOp::Eq => "ld_1(o.y) == ld_2(o.z)",
@@ -194,10 +209,11 @@ pub(crate) fn compare(backend: &WgpuBackend, op: CompareOp, lhs: &TensorArg, rhs
         CompareOp::Gt => "ld_1(o.y) > ld_2(o.z)",
         CompareOp::Ge => "ld_1(o.y) >= ld_2(o.z)",
     };
-    let body = format!(
-        "fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}"
-    );
-    launch(backend, &MapKernel::new(format!("compare_{}", op.name()), out, vec![lhs, rhs], body))
+    let body = format!("fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}");
+    launch(
+        backend,
+        &MapKernel::new(format!("compare_{}", op.name()), out, vec![lhs, rhs], body),
+    )
 }
 
 /// `out = cond ? on_true : on_false`.
@@ -212,5 +228,8 @@ pub(crate) fn select(
         "fn compute(i: u32) -> {} {{ let o = offsets(i); return select(ld_3(o.w), ld_2(o.z), ld_1(o.y) != 0u); }}",
         compute_type(out.dtype)
     );
-    launch(backend, &MapKernel::new("where", out, vec![cond, on_true, on_false], body))
+    launch(
+        backend,
+        &MapKernel::new("where", out, vec![cond, on_true, on_false], body),
+    )
 }

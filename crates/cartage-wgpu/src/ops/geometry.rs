@@ -83,9 +83,7 @@ impl Geometry {
         let strides = &self.strides[k];
         if strides.iter().all(|&s| s == 0) && !self.shape.is_empty() {
             Access::Broadcast
-        } else if self.shape.len() <= 1 && strides.iter().all(|&s| s == 1) {
-            Access::Contiguous
-        } else if self.shape.is_empty() {
+        } else if self.shape.is_empty() || (self.shape.len() == 1 && strides[0] == 1) {
             Access::Contiguous
         } else {
             Access::Strided
@@ -112,12 +110,7 @@ impl Geometry {
 pub(crate) mod map_fields {
     /// Threads to run.
     pub const COUNT: usize = 0;
-    /// Logical elements of the output (this chunk).
-    pub const NUMEL: usize = 1;
-    /// Rank of the geometry.
-    pub const RANK: usize = 2;
-    /// Logical index of this chunk's first element.
-    pub const BASE: usize = 3;
+    // Words 1, 2, 3: logical elements of this chunk, rank, index of the chunk's first element.
     /// Sizes (8 words).
     pub const SHAPE: usize = 4;
     /// Element offsets of the four slots.

@@ -83,7 +83,13 @@ impl IndexChecks {
         backend.ctx.queue.write_buffer(&self.buffer, 0, &vec![0u8; used]);
         let pending = std::mem::take(&mut self.pending);
         for (slot, check) in pending.iter().enumerate() {
-            let word = |k: usize| u32::from_le_bytes(bytes[slot * 16 + 4 * k..slot * 16 + 4 * k + 4].try_into().unwrap_or([0; 4]));
+            let word = |k: usize| {
+                u32::from_le_bytes(
+                    bytes[slot * 16 + 4 * k..slot * 16 + 4 * k + 4]
+                        .try_into()
+                        .unwrap_or([0; 4]),
+                )
+            };
             if word(0) != 0 && !self.found.iter().any(|(thread, _)| *thread == check.thread) {
                 let index = (u64::from(word(2)) << 32 | u64::from(word(1))) as i64;
                 let error = Error::IndexOutOfRange {
@@ -185,7 +191,10 @@ fn launch_indexed(
     let mut input_strides = input.layout.strides().to_vec();
     let dim_stride = input_strides[dim];
     input_strides[dim] = 0;
-    let geometry = coalesce(out.layout.shape(), &[out.layout.strides(), &input_strides, &index_strides]);
+    let geometry = coalesce(
+        out.layout.shape(),
+        &[out.layout.strides(), &input_strides, &index_strides],
+    );
     // The slot is reserved and the op recorded under one lock, so that no check on another
     // thread can read the slot before the op that may set it is recorded.
     let mut checks = backend.index_checks.lock().unwrap_or_else(|p| p.into_inner());
@@ -203,7 +212,13 @@ fn launch_indexed(
 }
 
 /// torch.gather along `dim`.
-pub(crate) fn gather(backend: &WgpuBackend, input: &TensorArg, index: &TensorArg, dim: usize, out: &TensorArg) -> Result<()> {
+pub(crate) fn gather(
+    backend: &WgpuBackend,
+    input: &TensorArg,
+    index: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+) -> Result<()> {
     if index.layout.rank() != input.layout.rank() || out.layout.shape() != index.layout.shape() {
         return Err(Error::ShapeMismatch {
             op: "gather",

@@ -94,7 +94,13 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &MapKernel<'_>) -> Result<()
     };
     geometry.check_rank("launch")?;
     let access: Vec<Access> = (0..operands.len())
-        .map(|k| if kernel.geometry.is_some() { Access::Strided } else { geometry.access(k) })
+        .map(|k| {
+            if kernel.geometry.is_some() {
+                Access::Strided
+            } else {
+                geometry.access(k)
+            }
+        })
         .collect();
     let out_dtype = kernel.out.dtype;
     let store = if !wgsl::packed(out_dtype) {
@@ -127,12 +133,23 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &MapKernel<'_>) -> Result<()
 }
 
 /// Chunks of contiguous (or broadcast) operands, each within one binding.
-fn launch_chunked(backend: &WgpuBackend, kernel: &MapKernel<'_>, access: &[Access], store: Store, numel: usize) -> Result<()> {
+fn launch_chunked(
+    backend: &WgpuBackend,
+    kernel: &MapKernel<'_>,
+    access: &[Access],
+    store: Store,
+    numel: usize,
+) -> Result<()> {
     let operands = kernel.operands();
     let widest = operands.iter().map(|a| a.dtype.size_in_bytes()).max().unwrap_or(1) as u64;
     let slack = 2 * backend.ctx.binding_alignment() + 16;
     let chunk = ((backend.ctx.max_binding().saturating_sub(slack)) / widest / 4 * 4).max(4) as usize;
-    tracing::debug!(op = kernel.name, numel, chunk, "chunked dispatch beyond the storage-binding limit");
+    tracing::debug!(
+        op = kernel.name,
+        numel,
+        chunk,
+        "chunked dispatch beyond the storage-binding limit"
+    );
     let mut start = 0usize;
     while start < numel {
         let len = chunk.min(numel - start);
@@ -156,7 +173,9 @@ fn launch_chunked(backend: &WgpuBackend, kernel: &MapKernel<'_>, access: &[Acces
                 .map(|a| vec![usize::from(*a != Access::Broadcast)])
                 .collect(),
         };
-        dispatch(backend, kernel, &geometry, access, store, &offsets, &windows, len, start)?;
+        dispatch(
+            backend, kernel, &geometry, access, store, &offsets, &windows, len, start,
+        )?;
         start += len;
     }
     Ok(())
@@ -178,8 +197,10 @@ fn dispatch(
     let out_dtype = kernel.out.dtype;
     let vec4 = kernel.body4.is_some()
         && kernel.extra_windows.is_empty()
-        && numel % 4 == 0
-        && operands.iter().all(|a| a.dtype.size_in_bytes() == 4 && a.dtype == out_dtype)
+        && numel.is_multiple_of(4)
+        && operands
+            .iter()
+            .all(|a| a.dtype.size_in_bytes() == 4 && a.dtype == out_dtype)
         && access[0] == Access::Contiguous
         && access
             .iter()
@@ -230,7 +251,11 @@ fn dispatch(
     })?;
     let mut all_windows = windows.to_vec();
     all_windows.extend_from_slice(&kernel.extra_windows);
-    let groups = grid(count as u64, WORKGROUP, backend.ctx.limits.max_compute_workgroups_per_dimension);
+    let groups = grid(
+        count as u64,
+        WORKGROUP,
+        backend.ctx.limits.max_compute_workgroups_per_dimension,
+    );
     backend.record(&pipeline, &all_windows, &params, groups)
 }
 
@@ -332,14 +357,18 @@ fn source_vec4(kernel: &MapKernel<'_>, access: &[Access]) -> String {
     let mut bindings = String::new();
     let mut accessors = String::new();
     for (k, _) in operands.iter().enumerate() {
-        bindings.push_str(&wgsl::binding(k as u32 + 1, &format!("b{}", k + 1), &format!("vec4<{element}>")));
+        bindings.push_str(&wgsl::binding(
+            k as u32 + 1,
+            &format!("b{}", k + 1),
+            &format!("vec4<{element}>"),
+        ));
         if k > 0 {
             let buf = format!("b{}", k + 1);
             let slot = ["x", "y", "z", "w"][k];
             let body = match access[k] {
-                Access::Broadcast => format!(
-                    "let q = {buf}[P.offs.{slot} >> 2u]; return vec4<{element}>(q[P.offs.{slot} & 3u]);"
-                ),
+                Access::Broadcast => {
+                    format!("let q = {buf}[P.offs.{slot} >> 2u]; return vec4<{element}>(q[P.offs.{slot} & 3u]);")
+                }
                 _ => format!("return {buf}[(P.offs.{slot} >> 2u) + t];"),
             };
             accessors.push_str(&format!("fn ldq_{k}(t: u32) -> vec4<{element}> {{ {body} }}\n"));

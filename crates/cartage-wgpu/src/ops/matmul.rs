@@ -45,10 +45,23 @@ impl std::str::FromStr for MatmulTiling {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::invalid("matmul tiling", format!("`{s}` is not BMxBNxBK/TMxTN, e.g. 128x128x8/8x8"));
+        let bad = || {
+            Error::invalid(
+                "matmul tiling",
+                format!("`{s}` is not BMxBNxBK/TMxTN, e.g. 128x128x8/8x8"),
+            )
+        };
         let (block, thread) = s.split_once('/').ok_or_else(bad)?;
-        let b: Vec<u32> = block.split('x').map(str::parse).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
-        let t: Vec<u32> = thread.split('x').map(str::parse).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
+        let b: Vec<u32> = block
+            .split('x')
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad())?;
+        let t: Vec<u32> = thread
+            .split('x')
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| bad())?;
         match (b.as_slice(), t.as_slice()) {
             ([bm, bn, bk], [tm, tn]) => Ok(MatmulTiling {
                 bm: *bm,
@@ -88,22 +101,24 @@ impl MatmulTiling {
     /// True when the tiling is well-formed and fits `limits` for elements of `bytes` bytes.
     pub fn fits(&self, limits: &wgpu::Limits, bytes: u32) -> bool {
         let t = self.threads();
-        self.tm % 4 == 0
-            && self.tn % 4 == 0
-            && self.bm % self.tm == 0
-            && self.bn % self.tn == 0
-            && self.bk % 4 == 0
+        self.tm.is_multiple_of(4)
+            && self.tn.is_multiple_of(4)
+            && self.bm.is_multiple_of(self.tm)
+            && self.bn.is_multiple_of(self.tn)
+            && self.bk.is_multiple_of(4)
             && t > 0
             && t <= limits.max_compute_invocations_per_workgroup
             && self.bn / self.tn <= limits.max_compute_workgroup_size_x
-            && (self.bm * self.bk) % (4 * t) == 0
-            && (self.bn * self.bk) % (4 * t) == 0
+            && (self.bm * self.bk).is_multiple_of(4 * t)
+            && (self.bn * self.bk).is_multiple_of(4 * t)
             && self.bk * (self.bm + self.bn) * bytes <= limits.max_compute_workgroup_storage_size
     }
 
     /// The default large tiling for an adapter.
     pub fn for_adapter(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> MatmulTiling {
-        if let Some(t) = std::env::var("CARTAGE_WGPU_MATMUL_TILE").ok().and_then(|s| s.parse::<MatmulTiling>().ok())
+        if let Some(t) = std::env::var("CARTAGE_WGPU_MATMUL_TILE")
+            .ok()
+            .and_then(|s| s.parse::<MatmulTiling>().ok())
             && t.fits(limits, 4)
         {
             return t;
@@ -326,7 +341,11 @@ fn source(plan: &Plan, in_dtype: DType) -> String {
 fn choose(backend: &WgpuBackend, large: MatmulTiling, batch: usize, m: usize, n: usize, bytes: u32) -> MatmulTiling {
     let limits = &backend.ctx.limits;
     let tiles = |t: MatmulTiling| batch * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
-    let enough = if backend.ctx.info.device_type == wgpu::DeviceType::Cpu { 16 } else { 192 };
+    let enough = if backend.ctx.info.device_type == wgpu::DeviceType::Cpu {
+        16
+    } else {
+        192
+    };
     let medium = MatmulTiling::new(64, 64, 16, 4, 4);
     for t in [large, medium] {
         if t.fits(limits, bytes) && tiles(t) >= enough {
@@ -374,15 +393,21 @@ pub(crate) fn matmul_with(
             layout: Layout::contiguous(&[batch, m, n])?,
             dtype: DType::F32,
         };
-        let result = matmul_core(backend, lhs, rhs, &staged, large)
-            .and_then(|()| elementwise::cast(backend, &staged, out));
+        let result =
+            matmul_core(backend, lhs, rhs, &staged, large).and_then(|()| elementwise::cast(backend, &staged, out));
         backend.free(scratch);
         return result;
     }
     matmul_core(backend, lhs, rhs, out, large)
 }
 
-fn matmul_core(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg, large: Option<MatmulTiling>) -> Result<()> {
+fn matmul_core(
+    backend: &WgpuBackend,
+    lhs: &TensorArg,
+    rhs: &TensorArg,
+    out: &TensorArg,
+    large: Option<MatmulTiling>,
+) -> Result<()> {
     let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
     let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
     let (ls, rs, os) = (lhs.layout.strides(), rhs.layout.strides(), out.layout.strides());
@@ -423,14 +448,18 @@ fn matmul_core(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &Te
         tag(b_mode),
         if c_vec4 { "v" } else { "s" }
     );
-    let pipeline = backend.pipelines.get(&backend.ctx, &key, 3, || source(&plan, lhs.dtype))?;
+    let pipeline = backend
+        .pipelines
+        .get(&backend.ctx, &key, 3, || source(&plan, lhs.dtype))?;
     let windows: [Window; 3] = [a.window, b.window, c.window];
     let max_dim = backend.ctx.limits.max_compute_workgroups_per_dimension as usize;
     let (gx, gy) = (n.div_ceil(tiling.bn as usize), m.div_ceil(tiling.bm as usize));
     if gx > max_dim || gy > max_dim {
         return Err(Error::invalid(
             "matmul",
-            format!("a {m}x{n} output needs {gy}x{gx} tiles, more than the adapter's {max_dim} workgroups per dimension"),
+            format!(
+                "a {m}x{n} output needs {gy}x{gx} tiles, more than the adapter's {max_dim} workgroups per dimension"
+            ),
         ));
     }
     let mut first = 0usize;
@@ -438,7 +467,15 @@ fn matmul_core(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &Te
         let count = (batch - first).min(max_dim);
         let mut params = ParamBlock::default();
         params.put_sizes(0, &[m, n, k, first], "matmul size")?;
-        params.put_sizes(4, &[a.element_offset as usize, b.element_offset as usize, c.element_offset as usize], "offset")?;
+        params.put_sizes(
+            4,
+            &[
+                a.element_offset as usize,
+                b.element_offset as usize,
+                c.element_offset as usize,
+            ],
+            "offset",
+        )?;
         params.put_sizes(8, &[ls[0], ls[1], ls[2]], "stride")?;
         params.put_sizes(12, &[rs[0], rs[1], rs[2]], "stride")?;
         params.put_sizes(16, &[os[0], os[1]], "stride")?;
@@ -514,7 +551,13 @@ impl WgpuBackend {
     }
 
     /// Run one product with the large tiling `tiling` (for benchmarks comparing tilings).
-    pub fn matmul_with_tiling(&self, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg, tiling: MatmulTiling) -> Result<()> {
+    pub fn matmul_with_tiling(
+        &self,
+        lhs: &TensorArg,
+        rhs: &TensorArg,
+        out: &TensorArg,
+        tiling: MatmulTiling,
+    ) -> Result<()> {
         let kernel = Kernel::Matmul {
             lhs: lhs.clone(),
             rhs: rhs.clone(),

@@ -10,7 +10,12 @@ use crate::encoder::ParamBlock;
 const PATCH: &str = include_str!("../../shaders/patch.wgsl");
 
 /// Apply `(word index in the segment, mask, bits)` edits to segment `segment` (`buffer`).
-pub(crate) fn patch_words(backend: &WgpuBackend, segment: u64, buffer: &wgpu::Buffer, edits: &[(u64, u32, u32)]) -> Result<()> {
+pub(crate) fn patch_words(
+    backend: &WgpuBackend,
+    segment: u64,
+    buffer: &wgpu::Buffer,
+    edits: &[(u64, u32, u32)],
+) -> Result<()> {
     for group in edits.chunks(4) {
         let first = group.iter().map(|e| e.0).min().unwrap_or(0) * 4;
         let last = group.iter().map(|e| e.0).max().unwrap_or(0) * 4 + 4;

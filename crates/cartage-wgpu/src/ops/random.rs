@@ -11,7 +11,13 @@ use crate::wgsl::convert;
 const RANDOM: &str = include_str!("../../shaders/random.wgsl");
 
 /// Fill `out` with draws of `distribution`.
-pub(crate) fn random(backend: &WgpuBackend, out: &TensorArg, distribution: Distribution, seed: u64, offset: u64) -> Result<()> {
+pub(crate) fn random(
+    backend: &WgpuBackend,
+    out: &TensorArg,
+    distribution: Distribution,
+    seed: u64,
+    offset: u64,
+) -> Result<()> {
     let f64_out = out.dtype == DType::F64;
     let (a, b, unit, name) = match distribution {
         Distribution::Uniform { low, high } => (low, high - low, "uniform_unit", "rand"),

@@ -244,7 +244,13 @@ pub(crate) fn store_source(out: DType) -> String {
 }
 
 /// Reduce `dims` of `input` into `out` with `op`.
-pub(crate) fn reduce(backend: &WgpuBackend, op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) -> Result<()> {
+pub(crate) fn reduce(
+    backend: &WgpuBackend,
+    op: ReduceOp,
+    input: &TensorArg,
+    dims: &[usize],
+    out: &TensorArg,
+) -> Result<()> {
     let outputs = out.layout.numel();
     if outputs == 0 {
         return Ok(());
@@ -263,20 +269,24 @@ pub(crate) fn reduce(backend: &WgpuBackend, op: ReduceOp, input: &TensorArg, dim
     if kept_g.shape.len() > MAX_RANK || red_g.shape.len() > MAX_RANK {
         return Err(Error::invalid(
             op.name(),
-            format!("the wgpu reduction indexes at most rank {MAX_RANK} kept and reduced dimensions after merging; make the input contiguous first"),
+            format!(
+                "the wgpu reduction indexes at most rank {MAX_RANK} kept and reduced dimensions after merging; make the input contiguous first"
+            ),
         ));
     }
     let in_bound = bind_operand(&backend.ctx, &backend.table, input, op.name(), None)?;
     let out_bound = bind_operand(&backend.ctx, &backend.table, out, op.name(), None)?;
     let red_contiguous = red_g.shape.len() <= 1 && red_g.strides[0].first().is_none_or(|&s| s == 1);
     let inner_stride = red_g.strides[0].last().copied().unwrap_or(1);
-    let plan = if count == 0 {
-        Plan::PerThread
-    } else if outputs >= 256 && (inner_stride != 1 || count <= 64) {
+    let plan = if count == 0 || (outputs >= 256 && (inner_stride != 1 || count <= 64)) {
         Plan::PerThread
     } else {
         let wanted = count.div_ceil(4096).min((2048 / outputs).max(1)).max(1);
-        if wanted > 1 { Plan::Split(wanted as u32) } else { Plan::Direct }
+        if wanted > 1 {
+            Plan::Split(wanted as u32)
+        } else {
+            Plan::Direct
+        }
     };
     let groups = match plan {
         Plan::Split(g) => g as usize,
@@ -291,8 +301,21 @@ pub(crate) fn reduce(backend: &WgpuBackend, op: ReduceOp, input: &TensorArg, dim
         && in_bound.element_offset.is_multiple_of(4)
         && kept_g.strides[0].iter().all(|s| s % 4 == 0);
     let mut params = ParamBlock::default();
-    params.put_sizes(0, &[outputs, count, kept_g.shape.len(), red_g.shape.len()], "reduction size")?;
-    params.put_sizes(4, &[in_bound.element_offset as usize, out_bound.element_offset as usize, groups, chunk], "offset")?;
+    params.put_sizes(
+        0,
+        &[outputs, count, kept_g.shape.len(), red_g.shape.len()],
+        "reduction size",
+    )?;
+    params.put_sizes(
+        4,
+        &[
+            in_bound.element_offset as usize,
+            out_bound.element_offset as usize,
+            groups,
+            chunk,
+        ],
+        "offset",
+    )?;
     params.put_sizes(8, &kept_g.shape, "dimension")?;
     params.put_sizes(16, &kept_g.strides[0], "stride")?;
     params.put_sizes(24, &kept_g.strides[1], "stride")?;
@@ -353,11 +376,15 @@ pub(crate) fn reduce(backend: &WgpuBackend, op: ReduceOp, input: &TensorArg, dim
     let windows = [in_bound.window, out_bound.window];
     match plan {
         Plan::PerThread => {
-            let pipeline = backend.pipelines.get(&backend.ctx, &key("thread"), 2, || source("thread", false))?;
+            let pipeline = backend
+                .pipelines
+                .get(&backend.ctx, &key("thread"), 2, || source("thread", false))?;
             backend.record(&pipeline, &windows, &params, grid(outputs as u64, WORKGROUP, max_dim))
         }
         Plan::Direct => {
-            let pipeline = backend.pipelines.get(&backend.ctx, &key("direct"), 2, || source("direct", false))?;
+            let pipeline = backend
+                .pipelines
+                .get(&backend.ctx, &key("direct"), 2, || source("direct", false))?;
             backend.record(&pipeline, &windows, &params, grid(outputs as u64, 1, max_dim))
         }
         Plan::Split(g) => {
@@ -371,9 +398,13 @@ pub(crate) fn reduce(backend: &WgpuBackend, op: ReduceOp, input: &TensorArg, dim
             };
             let result = (|| {
                 let all = [in_bound.window, out_bound.window, partials];
-                let partial = backend.pipelines.get(&backend.ctx, &key("partial"), 3, || source("partial", true))?;
+                let partial = backend
+                    .pipelines
+                    .get(&backend.ctx, &key("partial"), 3, || source("partial", true))?;
                 backend.record(&partial, &all, &params, grid(outputs as u64 * u64::from(g), 1, max_dim))?;
-                let finish = backend.pipelines.get(&backend.ctx, &key("finish"), 3, || source("finish", true))?;
+                let finish = backend
+                    .pipelines
+                    .get(&backend.ctx, &key("finish"), 3, || source("finish", true))?;
                 backend.record(&finish, &all, &params, grid(outputs as u64, 1, max_dim))
             })();
             cartage_core::Backend::free(backend, scratch);

@@ -24,7 +24,10 @@ pub(crate) fn softmax(backend: &WgpuBackend, input: &TensorArg, dim: usize, log:
     let kept_out: Vec<usize> = kept.iter().map(|&d| out.layout.strides()[d]).collect();
     let g = coalesce(&kept_shape, &[&kept_in, &kept_out]);
     if g.shape.len() > MAX_RANK {
-        return Err(Error::invalid("softmax", format!("more than {MAX_RANK} other dimensions after merging")));
+        return Err(Error::invalid(
+            "softmax",
+            format!("more than {MAX_RANK} other dimensions after merging"),
+        ));
     }
     let rows: usize = kept_shape.iter().product();
     let in_bound = bind_operand(&backend.ctx, &backend.table, input, "softmax", None)?;
@@ -73,5 +76,10 @@ pub(crate) fn softmax(backend: &WgpuBackend, input: &TensorArg, dim: usize, log:
         )
     })?;
     let max_dim = backend.ctx.limits.max_compute_workgroups_per_dimension;
-    backend.record(&pipeline, &[in_bound.window, out_bound.window], &params, grid(rows as u64, 1, max_dim))
+    backend.record(
+        &pipeline,
+        &[in_bound.window, out_bound.window],
+        &params,
+        grid(rows as u64, 1, max_dim),
+    )
 }

@@ -59,7 +59,10 @@ pub fn empty<T: Element>(b: &WgpuBackend, shape: &[usize]) -> (Allocation, Tenso
 pub fn download<T: Element>(b: &WgpuBackend, arg: &TensorArg) -> Vec<T> {
     let n = arg.layout.numel() * T::DTYPE.size_in_bytes();
     let mut bytes = vec![0u8; n];
-    let slice = arg.buffer.slice(arg.layout.offset() * T::DTYPE.size_in_bytes(), n).expect("slice");
+    let slice = arg
+        .buffer
+        .slice(arg.layout.offset() * T::DTYPE.size_in_bytes(), n)
+        .expect("slice");
     b.read(slice, &mut bytes).expect("read");
     T::from_le_bytes_slice(&bytes)
 }
