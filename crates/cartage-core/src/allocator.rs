@@ -730,7 +730,8 @@ impl CachingAllocator {
     }
 
     fn oom_unlocked(&self, requested: usize, site: Site, config: &AllocatorConfig) -> Error {
-        let state = self.lock();
+        let mut state = self.lock();
+        state.stats.oom_count += 1;
         Error::OutOfMemory(Box::new(self.report(&state, requested, Some(site), config)))
     }
 }
