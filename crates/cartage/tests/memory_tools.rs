@@ -6,7 +6,7 @@
 mod memory_support;
 
 use cartage::memory::{MemoryTracker, Optimizer, TrainingEstimate, memory_summary, tensor_bytes};
-use cartage::{DType, Device, Op, Tensor, backend, format_bytes, memory_stats};
+use cartage::{DType, Device, Error, Op, Tensor, backend, format_bytes, memory_stats};
 use memory_support::{devices_under_test, serial, temp_path};
 
 /// The parameter shapes of a small MLP.
@@ -63,11 +63,20 @@ fn fits_follows_free_memory_and_limits() {
     let _guard = serial();
     for device in devices_under_test("memory_tools/fits") {
         let small = TrainingEstimate::new(1 << 20, DType::F32, Optimizer::Adam);
-        let report = small.check(&device).unwrap();
-        assert!(report.fits(), "{report}");
-        assert!(report.available > 0 && report.total.is_none_or(|t| t >= report.available / 2));
-        let huge = TrainingEstimate::new(1 << 50, DType::F32, Optimizer::Adam);
-        assert!(!huge.fits(&device).unwrap(), "{}", huge.check(&device).unwrap());
+        match small.check(&device) {
+            Ok(report) => {
+                assert!(report.fits(), "{report}");
+                assert!(report.available > 0 && report.total.is_none_or(|t| t >= report.available / 2));
+                let huge = TrainingEstimate::new(1 << 50, DType::F32, Optimizer::Adam);
+                assert!(!huge.fits(&device).unwrap(), "{}", huge.check(&device).unwrap());
+            }
+            Err(Error::InvalidArgument { reason, .. }) => {
+                assert!(reason.contains("cannot report its free memory"), "{reason}");
+                memory_support::skip(&format!("memory_tools/fits free memory on {device}: {reason}"));
+            }
+            Err(other) => panic!("{device}: {other}"),
+        }
+        // A limit is a budget every device can be checked against.
         let allocator_limit_guard = LimitGuard::set(&device, 8 << 20);
         let medium = TrainingEstimate::new(4 << 20, DType::F32, Optimizer::Sgd); // 32 MiB
         let limited = medium.check(&device).unwrap();
@@ -75,8 +84,9 @@ fn fits_follows_free_memory_and_limits() {
             !limited.fits(),
             "a limit of 8 MiB above reserved must refuse 32 MiB: {limited}"
         );
+        let tiny = TrainingEstimate::new(1 << 10, DType::F32, Optimizer::Sgd); // 8 KiB
+        assert!(tiny.fits(&device).unwrap(), "{}", tiny.check(&device).unwrap());
         drop(allocator_limit_guard);
-        assert!(medium.fits(&device).unwrap());
     }
 }
 

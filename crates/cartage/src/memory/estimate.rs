@@ -127,7 +127,8 @@ impl TrainingEstimate {
 
     /// Compare with the memory `device` can still give: the device's free memory (from its
     /// backend's memory information) plus what cartage's cache already holds free, capped by an
-    /// allocator limit if one is set.
+    /// allocator limit if one is set. A device that cannot report free memory (wgpu) and has no
+    /// limit is an [`Error::InvalidArgument`] saying so.
     pub fn check(&self, device: &Device) -> Result<FitReport> {
         let backend = runtime::backend(device)?;
         let stats = backend.memory_stats();
@@ -141,7 +142,10 @@ impl TrainingEstimate {
         let available = available.ok_or_else(|| {
             Error::invalid(
                 "fits",
-                format!("{device} cannot report its free memory; compare the estimate with its capacity by hand"),
+                format!(
+                    "{device} cannot report its free memory (wgpu has no API for it); check against a budget \
+                     instead: `cartage::backend(&device)?.allocator().set_limit(Some(bytes))`"
+                ),
             )
         })?;
         Ok(FitReport {
