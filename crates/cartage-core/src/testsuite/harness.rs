@@ -6,7 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::panic::Location;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backend::Backend;
@@ -108,6 +108,7 @@ fn run_with(suite: &'static str, test: &'static str, open: OpenBackend, body: fn
             }
         }
     };
+    announce(suite, backend.as_ref());
     let (_read, _write);
     if exclusive {
         _write = EXCLUSIVE.write().unwrap_or_else(|p| p.into_inner());
@@ -117,6 +118,22 @@ fn run_with(suite: &'static str, test: &'static str, open: OpenBackend, body: fn
     let harness = Harness::new(suite, test, backend, open);
     body(&harness);
     harness.finish();
+}
+
+/// Print, once per suite and process and past the test harness's capture, which backend and
+/// device the suite runs on.
+fn announce(suite: &'static str, backend: &dyn Backend) {
+    static ANNOUNCED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut announced = ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
+    if !announced.contains(&suite) {
+        announced.push(suite);
+        let _ = writeln!(
+            std::io::stderr(),
+            "conformance/{suite}: running on {} ({} backend)",
+            backend.info(),
+            backend.device().kind().name()
+        );
+    }
 }
 
 /// One test's view of the backend under test: the backend, a seeded generator, and the list of

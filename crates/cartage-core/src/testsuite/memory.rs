@@ -158,6 +158,7 @@ fn events_and_precision(h: &Harness) {
 pub fn memory_stats(h: &Harness) {
     let backend = h.backend();
     let stats = || backend.memory_stats();
+    settle(h);
     if let Err(e) = backend.empty_cache() {
         h.fail(format!("empty_cache failed: {e}"));
     }
@@ -205,6 +206,7 @@ pub fn memory_stats(h: &Harness) {
         format!("the allocation sites passed to alloc() are not recorded: {sites:?}"),
     );
     backend.free(small);
+    settle(h);
     let s2 = stats();
     expect(
         s2.allocated_bytes < s1.allocated_bytes && s2.reserved_bytes == s1.reserved_bytes,
@@ -222,10 +224,12 @@ pub fn memory_stats(h: &Harness) {
                 format!("a re-allocation of a freed size must hit the cache: {s2:?} → {s3:?}"),
             );
             backend.free(again);
+            settle(h);
         }
         Err(e) => h.fail(format!("re-allocating 900 bytes failed: {e}")),
     }
     backend.free(large);
+    settle(h);
     let s4 = stats();
     expect(
         s4.allocated_bytes == s0.allocated_bytes && s4.requested_bytes == s0.requested_bytes,
@@ -266,6 +270,13 @@ pub fn memory_stats(h: &Harness) {
     }
     out_of_memory(h);
     no_growth_across_steps(h);
+}
+
+/// Wait for queued work, so that an asynchronous backend's stream-ordered frees have landed.
+fn settle(h: &Harness) {
+    if let Err(e) = h.backend().synchronize() {
+        h.fail(format!("synchronize failed: {e}"));
+    }
 }
 
 fn out_of_memory(h: &Harness) {

@@ -137,8 +137,8 @@ pub fn reduce(h: &Harness) {
 }
 
 /// Large reductions (≥ 2^20 + 1 elements) whose exact answers do not depend on summation order:
-/// sums of every dtype, mean, max, first-index argmax with ties, and row/column sums of a
-/// 1025 × 1024 matrix, contiguous and transposed.
+/// sums of every dtype, max, first-index argmax with ties and with one late maximum, and column
+/// and row sums of a 1025 × 1024 matrix, contiguous and transposed.
 pub fn reduce_large(h: &Harness) {
     let integral = Spec::new((-2.0, 2.0), (-2, 2)).grid(1.0);
     for dtype in DType::ALL {
@@ -149,30 +149,24 @@ pub fn reduce_large(h: &Harness) {
     }
     let f32 = DType::F32;
     if h.supports(Op::Reduce(ReduceOp::Sum), f32) {
-        for (kind, dims) in [
-            (ViewKind::Contiguous, [0]),
-            (ViewKind::Contiguous, [1]),
-            (ViewKind::Transposed, [1]),
-        ] {
+        for (kind, dims) in [(ViewKind::Contiguous, [0]), (ViewKind::Transposed, [1])] {
             let input = h.operand(f32, kind, &[1025, 1024], integral);
             reduce_case(h, ReduceOp::Sum, f32, &input, &dims, true, " (integer-valued)");
         }
     }
-    for op in [ReduceOp::Mean, ReduceOp::Max, ReduceOp::ArgMax, ReduceOp::ArgMin] {
+    for op in [ReduceOp::Max, ReduceOp::ArgMax] {
         if h.supports(Op::Reduce(op), f32) {
             let input = h.operand(f32, ViewKind::Contiguous, &[LARGE], integral);
             reduce_case(h, op, f32, &input, &[0], true, " (integer-valued, ties)");
         }
     }
     // A unique maximum late in the vector: a parallel argmax must combine partial results.
-    for dtype in [DType::F32, DType::I32] {
-        if h.supports(Op::Reduce(ReduceOp::ArgMax), dtype) {
-            let v = view(ViewKind::Contiguous, &[LARGE]);
-            let mut base = h.random_values(dtype, LARGE, Spec::new((-4.0, 4.0), (-1000, 1000)));
-            base[LARGE - 1 - h.below(LARGE / 10)] = 5000.0;
-            let input = h.operand_from(dtype, v, &base);
-            reduce_case(h, ReduceOp::ArgMax, dtype, &input, &[0], true, " (one late maximum)");
-        }
+    if h.supports(Op::Reduce(ReduceOp::ArgMax), f32) {
+        let v = view(ViewKind::Contiguous, &[LARGE]);
+        let mut base = h.random_values(f32, LARGE, Spec::new((-4.0, 4.0), (-1000, 1000)));
+        base[LARGE - 1 - h.below(LARGE / 10)] = 5000.0;
+        let input = h.operand_from(f32, v, &base);
+        reduce_case(h, ReduceOp::ArgMax, f32, &input, &[0], true, " (one late maximum)");
     }
 }
 
