@@ -1,0 +1,263 @@
+//! Benchmarks of the wgpu backend on `wgpu:0`: element-wise add (GB/s), sum (GB/s), matmul
+//! (TFLOP/s, per tiling after tuning), a chain of small ops between two syncs (µs per op, end to
+//! end on the host clock), and the read-back round trip (µs).
+//!
+//! Device-side figures use timestamp queries where the adapter has them (else the host clock
+//! after a synchronisation); each row is the median of `--reps` runs after warm-up.
+//! Usage: `wgpu_bench [--quick] [--reps N]`. Rows are printed as a table and as JSON lines.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use cartage_core::{Allocation, Backend, BinaryOp, DType, Distribution, Kernel, Layout, ReduceOp, TensorArg};
+use cartage_wgpu::{MatmulTiling, WgpuBackend};
+
+struct Row {
+    name: String,
+    value: f64,
+    unit: &'static str,
+    median: Duration,
+}
+
+struct Bench {
+    backend: std::sync::Arc<WgpuBackend>,
+    reps: usize,
+    device_name: String,
+    rows: Vec<Row>,
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+impl Bench {
+    fn tensor(&self, shape: &[usize]) -> Result<(Allocation, TensorArg)> {
+        let layout = Layout::contiguous(shape)?;
+        let alloc = self.backend.alloc(layout.numel() * 4, std::panic::Location::caller())?;
+        let arg = TensorArg {
+            buffer: alloc.slice(),
+            layout,
+            dtype: DType::F32,
+        };
+        self.backend.launch(&Kernel::Random {
+            out: arg.clone(),
+            distribution: Distribution::Uniform { low: -1.0, high: 1.0 },
+            seed: 7,
+            offset: 0,
+        })?;
+        Ok((alloc, arg))
+    }
+
+    /// Device time of `f` (median of `reps` after 3 warm-ups).
+    fn time(&self, mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
+        for _ in 0..3 {
+            f()?;
+        }
+        self.backend.synchronize()?;
+        let mut times = Vec::with_capacity(self.reps);
+        for _ in 0..self.reps {
+            let start = self.backend.record_event()?;
+            f()?;
+            let end = self.backend.record_event()?;
+            times.push(self.backend.elapsed(&start, &end)?);
+        }
+        Ok(median(times))
+    }
+
+    fn push(&mut self, op: &str, value: f64, unit: &'static str, median: Duration) {
+        let name = format!("wgpu/{}/{op}", self.device_name);
+        println!("{name:<60} {value:>10.3} {unit:<8} (median {median:?})");
+        self.rows.push(Row {
+            name,
+            value,
+            unit,
+            median,
+        });
+    }
+
+    fn add(&mut self, mib: usize) -> Result<()> {
+        let n = mib * (1 << 20) / 4;
+        let (_a, a) = self.tensor(&[n])?;
+        let (_b, b) = self.tensor(&[n])?;
+        let (_c, c) = self.tensor(&[n])?;
+        let kernel = Kernel::Binary {
+            op: BinaryOp::Add,
+            lhs: a,
+            rhs: b,
+            out: c,
+        };
+        let t = self.time(|| Ok(self.backend.launch(&kernel)?))?;
+        let gbs = 3.0 * (n * 4) as f64 / t.as_secs_f64() / 1e9;
+        self.push(&format!("add_f32_{mib}MiB"), gbs, "GB/s", t);
+        Ok(())
+    }
+
+    fn sum(&mut self, mib: usize) -> Result<()> {
+        let n = mib * (1 << 20) / 4;
+        let (_a, a) = self.tensor(&[n])?;
+        let (_o, out) = self.tensor(&[1])?;
+        let kernel = Kernel::Reduce {
+            op: ReduceOp::Sum,
+            input: a,
+            dims: [0usize].into_iter().collect(),
+            out,
+        };
+        let t = self.time(|| Ok(self.backend.launch(&kernel)?))?;
+        let gbs = (n * 4) as f64 / t.as_secs_f64() / 1e9;
+        self.push(&format!("sum_f32_{mib}MiB"), gbs, "GB/s", t);
+        Ok(())
+    }
+
+    fn matmul(&mut self, size: usize, tiling: Option<MatmulTiling>) -> Result<()> {
+        let (_a, a) = self.tensor(&[1, size, size])?;
+        let (_b, b) = self.tensor(&[1, size, size])?;
+        let (_c, c) = self.tensor(&[1, size, size])?;
+        let t = match tiling {
+            Some(tiling) => self.time(|| Ok(self.backend.matmul_with_tiling(&a, &b, &c, tiling)?))?,
+            None => {
+                let kernel = Kernel::Matmul {
+                    lhs: a.clone(),
+                    rhs: b.clone(),
+                    out: c.clone(),
+                };
+                self.time(|| Ok(self.backend.launch(&kernel)?))?
+            }
+        };
+        let tflops = 2.0 * (size as f64).powi(3) / t.as_secs_f64() / 1e12;
+        let name = match tiling {
+            Some(tiling) => format!("matmul_f32_{size}[{tiling}]"),
+            None => format!("matmul_f32_{size}"),
+        };
+        self.push(&name, tflops, "TFLOP/s", t);
+        Ok(())
+    }
+
+    /// 1000 small adds between two syncs, host clock end to end.
+    fn chain(&mut self) -> Result<()> {
+        let (_a, a) = self.tensor(&[1024])?;
+        let (_b, b) = self.tensor(&[1024])?;
+        let ops = 1000;
+        let run = || -> Result<(Duration, Duration)> {
+            self.backend.synchronize()?;
+            let start = Instant::now();
+            for _ in 0..ops {
+                self.backend.launch(&Kernel::Binary {
+                    op: BinaryOp::Add,
+                    lhs: a.clone(),
+                    rhs: b.clone(),
+                    out: a.clone(),
+                })?;
+            }
+            let recorded = start.elapsed();
+            self.backend.synchronize()?;
+            Ok((start.elapsed(), recorded))
+        };
+        for _ in 0..3 {
+            run()?;
+        }
+        let runs = (0..self.reps).map(|_| run()).collect::<Result<Vec<_>>>()?;
+        let total = median(runs.iter().map(|r| r.0).collect());
+        let recording = median(runs.iter().map(|r| r.1).collect());
+        self.push(
+            "chain_1000_add_f32_1024",
+            total.as_secs_f64() * 1e6 / ops as f64,
+            "us/op",
+            total,
+        );
+        self.push(
+            "chain_1000_add_f32_1024_host_recording",
+            recording.as_secs_f64() * 1e6 / ops as f64,
+            "us/op",
+            recording,
+        );
+        Ok(())
+    }
+
+    /// Read back 4 bytes written by a kernel: submit + map + copy, host clock.
+    fn readback(&mut self) -> Result<()> {
+        let (_a, a) = self.tensor(&[1])?;
+        let run = || -> Result<Duration> {
+            self.backend.launch(&Kernel::Fill {
+                out: a.clone(),
+                value: cartage_core::Scalar::Float(1.0),
+            })?;
+            let start = Instant::now();
+            let mut bytes = [0u8; 4];
+            self.backend.read(a.buffer, &mut bytes)?;
+            Ok(start.elapsed())
+        };
+        for _ in 0..5 {
+            run()?;
+        }
+        let times = (0..self.reps.max(50)).map(|_| run()).collect::<Result<Vec<_>>>()?;
+        let t = median(times);
+        self.push("readback_f32_1", t.as_secs_f64() * 1e6, "us", t);
+        Ok(())
+    }
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let reps = args
+        .iter()
+        .position(|a| a == "--reps")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 5 } else { 20 });
+    let backend = cartage_wgpu::open_wgpu(0).context("opening wgpu:0")?;
+    let info = backend.info();
+    let timing = if backend.capabilities().device_timing {
+        "timestamp queries"
+    } else {
+        "host clock after synchronisation"
+    };
+    println!("# {} — {}; timing: {timing}; median of {reps}", info.device, info.name);
+    let mut bench = Bench {
+        backend,
+        reps,
+        device_name: info.name.replace(' ', "_"),
+        rows: Vec::new(),
+    };
+    let (add_sizes, sum_size, mm_sizes, tune_size): (&[usize], usize, &[usize], usize) = if quick {
+        (&[16], 16, &[256, 512], 512)
+    } else {
+        (&[64, 256], 64, &[1024, 2048, 4096], 4096)
+    };
+    for &mib in add_sizes {
+        bench.add(mib)?;
+    }
+    bench.sum(sum_size)?;
+    let default_tiling = bench.backend.matmul_tiling();
+    println!("# matmul default large tiling: {default_tiling}; tuning at {tune_size}");
+    for (tiling, t) in bench.backend.tune_matmul(tune_size, reps.min(10))? {
+        let tflops = 2.0 * (tune_size as f64).powi(3) / t.as_secs_f64() / 1e12;
+        bench.push(&format!("tune_matmul_f32_{tune_size}[{tiling}]"), tflops, "TFLOP/s", t);
+    }
+    println!("# matmul tiling after tuning: {}", bench.backend.matmul_tiling());
+    for &size in mm_sizes {
+        bench.matmul(size, None)?;
+    }
+    bench.chain()?;
+    bench.readback()?;
+    for row in &bench.rows {
+        println!(
+            "{{\"name\":\"{}\",\"value\":{:.4},\"unit\":\"{}\",\"median_ns\":{}}}",
+            row.name,
+            row.value,
+            row.unit,
+            row.median.as_nanos()
+        );
+    }
+    let (dispatches, submits) = bench.backend.dispatch_counters();
+    println!(
+        "# {dispatches} dispatches in {submits} submits; {} pipelines",
+        bench.backend.pipelines_compiled()
+    );
+    Ok(())
+}
