@@ -35,10 +35,7 @@ fn main() -> anyhow::Result<()> {
 
     // The one place the device is chosen.
     let device = Device::pick()?;
-    println!(
-        "\npicked {device} (CARTAGE_DEVICE={:?})",
-        std::env::var("CARTAGE_DEVICE").ok()
-    );
+    println!("\npicked {device} (from CARTAGE_DEVICE when it is set, else the best device found)");
 
     // ... and passed down as a value.
     let loss = train_step(&device)?;
