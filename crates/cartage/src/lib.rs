@@ -41,12 +41,12 @@ pub use cartage_core::{
     Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,
     Result, Scalar, format_bytes,
 };
+pub use loader::{HostBatch, PrefetchLoader};
+pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use runtime::{
     DevicePick, RuntimeStats, alloc_pinned, backend, devices, empty_cache, memory_stats, reset_peak_memory_stats,
     reset_stats, set_matmul_precision, stats, synchronize,
 };
-pub use loader::{HostBatch, PrefetchLoader};
-pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use safetensors_io::{load_safetensors, save_safetensors};
 pub use tensor::{Storage, Tensor};
 
