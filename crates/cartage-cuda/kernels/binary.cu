@@ -73,21 +73,40 @@ template <typename T, typename Op> __device__ __forceinline__ T apply2(T a, T b)
     return store<T>(Op::f(load(a), load(b)));
 }
 
-template <typename T, typename Op> __device__ void binary_contig(T* out, const T* lhs, const T* rhs, u64 n) {
+template <typename T, typename Op>
+__device__ void binary_contig(T* __restrict__ out, const T* __restrict__ lhs, const T* __restrict__ rhs, u64 n) {
     const int N = Lanes<T>::n;
-    u64 nvec = n / N;
-    const Pack<T, N>* vl = (const Pack<T, N>*)lhs;
-    const Pack<T, N>* vr = (const Pack<T, N>*)rhs;
-    Pack<T, N>* vo = (Pack<T, N>*)out;
-    for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
-        Pack<T, N> a = vl[i];
-        Pack<T, N> b = vr[i];
-        Pack<T, N> r;
+    // Float types issue UNROLL vector loads per operand before computing (bandwidth); integer
+    // types keep one, which keeps NVRTC's compile time down.
+    const int U = IsFloat<T>::value ? UNROLL : 1;
+    typedef Pack<T, N> P;
+    const u64 nvec = n / N, stride = grid_threads();
+    const P* vl = (const P*)lhs;
+    const P* vr = (const P*)rhs;
+    P* vo = (P*)out;
+    u64 i = global_thread();
+    for (; i + (U - 1) * stride < nvec; i += U * stride) {
+        P a[U], b[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            a[u] = vl[i + u * stride];
+            b[u] = vr[i + u * stride];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            P r;
+#pragma unroll
+            for (int k = 0; k < N; ++k) r.v[k] = apply2<T, Op>(a[u].v[k], b[u].v[k]);
+            vo[i + u * stride] = r;
+        }
+    }
+    for (; i < nvec; i += stride) {
+        P a = vl[i], b = vr[i], r;
 #pragma unroll
         for (int k = 0; k < N; ++k) r.v[k] = apply2<T, Op>(a.v[k], b.v[k]);
         vo[i] = r;
     }
-    for (u64 i = nvec * N + global_thread(); i < n; i += grid_threads()) out[i] = apply2<T, Op>(lhs[i], rhs[i]);
+    for (u64 j = nvec * N + global_thread(); j < n; j += stride) out[j] = apply2<T, Op>(lhs[j], rhs[j]);
 }
 
 template <typename T> __device__ __forceinline__ T apply_code(T a, T b, int op) {

@@ -114,8 +114,9 @@ template <> __device__ __forceinline__ bf16 from_f64<bf16>(double v) {
     // f64 → f32 → bf16: exact for every value that came from f32, f16 or bf16.
     return f32_to_bf16((float)v);
 }
-template <> __device__ __forceinline__ i32 from_f64<i32>(double v) { return __double2int_rz(v); }
-template <> __device__ __forceinline__ i64 from_f64<i64>(double v) { return __double2ll_rz(v); }
+// The hardware conversion saturates but turns NaN into the most negative integer; Rust gives 0.
+template <> __device__ __forceinline__ i32 from_f64<i32>(double v) { return v != v ? 0 : __double2int_rz(v); }
+template <> __device__ __forceinline__ i64 from_f64<i64>(double v) { return v != v ? 0 : __double2ll_rz(v); }
 template <> __device__ __forceinline__ u8 from_f64<u8>(double v) {
     if (!(v > 0.0)) return 0;
     if (v >= 255.0) return 255;
@@ -154,9 +155,9 @@ template <typename D, typename S> __device__ __forceinline__ D as_cast(S x) {
 __device__ __forceinline__ u64 global_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * blockDim.x; }
 
-// Element offset of row-major position `i` for one operand. The general case is out of line:
-// it is the slow path, and inlining its divisions everywhere multiplies compile time.
-__device__ __noinline__ i64 offset1_general(u64 i, const Shape& sh, const Strides& a) {
+// Element offset of row-major position `i` for one operand.
+__device__ __forceinline__ i64 offset1(u64 i, const Shape& sh, const Strides& a) {
+    if (sh.rank == 1) return (i64)i * a.s[0];
     i64 oa = 0;
 #pragma unroll
     for (int d = MAX_RANK - 1; d >= 0; --d) {
@@ -169,9 +170,18 @@ __device__ __noinline__ i64 offset1_general(u64 i, const Shape& sh, const Stride
     }
     return oa;
 }
-__device__ __forceinline__ i64 offset1(u64 i, const Shape& sh, const Strides& a) {
-    if (sh.rank == 1) return (i64)i * a.s[0];
-    return offset1_general(i, sh, a);
+
+// The same through pointers, out of line: for kernels that keep their geometry in shared memory
+// (inlining the divisions at every call site multiplies NVRTC's compile time, and an out-of-line
+// call on a kernel parameter would copy the whole parameter to local memory in every thread).
+__device__ __noinline__ i64 offset1_at(u64 i, const Shape* sh, const Strides* a) {
+    i64 oa = 0;
+    for (int d = sh->rank - 1; d >= 0; --d) {
+        u64 q = i / sh->dims[d];
+        oa += (i64)(i - q * sh->dims[d]) * a->s[d];
+        i = q;
+    }
+    return oa;
 }
 
 __device__ __forceinline__ void offset2(u64 i, const Shape& sh, const Strides& a, const Strides& b, i64& oa, i64& ob) {
@@ -242,3 +252,7 @@ __device__ __forceinline__ void offset4(u64 i, const Shape& sh, const Strides& a
 
 template <typename T, int N> struct alignas(sizeof(T) * N) Pack { T v[N]; };
 template <typename T> struct Lanes { static const int n = 16 / sizeof(T); };
+
+// Bandwidth-bound kernels issue UNROLL independent 16-byte loads per thread before using any of
+// them, so that enough bytes are in flight to reach memory bandwidth.
+#define UNROLL 4

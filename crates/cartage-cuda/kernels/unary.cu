@@ -56,19 +56,34 @@ struct OpGelu {
 
 template <typename T, typename Op> __device__ __forceinline__ T apply1(T x) { return store<T>(Op::f(load(x))); }
 
-template <typename T, typename Op> __device__ void unary_contig(T* out, const T* in, u64 n) {
+template <typename T, typename Op> __device__ void unary_contig(T* __restrict__ out, const T* __restrict__ in, u64 n) {
     const int N = Lanes<T>::n;
-    u64 nvec = n / N;
-    const Pack<T, N>* vin = (const Pack<T, N>*)in;
-    Pack<T, N>* vout = (Pack<T, N>*)out;
-    for (u64 i = global_thread(); i < nvec; i += grid_threads()) {
-        Pack<T, N> a = vin[i];
-        Pack<T, N> r;
+    // As in binary.cu: UNROLL loads in flight for float types, one for integers.
+    const int U = IsFloat<T>::value ? UNROLL : 1;
+    typedef Pack<T, N> P;
+    const u64 nvec = n / N, stride = grid_threads();
+    const P* vin = (const P*)in;
+    P* vout = (P*)out;
+    u64 i = global_thread();
+    for (; i + (U - 1) * stride < nvec; i += U * stride) {
+        P a[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) a[u] = vin[i + u * stride];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            P r;
+#pragma unroll
+            for (int k = 0; k < N; ++k) r.v[k] = apply1<T, Op>(a[u].v[k]);
+            vout[i + u * stride] = r;
+        }
+    }
+    for (; i < nvec; i += stride) {
+        P a = vin[i], r;
 #pragma unroll
         for (int k = 0; k < N; ++k) r.v[k] = apply1<T, Op>(a.v[k]);
         vout[i] = r;
     }
-    for (u64 i = nvec * N + global_thread(); i < n; i += grid_threads()) out[i] = apply1<T, Op>(in[i]);
+    for (u64 j = nvec * N + global_thread(); j < n; j += stride) out[j] = apply1<T, Op>(in[j]);
 }
 
 // Op codes of the strided kernels: the order of `UnaryOp::ALL` in cartage-core.

@@ -23,6 +23,7 @@ use crate::nvrtc::{self, ImageKind};
 const CACHE_FORMAT: u32 = 1;
 
 const COMMON: &str = include_str!("../kernels/common.cuh");
+const REDUCE_COMMON: &str = include_str!("../kernels/reduce_common.cuh");
 
 /// One kernel source file (one module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,21 +38,27 @@ pub enum SourceFile {
     Construct,
     /// `cast.cu`.
     Cast,
-    /// `reduce.cu` (reductions and softmax).
+    /// `reduce.cu` (sum, mean, logsumexp).
     Reduce,
+    /// `extreme.cu` (max, min, argmax, argmin).
+    Extreme,
+    /// `softmax.cu`.
+    Softmax,
     /// `index.cu` (gather and index_select).
     Index,
 }
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 7] = [
+    pub const ALL: [SourceFile; 9] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
         SourceFile::Construct,
         SourceFile::Cast,
         SourceFile::Reduce,
+        SourceFile::Extreme,
+        SourceFile::Softmax,
         SourceFile::Index,
     ];
 
@@ -64,6 +71,8 @@ impl SourceFile {
             SourceFile::Construct => "construct.cu",
             SourceFile::Cast => "cast.cu",
             SourceFile::Reduce => "reduce.cu",
+            SourceFile::Extreme => "extreme.cu",
+            SourceFile::Softmax => "softmax.cu",
             SourceFile::Index => "index.cu",
         }
     }
@@ -76,13 +85,20 @@ impl SourceFile {
             SourceFile::Construct => include_str!("../kernels/construct.cu"),
             SourceFile::Cast => include_str!("../kernels/cast.cu"),
             SourceFile::Reduce => include_str!("../kernels/reduce.cu"),
+            SourceFile::Extreme => include_str!("../kernels/extreme.cu"),
+            SourceFile::Softmax => include_str!("../kernels/softmax.cu"),
             SourceFile::Index => include_str!("../kernels/index.cu"),
         }
     }
 
-    /// The full text NVRTC compiles: `common.cuh`, then the file.
+    /// The full text NVRTC compiles: `common.cuh` (and `reduce_common.cuh` for the reduction
+    /// files), then the file.
     pub fn source(self) -> String {
-        format!("{COMMON}\n#line 1 \"{}\"\n{}", self.file_name(), self.body())
+        let reduce = match self {
+            SourceFile::Reduce | SourceFile::Extreme | SourceFile::Softmax => REDUCE_COMMON,
+            _ => "",
+        };
+        format!("{COMMON}\n{reduce}\n#line 1 \"{}\"\n{}", self.file_name(), self.body())
     }
 
     fn index(self) -> usize {
@@ -129,6 +145,20 @@ pub struct ModuleStats {
     pub load_time: Duration,
 }
 
+/// A kernel ready to launch: its function and how many of its 256-thread blocks fit on one
+/// multiprocessor at once (grid-stride kernels launch exactly one full wave of blocks, so that no
+/// partial last wave idles part of the device).
+#[derive(Clone, Debug)]
+pub struct LoadedKernel {
+    /// The function.
+    pub function: CudaFunction,
+    /// Resident 256-thread blocks per multiprocessor (at least 1).
+    pub blocks_per_sm: u32,
+}
+
+/// Threads per block of every cartage kernel.
+const BLOCK: u32 = 256;
+
 /// The target NVRTC compiles for.
 #[derive(Clone, Debug)]
 struct Target {
@@ -145,7 +175,7 @@ pub struct KernelModules {
     nvrtc_version: (i32, i32),
     cache_dir: Option<PathBuf>,
     modules: [Mutex<Option<Arc<CudaModule>>>; SourceFile::ALL.len()],
-    functions: Mutex<HashMap<KernelName, CudaFunction>>,
+    functions: Mutex<HashMap<KernelName, LoadedKernel>>,
     stats: Mutex<ModuleStats>,
 }
 
@@ -250,8 +280,13 @@ impl KernelModules {
 
     /// The function `name`, compiling or loading its module on first use.
     pub fn function(&self, name: KernelName) -> Result<CudaFunction> {
-        if let Some(f) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(&name) {
-            return Ok(f.clone());
+        Ok(self.kernel(name)?.function)
+    }
+
+    /// The kernel `name` with its occupancy, compiling or loading its module on first use.
+    pub fn kernel(&self, name: KernelName) -> Result<LoadedKernel> {
+        if let Some(k) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(&name) {
+            return Ok(k.clone());
         }
         let module = self.module(name.file)?;
         let symbol = name.symbol();
@@ -260,11 +295,19 @@ impl KernelModules {
             op: "load kernel",
             message: format!("{symbol} in {}: {e}", name.file.file_name()),
         })?;
+        let blocks_per_sm = function
+            .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
+            .unwrap_or(1)
+            .max(1);
+        let kernel = LoadedKernel {
+            function,
+            blocks_per_sm,
+        };
         self.functions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name, function.clone());
-        Ok(function)
+            .insert(name, kernel.clone());
+        Ok(kernel)
     }
 
     /// The loaded module of `file`, compiling it (or reading the disk cache) on first use.

@@ -146,6 +146,18 @@ fn touch_every_module(b: &CudaBackend) {
             dims: [0].into_iter().collect(),
             out: arg(out.slice(), &[1], DType::F32),
         },
+        Kernel::Reduce {
+            op: cartage_core::ReduceOp::Max,
+            input: v(&x, DType::F32),
+            dims: [0].into_iter().collect(),
+            out: arg(out.slice(), &[1], DType::F32),
+        },
+        Kernel::Softmax {
+            input: v(&x, DType::F32),
+            dim: 0,
+            log: false,
+            out: v(&out, DType::F32),
+        },
     ];
     for k in &kernels {
         b.launch(k).expect("launch");

@@ -392,6 +392,24 @@ fn first_calls(b: &CudaBackend) -> Res<Vec<(SourceFile, Duration)>> {
             },
         ),
         (
+            SourceFile::Extreme,
+            Kernel::Reduce {
+                op: ReduceOp::Max,
+                input: t(&x, DType::F32),
+                dims: [0].into_iter().collect(),
+                out: tensor(&out, &[1], DType::F32),
+            },
+        ),
+        (
+            SourceFile::Softmax,
+            Kernel::Softmax {
+                input: t(&x, DType::F32),
+                dim: 0,
+                log: false,
+                out: t(&out, DType::F32),
+            },
+        ),
+        (
             SourceFile::Index,
             Kernel::IndexSelect {
                 input: t(&x, DType::F32),

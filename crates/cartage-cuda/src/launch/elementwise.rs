@@ -7,11 +7,11 @@ use super::geometry::{Coalesced, grid};
 use super::{dense, device_ptr, expect_dtype, lanes, launch_kernel, max_blocks, same_shape, size_name};
 use crate::backend::CudaBackend;
 use crate::driver;
-use crate::modules::{KernelName, SourceFile};
+use crate::modules::{KernelName, LoadedKernel, SourceFile};
 
 /// A dense launch over `n` elements of `dtype` in 16-byte vectors.
-fn vector_grid(backend: &CudaBackend, n: usize, dtype: DType) -> cudarc::driver::LaunchConfig {
-    grid((n as u64).div_ceil(lanes(dtype)), max_blocks(backend))
+fn vector_grid(backend: &CudaBackend, kernel: &LoadedKernel, n: usize, dtype: DType) -> cudarc::driver::LaunchConfig {
+    grid((n as u64).div_ceil(lanes(dtype)), max_blocks(backend, kernel))
 }
 
 fn scalar_bits(value: Scalar, dtype: DType) -> u64 {
@@ -39,12 +39,15 @@ pub(super) fn fill(backend: &CudaBackend, out: &TensorArg, value: Scalar) -> Res
                 .map_err(driver::error(backend.device, "fill"));
         }
         if ptr.is_multiple_of(16) {
-            let name = KernelName::new(SourceFile::Construct, ["fill", size_name(out.dtype), "contig", ""]);
+            let name = backend.modules.kernel(KernelName::new(
+                SourceFile::Construct,
+                ["fill", size_name(out.dtype), "contig", ""],
+            ))?;
             let n64 = n as u64;
             return launch_kernel!(
                 backend,
                 name,
-                vector_grid(backend, n, out.dtype),
+                vector_grid(backend, &name, n, out.dtype),
                 [out.buffer],
                 &ptr,
                 &n64,
@@ -54,8 +57,11 @@ pub(super) fn fill(backend: &CudaBackend, out: &TensorArg, value: Scalar) -> Res
     }
     let geometry = Coalesced::of("fill", &[&out.layout])?;
     let (shape, strides) = (geometry.shape(), geometry.strides(0));
-    let name = KernelName::new(SourceFile::Construct, ["fill", size_name(out.dtype), "strided", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend.modules.kernel(KernelName::new(
+        SourceFile::Construct,
+        ["fill", size_name(out.dtype), "strided", ""],
+    ))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(backend, name, cfg, [out.buffer], &ptr, &shape, &strides, &bits)
 }
 
@@ -66,8 +72,11 @@ pub(super) fn arange(backend: &CudaBackend, out: &TensorArg, start: f64, step: f
     }
     let geometry = Coalesced::of("arange", &[&out.layout])?;
     let (shape, strides, ptr) = (geometry.shape(), geometry.strides(0), device_ptr(out));
-    let name = KernelName::new(SourceFile::Construct, ["arange", out.dtype.name(), "", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend.modules.kernel(KernelName::new(
+        SourceFile::Construct,
+        ["arange", out.dtype.name(), "", ""],
+    ))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(backend, name, cfg, [out.buffer], &ptr, &shape, &strides, &start, &step)
 }
 
@@ -88,8 +97,10 @@ pub(super) fn random(
         Distribution::Uniform { low, high } => ("rand", low, high),
         Distribution::Normal { mean, std } => ("randn", mean, std),
     };
-    let name = KernelName::new(SourceFile::Construct, [kind, out.dtype.name(), "", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::Construct, [kind, out.dtype.name(), "", ""]))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend,
         name,
@@ -117,8 +128,11 @@ pub(super) fn cast(backend: &CudaBackend, input: &TensorArg, out: &TensorArg) ->
     let geometry = Coalesced::of("cast", &[&out.layout, &input.layout])?;
     let (shape, so, si) = (geometry.shape(), geometry.strides(0), geometry.strides(1));
     let (po, pi) = (device_ptr(out), device_ptr(input));
-    let name = KernelName::new(SourceFile::Cast, ["cast", input.dtype.name(), out.dtype.name(), ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend.modules.kernel(KernelName::new(
+        SourceFile::Cast,
+        ["cast", input.dtype.name(), out.dtype.name(), ""],
+    ))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend,
         name,
@@ -151,8 +165,11 @@ pub(super) fn copy(backend: &CudaBackend, input: &TensorArg, out: &TensorArg) ->
     }
     let geometry = Coalesced::of("copy", &[&out.layout, &input.layout])?;
     let (shape, so, si) = (geometry.shape(), geometry.strides(0), geometry.strides(1));
-    let name = KernelName::new(SourceFile::Construct, ["copy", size_name(out.dtype), "strided", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend.modules.kernel(KernelName::new(
+        SourceFile::Construct,
+        ["copy", size_name(out.dtype), "strided", ""],
+    ))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend,
         name,
@@ -180,16 +197,20 @@ pub(super) fn unary(backend: &CudaBackend, op: UnaryOp, input: &TensorArg, out: 
     let (po, pi) = (device_ptr(out), device_ptr(input));
     let dt = input.dtype.name();
     if dense(&[input, out]) {
-        let name = KernelName::new(SourceFile::Unary, ["unary", op.name(), dt, "contig"]);
+        let name = backend
+            .modules
+            .kernel(KernelName::new(SourceFile::Unary, ["unary", op.name(), dt, "contig"]))?;
         let n64 = n as u64;
-        let cfg = vector_grid(backend, n, input.dtype);
+        let cfg = vector_grid(backend, &name, n, input.dtype);
         return launch_kernel!(backend, name, cfg, [input.buffer, out.buffer], &po, &pi, &n64);
     }
     let geometry = Coalesced::of(op.name(), &[&out.layout, &input.layout])?;
     let (shape, so, si) = (geometry.shape(), geometry.strides(0), geometry.strides(1));
     let op_code = code(&UnaryOp::ALL, op);
-    let name = KernelName::new(SourceFile::Unary, ["unary", dt, "strided", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::Unary, ["unary", dt, "strided", ""]))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend,
         name,
@@ -234,9 +255,11 @@ pub(super) fn binary(
     let dt = lhs.dtype.name();
     let slices = [lhs.buffer, rhs.buffer, out.buffer];
     if dense(&[lhs, rhs, out]) {
-        let name = KernelName::new(SourceFile::Binary, ["binary", op.name(), dt, "contig"]);
+        let name = backend
+            .modules
+            .kernel(KernelName::new(SourceFile::Binary, ["binary", op.name(), dt, "contig"]))?;
         let n64 = n as u64;
-        let cfg = vector_grid(backend, n, lhs.dtype);
+        let cfg = vector_grid(backend, &name, n, lhs.dtype);
         return launch_kernel!(backend, name, cfg, slices, &po, &pl, &pr, &n64);
     }
     let geometry = Coalesced::of(op.name(), &[&out.layout, &lhs.layout, &rhs.layout])?;
@@ -247,8 +270,10 @@ pub(super) fn binary(
         geometry.strides(2),
     );
     let op_code = code(&BinaryOp::ALL, op);
-    let name = KernelName::new(SourceFile::Binary, ["binary", dt, "strided", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::Binary, ["binary", dt, "strided", ""]))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend, name, cfg, slices, &po, &pl, &pr, &shape, &so, &sl, &sr, &op_code
     )
@@ -271,9 +296,12 @@ pub(super) fn compare(
     let dt = lhs.dtype.name();
     let slices = [lhs.buffer, rhs.buffer, out.buffer];
     if dense(&[lhs, rhs, out]) {
-        let name = KernelName::new(SourceFile::Compare, ["compare", op.name(), dt, "contig"]);
+        let name = backend.modules.kernel(KernelName::new(
+            SourceFile::Compare,
+            ["compare", op.name(), dt, "contig"],
+        ))?;
         let n64 = n as u64;
-        let cfg = vector_grid(backend, n, lhs.dtype);
+        let cfg = vector_grid(backend, &name, n, lhs.dtype);
         return launch_kernel!(backend, name, cfg, slices, &po, &pl, &pr, &n64);
     }
     let geometry = Coalesced::of(op.name(), &[&out.layout, &lhs.layout, &rhs.layout])?;
@@ -284,8 +312,10 @@ pub(super) fn compare(
         geometry.strides(2),
     );
     let op_code = code(&CompareOp::ALL, op);
-    let name = KernelName::new(SourceFile::Compare, ["compare", dt, "strided", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::Compare, ["compare", dt, "strided", ""]))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend, name, cfg, slices, &po, &pl, &pr, &shape, &so, &sl, &sr, &op_code
     )
@@ -315,9 +345,11 @@ pub(super) fn select(
     let size = size_name(out.dtype);
     let slices = [cond.buffer, on_true.buffer, on_false.buffer, out.buffer];
     if dense(&[cond, on_true, on_false, out]) {
-        let name = KernelName::new(SourceFile::Compare, ["where", size, "contig", ""]);
+        let name = backend
+            .modules
+            .kernel(KernelName::new(SourceFile::Compare, ["where", size, "contig", ""]))?;
         let n64 = n as u64;
-        let cfg = vector_grid(backend, n, out.dtype);
+        let cfg = vector_grid(backend, &name, n, out.dtype);
         return launch_kernel!(backend, name, cfg, slices, &po, &pc, &pt, &pf, &n64);
     }
     let geometry = Coalesced::of("where", &[&out.layout, &cond.layout, &on_true.layout, &on_false.layout])?;
@@ -328,8 +360,10 @@ pub(super) fn select(
         geometry.strides(2),
         geometry.strides(3),
     );
-    let name = KernelName::new(SourceFile::Compare, ["where", size, "strided", ""]);
-    let cfg = grid(n as u64, max_blocks(backend));
+    let name = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::Compare, ["where", size, "strided", ""]))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(
         backend, name, cfg, slices, &po, &pc, &pt, &pf, &shape, &so, &sc, &st, &sf
     )

@@ -87,12 +87,12 @@ fn run(
         // stream order before the kernel that writes it.
         unsafe { driver::memset_async(slice.addr(), 0, FAULT_BYTES, backend.compute.cu_stream()) }
             .map_err(driver::error(backend.device, "clear index fault"))?;
-        let name = KernelName::new(
+        let name = backend.modules.kernel(KernelName::new(
             SourceFile::Index,
             [kernel, size_name(input.dtype), index.dtype.name(), ""],
-        );
+        ))?;
         let (po, pi, px, pf) = (device_ptr(out), device_ptr(input), device_ptr(index), slice.addr());
-        let cfg = grid(n as u64, max_blocks(backend));
+        let cfg = grid(n as u64, max_blocks(backend, &name));
         launch_kernel!(
             backend,
             name,

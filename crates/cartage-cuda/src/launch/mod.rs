@@ -9,21 +9,22 @@ use cartage_core::{DType, Error, Kernel, Result, TensorArg};
 
 use crate::backend::CudaBackend;
 use crate::matmul;
+use crate::modules::LoadedKernel;
 
 mod elementwise;
 pub mod geometry;
 mod index;
 mod reduce;
 
-/// Queue `$name` on the compute stream after ordering it behind the users of `$slices` (an
-/// array of the operands' buffers);
-/// the arguments must be references to locals of the caller, in the kernel's parameter order.
+/// Queue the [`crate::modules::LoadedKernel`] `$kernel` on the compute stream after ordering it
+/// behind the users of `$slices` (an array of the operands' buffers); the arguments must be
+/// references to locals of the caller, in the kernel's parameter order.
 macro_rules! launch_kernel {
-    ($backend:expr, $name:expr, $cfg:expr, $slices:expr, $($arg:expr),+ $(,)?) => {{
+    ($backend:expr, $kernel:expr, $cfg:expr, $slices:expr, $($arg:expr),+ $(,)?) => {{
         let backend: &$crate::backend::CudaBackend = $backend;
-        let function = backend.modules.function($name)?;
+        let kernel: &$crate::modules::LoadedKernel = &$kernel;
         backend.order.before_compute(&backend.compute, &$slices)?;
-        let mut builder = backend.compute.launch_builder(&function);
+        let mut builder = backend.compute.launch_builder(&kernel.function);
         $( cudarc::driver::PushKernelArg::arg(&mut builder, $arg); )+
         // SAFETY: the arguments follow the kernel's C parameter list (written together with the
         // .cu declaration: device addresses as u64, geometry structs with the C layout); every
@@ -121,7 +122,7 @@ pub(crate) fn lanes(dtype: DType) -> u64 {
     (16 / dtype.size_in_bytes()) as u64
 }
 
-/// The most blocks a grid-stride kernel gets: enough to fill the device several times over.
-pub(crate) fn max_blocks(backend: &CudaBackend) -> u32 {
-    backend.sm_count * 16
+/// The blocks of one full wave of `kernel` on this device: what a grid-stride launch gets at most.
+pub(crate) fn max_blocks(backend: &CudaBackend, kernel: &LoadedKernel) -> u32 {
+    backend.sm_count * kernel.blocks_per_sm
 }

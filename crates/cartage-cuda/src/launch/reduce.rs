@@ -127,17 +127,25 @@ pub(super) fn reduce(
     }
     let dense = cols <= 1 || (cols_c.dims.len() == 1 && cols_c.strides[0][0] == 1);
     let rows_side_by_side = rows_c.strides[0].last() == Some(&1);
-    let sm = backend.sm_count as u64;
+    let file = match op {
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::LogSumExp => SourceFile::Reduce,
+        _ => SourceFile::Extreme,
+    };
+    let kernel = backend
+        .modules
+        .kernel(KernelName::new(file, ["reduce", name, input.dtype.name(), ""]))?;
+    // One full wave of blocks: every grid-stride loop below ends at the same time.
+    let wave = max_blocks(backend, &kernel) as u64;
     let group: u32 = if cols <= 8 || (!dense && rows >= 1024 && rows_side_by_side) {
         1
-    } else if cols >= 2048 {
-        THREADS
-    } else {
+    } else if cols < 2048 || (cols < 16384 && rows * 32 >= wave * THREADS as u64) {
         32
+    } else {
+        THREADS
     };
     let (mut split, mut chunk) = (1u64, cols.max(1));
-    if group == THREADS && rows < 2 * sm && cols >= 65536 {
-        let wanted = (sm * 8).div_ceil(rows).clamp(1, cols / 16384);
+    if group == THREADS && rows < wave && cols >= 65536 {
+        let wanted = wave.div_ceil(rows).clamp(1, cols / 16384);
         chunk = cols.div_ceil(wanted).div_ceil(16) * 16;
         split = cols.div_ceil(chunk);
     }
@@ -156,9 +164,8 @@ pub(super) fn reduce(
         finish: 0,
         pad: 0,
     };
-    let kernel = KernelName::new(SourceFile::Reduce, ["reduce", name, input.dtype.name(), ""]);
     let (pi, po) = (device_ptr(input), device_ptr(out));
-    let max = max_blocks(backend);
+    let max = wave as u32;
     if split == 1 {
         let pp = 0u64;
         let cfg = config(rows, group, max);
@@ -217,8 +224,11 @@ pub(super) fn softmax(backend: &CudaBackend, input: &TensorArg, dim: usize, log:
         group: group as i32,
         log: log as i32,
     };
-    let kernel = KernelName::new(SourceFile::Reduce, ["softmax", input.dtype.name(), "", ""]);
+    let kernel = backend.modules.kernel(KernelName::new(
+        SourceFile::Softmax,
+        ["softmax", input.dtype.name(), "", ""],
+    ))?;
     let (pi, po) = (device_ptr(input), device_ptr(out));
-    let cfg = config(rows, group, max_blocks(backend));
+    let cfg = config(rows, group, max_blocks(backend, &kernel));
     launch_kernel!(backend, kernel, cfg, [input.buffer, out.buffer], &pi, &po, &geom)
 }
