@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use cartage::{DType, Device, Error, Op, Tensor, backend, load_safetensors, save_safetensors};
 use half::{bf16, f16};
-use memory_support::{devices_under_test, serial, skip, temp_path};
+use memory_support::{TempFile, devices_under_test, serial, skip, temp_path};
 
 /// One tensor of every dtype, with values that probe each dtype's range.
 fn sample_tensors(device: &Device) -> Vec<(String, Tensor)> {
@@ -138,7 +138,7 @@ fn missing_file_is_an_io_error() {
     assert!(err.to_string().contains("/no/such/dir/model.safetensors"), "{err}");
 }
 
-fn file_with_header(json: &str, data: &[u8]) -> std::path::PathBuf {
+fn file_with_header(json: &str, data: &[u8]) -> TempFile {
     let mut header = json.as_bytes().to_vec();
     header.resize(header.len().next_multiple_of(8), b' ');
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
@@ -266,7 +266,7 @@ fn files_from_python_load_and_ours_load_in_python() {
     }
     let from_python = temp_path("from-python.safetensors");
     run_python("write", &from_python);
-    let bf16_path = from_python.with_extension("safetensors.bf16");
+    let bf16_path = TempFile(from_python.with_extension("safetensors.bf16"));
     let expected: HashMap<&str, (DType, Vec<usize>, Vec<f64>)> = HashMap::from([
         (
             "f32",

@@ -10,7 +10,7 @@ use cartage::{load_safetensors, pinned_bytes_in_use, pinned_bytes_peak};
 use memory_support::{devices_under_test, temp_path};
 
 /// A safetensors file of one f32 tensor `0, 1, 2, …` of `n` elements, written by hand.
-fn write_file(n: usize) -> std::path::PathBuf {
+fn write_file(n: usize) -> memory_support::TempFile {
     let json = format!(
         r#"{{"x":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#,
         4 * n

@@ -49,9 +49,35 @@ pub fn devices_under_test(test: &str) -> Vec<Device> {
     devices
 }
 
+/// A file under the system's temporary folder, unique to this process and name, removed (with
+/// its folder, once empty) when dropped.
+pub struct TempFile(pub std::path::PathBuf);
+
+impl std::ops::Deref for TempFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempFile {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir); // fails while other tests still have files there
+        }
+    }
+}
+
 /// A fresh path under the system's temporary folder, unique to this process and `name`.
-pub fn temp_path(name: &str) -> std::path::PathBuf {
+pub fn temp_path(name: &str) -> TempFile {
     let dir = std::env::temp_dir().join(format!("cartage-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temporary folder");
-    dir.join(name)
+    TempFile(dir.join(name))
 }
