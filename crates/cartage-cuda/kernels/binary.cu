@@ -73,40 +73,45 @@ template <typename T, typename Op> __device__ __forceinline__ T apply2(T a, T b)
     return store<T>(Op::f(load(a), load(b)));
 }
 
+// One block covers THREADS × U consecutive vectors (thread t takes t, t + THREADS, …): a grid of
+// many short blocks, with all U loads of a thread issued before any is used. U is UNROLL for
+// float types and 1 for integers (which keeps NVRTC's compile time down); the host sizes the grid
+// with the same rule (`contig_blocks` in src/launch/elementwise.rs).
 template <typename T, typename Op>
 __device__ void binary_contig(T* __restrict__ out, const T* __restrict__ lhs, const T* __restrict__ rhs, u64 n) {
     const int N = Lanes<T>::n;
-    // Float types issue UNROLL vector loads per operand before computing (bandwidth); integer
-    // types keep one, which keeps NVRTC's compile time down.
     const int U = IsFloat<T>::value ? UNROLL : 1;
     typedef Pack<T, N> P;
-    const u64 nvec = n / N, stride = grid_threads();
+    const u64 nvec = n / N;
     const P* vl = (const P*)lhs;
     const P* vr = (const P*)rhs;
     P* vo = (P*)out;
-    u64 i = global_thread();
-    for (; i + (U - 1) * stride < nvec; i += U * stride) {
+    const u64 base = (u64)blockIdx.x * THREADS * U + threadIdx.x;
+    if (base + (U - 1) * THREADS < nvec) {
         P a[U], b[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            a[u] = vl[i + u * stride];
-            b[u] = vr[i + u * stride];
+            a[u] = vl[base + u * THREADS];
+            b[u] = vr[base + u * THREADS];
         }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             P r;
 #pragma unroll
             for (int k = 0; k < N; ++k) r.v[k] = apply2<T, Op>(a[u].v[k], b[u].v[k]);
-            vo[i + u * stride] = r;
+            vo[base + u * THREADS] = r;
+        }
+    } else {
+        for (u64 i = base; i < nvec; i += THREADS) {
+            P a = vl[i], b = vr[i], r;
+#pragma unroll
+            for (int k = 0; k < N; ++k) r.v[k] = apply2<T, Op>(a.v[k], b.v[k]);
+            vo[i] = r;
         }
     }
-    for (; i < nvec; i += stride) {
-        P a = vl[i], b = vr[i], r;
-#pragma unroll
-        for (int k = 0; k < N; ++k) r.v[k] = apply2<T, Op>(a.v[k], b.v[k]);
-        vo[i] = r;
+    if (blockIdx.x == 0) {
+        for (u64 j = nvec * N + threadIdx.x; j < n; j += THREADS) out[j] = apply2<T, Op>(lhs[j], rhs[j]);
     }
-    for (u64 j = nvec * N + global_thread(); j < n; j += stride) out[j] = apply2<T, Op>(lhs[j], rhs[j]);
 }
 
 template <typename T> __device__ __forceinline__ T apply_code(T a, T b, int op) {

@@ -1,5 +1,6 @@
 // unary.cu: element-wise functions of one operand (Kernel::Unary).
-// `unary_<op>_<dtype>_contig(out, in, n)`: dense operands, 16-byte vector loads and stores.
+// `unary_<op>_<dtype>_contig(out, in, n)`: dense operands, 16-byte vector loads and stores, one
+// block per THREADS × U vectors (see binary.cu).
 // `unary_<dtype>_strided(out, in, shape, out_strides, in_strides, op)`: any strides, the op as a
 // run-time code (one kernel per dtype keeps NVRTC's compile time down; this path is not the fast one).
 // f16/bf16 compute in f32; integer neg/abs wrap (as Rust's wrapping_neg/wrapping_abs).
@@ -56,34 +57,38 @@ struct OpGelu {
 
 template <typename T, typename Op> __device__ __forceinline__ T apply1(T x) { return store<T>(Op::f(load(x))); }
 
+// The layout of binary.cu's contiguous kernels: a block per THREADS × U vectors, U = UNROLL for
+// floats and 1 for integers (the host sizes the grid with the same rule).
 template <typename T, typename Op> __device__ void unary_contig(T* __restrict__ out, const T* __restrict__ in, u64 n) {
     const int N = Lanes<T>::n;
-    // As in binary.cu: UNROLL loads in flight for float types, one for integers.
     const int U = IsFloat<T>::value ? UNROLL : 1;
     typedef Pack<T, N> P;
-    const u64 nvec = n / N, stride = grid_threads();
+    const u64 nvec = n / N;
     const P* vin = (const P*)in;
     P* vout = (P*)out;
-    u64 i = global_thread();
-    for (; i + (U - 1) * stride < nvec; i += U * stride) {
+    const u64 base = (u64)blockIdx.x * THREADS * U + threadIdx.x;
+    if (base + (U - 1) * THREADS < nvec) {
         P a[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) a[u] = vin[i + u * stride];
+        for (int u = 0; u < U; ++u) a[u] = vin[base + u * THREADS];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             P r;
 #pragma unroll
             for (int k = 0; k < N; ++k) r.v[k] = apply1<T, Op>(a[u].v[k]);
-            vout[i + u * stride] = r;
+            vout[base + u * THREADS] = r;
+        }
+    } else {
+        for (u64 i = base; i < nvec; i += THREADS) {
+            P a = vin[i], r;
+#pragma unroll
+            for (int k = 0; k < N; ++k) r.v[k] = apply1<T, Op>(a.v[k]);
+            vout[i] = r;
         }
     }
-    for (; i < nvec; i += stride) {
-        P a = vin[i], r;
-#pragma unroll
-        for (int k = 0; k < N; ++k) r.v[k] = apply1<T, Op>(a.v[k]);
-        vout[i] = r;
+    if (blockIdx.x == 0) {
+        for (u64 j = nvec * N + threadIdx.x; j < n; j += THREADS) out[j] = apply1<T, Op>(in[j]);
     }
-    for (u64 j = nvec * N + global_thread(); j < n; j += stride) out[j] = apply1<T, Op>(in[j]);
 }
 
 // Op codes of the strided kernels: the order of `UnaryOp::ALL` in cartage-core.

@@ -176,17 +176,14 @@ pub(crate) fn enable_peer_access(peer_ctx: sys::CUcontext) -> Result<(), DriverE
 }
 
 /// True when `ptr` is page-locked host memory known to the driver (a copy from it is truly
-/// asynchronous); false for ordinary pageable memory.
+/// asynchronous); false for ordinary pageable memory. Uses `cuPointerGetAttributes`, which answers
+/// "unknown" for pageable memory instead of returning an error (so memory checkers stay quiet).
 pub(crate) fn is_pinned_host(ptr: *const u8) -> bool {
     let mut memory_type: u32 = 0;
-    // SAFETY: asks for one attribute of an address and writes one `CUmemorytype` (a u32) into
-    // `memory_type`; the address is only inspected, never accessed.
-    let status = unsafe {
-        sys::cuPointerGetAttribute(
-            &mut memory_type as *mut u32 as *mut c_void,
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr as CUdeviceptr,
-        )
-    };
+    let mut attribute = sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+    let mut data = [&mut memory_type as *mut u32 as *mut c_void];
+    // SAFETY: asks for one attribute of an address; the driver writes one `CUmemorytype` (a u32)
+    // through `data[0]`, which points to `memory_type`; the address is only inspected.
+    let status = unsafe { sys::cuPointerGetAttributes(1, &mut attribute, data.as_mut_ptr(), ptr as CUdeviceptr) };
     status == sys::CUresult::CUDA_SUCCESS && memory_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
 }

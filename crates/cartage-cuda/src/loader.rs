@@ -28,7 +28,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemcpyDtoDAsync_v2",
     "cuMemcpyPeerAsync",
     "cuMemsetD8Async",
-    "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
     "cuModuleLoadData",
     "cuModuleGetFunction",
     "cuLaunchKernel",

@@ -12,7 +12,6 @@
 //!
 //! A prefetch into a fresh block therefore overlaps the kernels still running on other memory.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cartage_core::{BufferSlice, Device, Result};
@@ -32,7 +31,8 @@ struct SegmentUse {
 struct State {
     /// Compute submissions so far.
     submissions: u64,
-    segments: HashMap<u64, SegmentUse>,
+    /// Indexed by segment id (ids are small and handed out in order by `DeviceMemory`).
+    segments: Vec<SegmentUse>,
     /// An event on the compute stream and the submission number it was recorded after.
     marker: Option<(CudaEvent, u64)>,
 }
@@ -55,7 +55,19 @@ impl StreamOrder {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
+impl State {
+    fn segment(&mut self, id: u64) -> &mut SegmentUse {
+        let index = id as usize;
+        if index >= self.segments.len() {
+            self.segments.resize_with(index + 1, SegmentUse::default);
+        }
+        &mut self.segments[index]
+    }
+}
+
+impl StreamOrder {
     /// Call before queuing compute work that uses `slices`: waits for pending asynchronous copies
     /// of their segments and records the use.
     pub fn before_compute(&self, compute: &CudaStream, slices: &[BufferSlice]) -> Result<()> {
@@ -63,7 +75,7 @@ impl StreamOrder {
         state.submissions += 1;
         let now = state.submissions;
         for slice in slices {
-            let entry = state.segments.entry(slice.segment.id).or_default();
+            let entry = state.segment(slice.segment.id);
             entry.last_compute = now;
             if let Some(event) = entry.pending_copy.take() {
                 compute
@@ -84,7 +96,7 @@ impl StreamOrder {
         slice: BufferSlice,
     ) -> Result<()> {
         let mut state = self.lock();
-        let needed = state.segments.get(&slice.segment.id).map_or(0, |u| u.last_compute);
+        let needed = state.segment(slice.segment.id).last_compute;
         if needed == 0 {
             return Ok(());
         }
@@ -111,17 +123,17 @@ impl StreamOrder {
 
     /// Call after queuing an asynchronous copy of `slice` whose completion `event` records.
     pub fn after_copy(&self, slice: BufferSlice, event: Arc<CudaEvent>) {
-        self.lock().segments.entry(slice.segment.id).or_default().pending_copy = Some(event);
+        self.lock().segment(slice.segment.id).pending_copy = Some(event);
     }
 
     /// Forget a segment returned to the driver.
     pub fn forget_segment(&self, id: u64) {
-        self.lock().segments.remove(&id);
+        *self.lock().segment(id) = SegmentUse::default();
     }
 
     /// Forget every pending copy (after a full synchronisation).
     pub fn clear_pending(&self) {
-        for entry in self.lock().segments.values_mut() {
+        for entry in self.lock().segments.iter_mut() {
             entry.pending_copy = None;
         }
     }

@@ -3,13 +3,26 @@
 
 use cartage_core::{BinaryOp, CompareOp, DType, Distribution, Error, Result, Scalar, TensorArg, UnaryOp};
 
-use super::geometry::{Coalesced, grid};
+use super::geometry::{Coalesced, THREADS, grid};
 use super::{dense, device_ptr, expect_dtype, lanes, launch_kernel, max_blocks, same_shape, size_name};
 use crate::backend::CudaBackend;
 use crate::driver;
 use crate::modules::{KernelName, LoadedKernel, SourceFile};
 
-/// A dense launch over `n` elements of `dtype` in 16-byte vectors.
+/// The grid of a one-shot dense unary/binary kernel: a block per 256 × U vectors, U = 4 for float
+/// dtypes and 1 otherwise (the rule of `unary_contig`/`binary_contig` in the .cu files).
+fn contig_blocks(n: usize, dtype: DType) -> cudarc::driver::LaunchConfig {
+    let unroll = if dtype.is_float() { 4 } else { 1 };
+    let vectors = n as u64 / lanes(dtype);
+    let blocks = vectors.div_ceil(THREADS as u64 * unroll).clamp(1, i32::MAX as u64) as u32;
+    cudarc::driver::LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A dense grid-stride launch over `n` elements of `dtype` in 16-byte vectors.
 fn vector_grid(backend: &CudaBackend, kernel: &LoadedKernel, n: usize, dtype: DType) -> cudarc::driver::LaunchConfig {
     grid((n as u64).div_ceil(lanes(dtype)), max_blocks(backend, kernel))
 }
@@ -201,7 +214,7 @@ pub(super) fn unary(backend: &CudaBackend, op: UnaryOp, input: &TensorArg, out: 
             .modules
             .kernel(KernelName::new(SourceFile::Unary, ["unary", op.name(), dt, "contig"]))?;
         let n64 = n as u64;
-        let cfg = vector_grid(backend, &name, n, input.dtype);
+        let cfg = contig_blocks(n, input.dtype);
         return launch_kernel!(backend, name, cfg, [input.buffer, out.buffer], &po, &pi, &n64);
     }
     let geometry = Coalesced::of(op.name(), &[&out.layout, &input.layout])?;
@@ -259,7 +272,7 @@ pub(super) fn binary(
             .modules
             .kernel(KernelName::new(SourceFile::Binary, ["binary", op.name(), dt, "contig"]))?;
         let n64 = n as u64;
-        let cfg = vector_grid(backend, &name, n, lhs.dtype);
+        let cfg = contig_blocks(n, lhs.dtype);
         return launch_kernel!(backend, name, cfg, slices, &po, &pl, &pr, &n64);
     }
     let geometry = Coalesced::of(op.name(), &[&out.layout, &lhs.layout, &rhs.layout])?;
