@@ -210,7 +210,8 @@ impl Backend for CudaBackend {
     fn launch(&self, kernel: &Kernel) -> Result<()> {
         kernel.check_bounds()?;
         self.check_supported(kernel)?;
-        self.bind()?;
+        // Kernel launches bind the context themselves (cudarc); the paths that call the driver
+        // directly (memset, memcpy, cuBLAS) bind first.
         launch::launch(self, kernel)
     }
 

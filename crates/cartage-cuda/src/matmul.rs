@@ -166,6 +166,7 @@ pub(crate) fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, ou
         stride_c: (m * n) as i64,
         batch: to_i32("batch", batch)?,
     };
+    backend.bind()?;
     let mut slices = vec![lhs.buffer, rhs.buffer, out.buffer];
     slices.extend(a.scratch.iter().chain(b.scratch.iter()).map(|s| s.slice()));
     let outcome = backend.order.before_compute(&backend.compute, &slices).and_then(|()| {

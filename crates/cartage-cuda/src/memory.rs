@@ -41,6 +41,11 @@ impl SegmentSource for DeviceMemory {
         self.ctx
             .bind_to_thread()
             .map_err(|e| SegmentError::Failed(driver::error(self.device, "bind context")(e)))?;
+        // A request beyond the free memory is refused without asking cuMemAlloc, whose failure
+        // would be reported as an API error by tools such as compute-sanitizer.
+        if driver::mem_info().is_ok_and(|(free, _)| bytes > free) {
+            return Err(SegmentError::OutOfMemory);
+        }
         match driver::mem_alloc(bytes) {
             Ok(addr) => Ok(SegmentHandle {
                 id: self.next_id.fetch_add(1, Ordering::Relaxed),

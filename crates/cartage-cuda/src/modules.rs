@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cartage_core::{Device, Error, Result};
@@ -175,7 +175,7 @@ pub struct KernelModules {
     nvrtc_version: (i32, i32),
     cache_dir: Option<PathBuf>,
     modules: [Mutex<Option<Arc<CudaModule>>>; SourceFile::ALL.len()],
-    functions: Mutex<HashMap<KernelName, LoadedKernel>>,
+    functions: RwLock<HashMap<KernelName, LoadedKernel>>,
     stats: Mutex<ModuleStats>,
 }
 
@@ -239,7 +239,7 @@ impl KernelModules {
             nvrtc_version,
             cache_dir: default_cache_dir(),
             modules: Default::default(),
-            functions: Mutex::new(HashMap::new()),
+            functions: RwLock::new(HashMap::new()),
             stats: Mutex::new(ModuleStats::default()),
         })
     }
@@ -285,7 +285,7 @@ impl KernelModules {
 
     /// The kernel `name` with its occupancy, compiling or loading its module on first use.
     pub fn kernel(&self, name: KernelName) -> Result<LoadedKernel> {
-        if let Some(k) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(&name) {
+        if let Some(k) = self.functions.read().unwrap_or_else(|p| p.into_inner()).get(&name) {
             return Ok(k.clone());
         }
         let module = self.module(name.file)?;
@@ -304,7 +304,7 @@ impl KernelModules {
             blocks_per_sm,
         };
         self.functions
-            .lock()
+            .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name, kernel.clone());
         Ok(kernel)

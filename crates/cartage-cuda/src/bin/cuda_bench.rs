@@ -176,6 +176,22 @@ fn tiny_ops(b: &CudaBackend) -> Res<()> {
         b.free(out);
     })?;
     result("tiny_add_f32", t * 1e6, "us/op");
+    // Its parts: the cached allocation and free alone, and the launch of a prebuilt kernel value.
+    let t = host_time(b, 20000, || {
+        let out = b.alloc(n * 4, site).expect("alloc");
+        b.free(out);
+    })?;
+    result("tiny_alloc_free", t * 1e6, "us/op");
+    let fixed = b.alloc(n * 4, site)?;
+    let prebuilt = Kernel::Binary {
+        op: BinaryOp::Add,
+        lhs: tensor(&x, &[n], DType::F32),
+        rhs: tensor(&y, &[n], DType::F32),
+        out: tensor(&fixed, &[n], DType::F32),
+    };
+    let t = host_time(b, 20000, || b.launch(&prebuilt).expect("add"))?;
+    result("tiny_launch_prebuilt", t * 1e6, "us/op");
+    b.free(fixed);
     // The same compiled kernel through a bare cuLaunchKernel.
     let f = b
         .modules()

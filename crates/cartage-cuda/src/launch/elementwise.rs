@@ -45,6 +45,7 @@ pub(super) fn fill(backend: &CudaBackend, out: &TensorArg, value: Scalar) -> Res
     if out.layout.is_contiguous() {
         let bytes = bits.to_le_bytes();
         if bytes[..size].iter().all(|&b| b == bytes[0]) {
+            backend.bind()?;
             backend.order.before_compute(&backend.compute, &[out.buffer])?;
             // SAFETY: the view is dense, so it covers `n * size` bytes from `ptr`, inside its
             // buffer (`check_bounds`); queued on the compute stream after earlier users.
@@ -168,6 +169,7 @@ pub(super) fn copy(backend: &CudaBackend, input: &TensorArg, out: &TensorArg) ->
     }
     let (po, pi) = (device_ptr(out), device_ptr(input));
     if input.layout.is_contiguous() && out.layout.is_contiguous() {
+        backend.bind()?;
         backend
             .order
             .before_compute(&backend.compute, &[input.buffer, out.buffer])?;

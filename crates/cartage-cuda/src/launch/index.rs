@@ -82,6 +82,7 @@ fn run(
     let fault = backend.allocator.alloc(FAULT_BYTES)?;
     let slice = fault.slice();
     let outcome = (|| {
+        backend.bind()?;
         backend.order.before_compute(&backend.compute, &[slice])?;
         // SAFETY: `slice` is a live block of this device of FAULT_BYTES bytes, cleared in
         // stream order before the kernel that writes it.

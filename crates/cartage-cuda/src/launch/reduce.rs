@@ -134,11 +134,13 @@ pub(super) fn reduce(
     let kernel = backend
         .modules
         .kernel(KernelName::new(file, ["reduce", name, input.dtype.name(), ""]))?;
-    // One full wave of blocks: every grid-stride loop below ends at the same time.
+    // One full wave of blocks: every grid-stride loop below ends at the same time. A warp per row
+    // when there are rows enough to fill at least half of that wave with warps (no block-wide
+    // synchronisation per row), a block per row for long rows or few of them.
     let wave = max_blocks(backend, &kernel) as u64;
     let group: u32 = if cols <= 8 || (!dense && rows >= 1024 && rows_side_by_side) {
         1
-    } else if cols < 2048 || (cols < 16384 && rows * 32 >= wave * THREADS as u64) {
+    } else if cols < 2048 || (cols < 16384 && 2 * rows * 32 >= wave * THREADS as u64) {
         32
     } else {
         THREADS
