@@ -385,6 +385,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// The op this kernel performs, for capability checks and error messages.
+    #[inline]
     pub fn op(&self) -> Op {
         match self {
             Kernel::Fill { .. } => Op::Fill,
@@ -414,6 +415,7 @@ impl Kernel {
 
     /// The dtype that selects the kernel (the input's for casts, reductions and selections; the
     /// compared operands' for comparisons; the values' for `Where`).
+    #[inline]
     pub fn dtype(&self) -> DType {
         match self {
             Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => out.dtype,
@@ -431,34 +433,42 @@ impl Kernel {
 
     /// Every operand, outputs last (backends use it for bounds checks and buffer binding).
     pub fn operands(&self) -> Vec<&TensorArg> {
+        self.operand_slots().into_iter().flatten().collect()
+    }
+
+    /// The operands in order, outputs last, without allocating (the launch path runs this for
+    /// every kernel, so it must stay cheap for tiny ops).
+    #[inline]
+    fn operand_slots(&self) -> [Option<&TensorArg>; 4] {
         match self {
-            Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => vec![out],
+            Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => {
+                [Some(out), None, None, None]
+            }
             Kernel::Cast { input, out }
             | Kernel::Copy { input, out }
             | Kernel::Unary { input, out, .. }
             | Kernel::Reduce { input, out, .. }
-            | Kernel::Softmax { input, out, .. } => vec![input, out],
+            | Kernel::Softmax { input, out, .. } => [Some(input), Some(out), None, None],
             Kernel::Binary { lhs, rhs, out, .. }
             | Kernel::Compare { lhs, rhs, out, .. }
-            | Kernel::Matmul { lhs, rhs, out } => {
-                vec![lhs, rhs, out]
-            }
+            | Kernel::Matmul { lhs, rhs, out } => [Some(lhs), Some(rhs), Some(out), None],
             Kernel::Where {
                 cond,
                 on_true,
                 on_false,
                 out,
-            } => vec![cond, on_true, on_false, out],
+            } => [Some(cond), Some(on_true), Some(on_false), Some(out)],
             Kernel::Gather { input, index, out, .. } | Kernel::IndexSelect { input, index, out, .. } => {
-                vec![input, index, out]
+                [Some(input), Some(index), Some(out), None]
             }
         }
     }
 
     /// Check that every operand's layout fits inside its buffer; a backend calls this before
     /// touching memory so that a malformed kernel is an error, never an out-of-bounds access.
+    #[inline]
     pub fn check_bounds(&self) -> crate::Result<()> {
-        for arg in self.operands() {
+        for arg in self.operand_slots().into_iter().flatten() {
             let extent = arg.layout.checked_extent().ok_or_else(|| crate::Error::SizeOverflow {
                 shape: arg.layout.shape().to_vec(),
                 dtype: arg.dtype,
@@ -541,6 +551,7 @@ impl Op {
 
     /// Whether the op is defined for `dtype` at all (independent of any backend; see the
     /// module docs). Backends support a subset of this.
+    #[inline]
     pub fn defined_for(&self, dtype: DType) -> bool {
         let float = dtype.is_float();
         let boolean = dtype == DType::Bool;

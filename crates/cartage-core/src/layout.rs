@@ -129,32 +129,38 @@ impl Layout {
     }
 
     /// The sizes.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
 
     /// The strides, in elements (0 for a broadcast dimension).
+    #[inline]
     pub fn strides(&self) -> &[usize] {
         &self.strides
     }
 
     /// The offset of the first element, in elements.
+    #[inline]
     pub fn offset(&self) -> usize {
         self.offset
     }
 
     /// Number of dimensions.
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
 
     /// Number of elements (checked at construction).
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 
     /// One past the largest element index this layout reaches (0 when empty), or `None` on
     /// overflow. A buffer must hold at least this many elements.
+    #[inline]
     pub fn checked_extent(&self) -> Option<usize> {
         if self.shape.contains(&0) {
             return Some(0);
@@ -172,6 +178,7 @@ impl Layout {
     }
 
     /// True when elements are row-major and dense (size-1 dimensions may have any stride).
+    #[inline]
     pub fn is_contiguous(&self) -> bool {
         let mut expected = 1usize;
         for i in (0..self.rank()).rev() {
