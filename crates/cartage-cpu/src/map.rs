@@ -34,11 +34,14 @@ fn byte_span(arg: &TensorArg) -> (usize, usize) {
 /// True when `numel` positions are worth rayon and safe to split: the output's positions are
 /// distinct in memory and no input partly overlaps it (an input that *is* the output, position
 /// for position, is fine: each position is read and written by the same task).
-#[inline]
+#[inline(always)]
 fn use_threads(numel: usize, out: &TensorArg, inputs: &[&TensorArg]) -> bool {
-    if numel < PARALLEL_MIN_ELEMENTS {
-        return false;
-    }
+    numel >= PARALLEL_MIN_ELEMENTS && safe_to_split(out, inputs)
+}
+
+/// The memory side of [`use_threads`], off the small-op path.
+#[inline(never)]
+fn safe_to_split(out: &TensorArg, inputs: &[&TensorArg]) -> bool {
     if !(out.layout.is_contiguous() || is_non_overlapping(out.layout.shape(), out.layout.strides())) {
         return false;
     }

@@ -9,7 +9,9 @@ use cartage_core::{DType, Error, Kernel, ReduceOp, Result, TensorArg};
 #[inline]
 pub fn check(kernel: &Kernel) -> Result<()> {
     match kernel {
-        Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => aligned("fill", out),
+        Kernel::Fill { out, .. } => aligned("fill", out),
+        Kernel::Arange { out, .. } => aligned("arange", out),
+        Kernel::Random { out, .. } => aligned("rand", out),
         Kernel::Cast { input, out } => {
             same_shape("cast", input, out)?;
             aligned("cast", input)?;
@@ -84,33 +86,49 @@ fn mismatch(op: &'static str, a: &TensorArg, b: &TensorArg, reason: impl Into<St
     }
 }
 
-#[inline]
+/// Element-wise comparison of two short shapes (cheaper than a `memcmp` call for small ranks).
+#[inline(always)]
+fn shapes_equal(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+#[inline(always)]
 fn same_shape(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
-    if a.layout.shape() == b.layout.shape() {
+    if shapes_equal(a.layout.shape(), b.layout.shape()) {
         Ok(())
     } else {
-        Err(mismatch(
-            op,
-            a,
-            b,
-            "the kernel's operands must have the output's shape (broadcast before launch)",
-        ))
+        Err(shape_error(op, a, b))
     }
 }
 
-#[inline]
+#[cold]
+fn shape_error(op: &'static str, a: &TensorArg, b: &TensorArg) -> Error {
+    mismatch(
+        op,
+        a,
+        b,
+        "the kernel's operands must have the output's shape (broadcast before launch)",
+    )
+}
+
+#[inline(always)]
 fn same_dtype(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
     if a.dtype == b.dtype {
         Ok(())
     } else {
-        Err(Error::invalid(
-            op,
-            format!(
-                "operands of dtypes {} and {} in one kernel; they must match",
-                a.dtype, b.dtype
-            ),
-        ))
+        Err(dtype_error(op, a, b))
     }
+}
+
+#[cold]
+fn dtype_error(op: &'static str, a: &TensorArg, b: &TensorArg) -> Error {
+    Error::invalid(
+        op,
+        format!(
+            "operands of dtypes {} and {} in one kernel; they must match",
+            a.dtype, b.dtype
+        ),
+    )
 }
 
 fn dtype_is(op: &'static str, arg: &TensorArg, dtype: DType, expected: &'static str) -> Result<()> {
@@ -125,20 +143,27 @@ fn dtype_is(op: &'static str, arg: &TensorArg, dtype: DType, expected: &'static 
     }
 }
 
-#[inline]
+#[inline(always)]
 fn aligned(op: &'static str, arg: &TensorArg) -> Result<()> {
-    let size = arg.dtype.size_in_bytes();
-    if arg.buffer.addr().is_multiple_of(size as u64) {
+    let size = arg.dtype.size_in_bytes() as u64;
+    if arg.buffer.addr() & (size - 1) == 0 {
         Ok(())
     } else {
-        Err(Error::invalid(
-            op,
-            format!(
-                "a {} buffer at byte offset {} is not aligned to its {size}-byte elements",
-                arg.dtype, arg.buffer.offset
-            ),
-        ))
+        Err(alignment_error(op, arg))
     }
+}
+
+#[cold]
+fn alignment_error(op: &'static str, arg: &TensorArg) -> Error {
+    Error::invalid(
+        op,
+        format!(
+            "a {} buffer at byte offset {} is not aligned to its {}-byte elements",
+            arg.dtype,
+            arg.buffer.offset,
+            arg.dtype.size_in_bytes()
+        ),
+    )
 }
 
 fn dim_in_range(op: &'static str, dim: usize, rank: usize) -> Result<()> {
