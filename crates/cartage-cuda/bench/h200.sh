@@ -39,6 +39,14 @@ if [[ $steps == *" tests "* ]]; then
   done
 fi
 
+if [[ $steps == *" seeds "* ]]; then
+  echo "== conformance under 8 more random seeds"
+  b=$(bin_of conformance)
+  for i in 1 2 3 4 5 6 7 8; do
+    (cd crates/cartage-cuda && ../../$b --test-threads=8 2>&1) | grep -E 'test result|FAIL ' | head -4
+  done
+fi
+
 if [[ $steps == *" bench "* ]]; then
   q=""; [[ $steps == *" quick "* ]] && q="--quick"
   echo "== bench"

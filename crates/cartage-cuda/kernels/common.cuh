@@ -110,10 +110,44 @@ template <typename D> __device__ __forceinline__ D from_f64(double v);
 template <> __device__ __forceinline__ float from_f64<float>(double v) { return (float)v; }
 template <> __device__ __forceinline__ double from_f64<double>(double v) { return v; }
 template <> __device__ __forceinline__ f16 from_f64<f16>(double v) { return f64_to_f16(v); }
-template <> __device__ __forceinline__ bf16 from_f64<bf16>(double v) {
-    // f64 → f32 → bf16: exact for every value that came from f32, f16 or bf16.
-    return f32_to_bf16((float)v);
+// f64 → bf16 exactly as the `half` crate does it (the CPU backend and the conformance reference
+// use `bf16::from_f64`): it rounds on the upper 32 bits of the f64 only, so a value just above a
+// tie whose extra bits lie in the lower word rounds to even. Matching it keeps random draws and
+// casts bit-identical across backends.
+__device__ __forceinline__ bf16 f64_to_bf16(double value) {
+    u64 val = (u64)__double_as_longlong(value);
+    u32 x = (u32)(val >> 32);
+    u32 sign = x & 0x80000000u, exp = x & 0x7FF00000u, man = x & 0x000FFFFFu;
+    bf16 r;
+    if (exp == 0x7FF00000u) {
+        u32 nan_bit = (man == 0 && (u32)val == 0) ? 0u : 0x40u;
+        r.bits = (u16)((sign >> 16) | 0x7F80u | nan_bit | (man >> 13));
+        return r;
+    }
+    u32 half_sign = sign >> 16;
+    i32 half_exp = (i32)(exp >> 20) - 1023 + 127;
+    if (half_exp >= 0xFF) {
+        r.bits = (u16)(half_sign | 0x7F80u);
+        return r;
+    }
+    if (half_exp <= 0) {
+        if (7 - half_exp > 21) {
+            r.bits = (u16)half_sign;
+            return r;
+        }
+        u32 m = man | 0x00100000u;
+        u32 half_man = m >> (14 - half_exp);
+        u32 round_bit = 1u << (13 - half_exp);
+        if ((m & round_bit) != 0 && (m & (3 * round_bit - 1)) != 0) half_man += 1;
+        r.bits = (u16)(half_sign | half_man);
+        return r;
+    }
+    u32 bits = half_sign | ((u32)half_exp << 7) | (man >> 13);
+    if ((man & 0x1000u) != 0 && (man & (3 * 0x1000u - 1)) != 0) bits += 1;
+    r.bits = (u16)bits;
+    return r;
 }
+template <> __device__ __forceinline__ bf16 from_f64<bf16>(double v) { return f64_to_bf16(v); }
 // The hardware conversion saturates but turns NaN into the most negative integer; Rust gives 0.
 template <> __device__ __forceinline__ i32 from_f64<i32>(double v) { return v != v ? 0 : __double2int_rz(v); }
 template <> __device__ __forceinline__ i64 from_f64<i64>(double v) { return v != v ? 0 : __double2ll_rz(v); }
