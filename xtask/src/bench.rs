@@ -83,11 +83,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
 
     let reference = args.vs_torch.then(|| torch::Reference::find(&args.python));
-    let reference_tasks: Vec<&Task> = match &reference {
-        Some(Ok(r)) => tasks.iter().map(|(_, t)| t).filter(|t| r.covers(&t.device)).collect(),
-        _ => Vec::new(),
+    let covered = |r: &torch::Reference| tasks.iter().filter(|(_, t)| r.covers(&t.device)).count();
+    let reference_count = match &reference {
+        Some(Ok(r)) => covered(r),
+        _ => 0,
     };
-    let progress = progress_bar((tasks.len() + reference_tasks.len()) as u64);
+    let progress = progress_bar((tasks.len() + reference_count) as u64);
     let names: HashMap<String, String> = report
         .devices
         .iter()
@@ -95,18 +96,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .collect();
     let bench = plan.budget.bench();
     let mut limits = CallLimit::new(plan.max_call);
-    for (device, task) in &tasks {
+    for (device, task) in &mut tasks {
+        size_pipeline(task, &report);
+        let task = &*task;
         progress.set_message(task.id.clone());
-        let outcome = match limits.check(task) {
-            Some(reason) => {
-                limits.record_over(task);
-                Err(reason)
-            }
+        let outcome = match limits.check(task, &report.rows) {
+            Some(reason) => Err(reason),
             None => exec::run(task, device, &bench).map_err(|f| f.reason()),
         };
         match outcome {
             Ok(outcome) => {
-                limits.record(task, outcome.measurement.median());
                 let name = names.get(&task.device).cloned().unwrap_or_default();
                 report.rows.push(row(task, &name, outcome));
             }
@@ -125,6 +124,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             ReferenceStatus::NotFound { reason }
         }
         Some(Ok(r)) => {
+            let reference_tasks: Vec<&Task> = tasks.iter().map(|(_, t)| t).filter(|t| r.covers(&t.device)).collect();
             let (status, measured) = r.run(&reference_tasks, &plan, &progress);
             attach_reference(&mut report, &tasks, &measured);
             status
@@ -142,6 +142,30 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.out.join("report.html").display()
     );
     Ok(())
+}
+
+/// Give a pipeline task its width from the device's measured matmul rate and host link (both
+/// measured earlier in the run), so that compute and copy take about as long.
+fn size_pipeline(task: &mut Task, report: &Report) {
+    let Case::Pipeline { cols, .. } = &mut task.case else {
+        return;
+    };
+    if *cols != 0 {
+        return;
+    }
+    let rows = || report.rows.iter().filter(|r| r.device == task.device);
+    let gflops = rows()
+        .filter(|r| r.case == "matmul" && r.dtype == "f32")
+        .map(|r| r.work.flops / r.median / 1e9)
+        .fold(0.0, f64::max);
+    let link = rows()
+        .filter(|r| r.case == "h2d_pinned")
+        .max_by_key(|r| r.size)
+        .map(|r| r.work.link_bytes / r.median / 1e9);
+    *cols = match link {
+        Some(link) if gflops > 0.0 => cases::pipeline_cols(gflops, link),
+        _ => 256,
+    };
 }
 
 fn parse_backends(names: &[String]) -> anyhow::Result<Vec<DeviceKind>> {
@@ -237,11 +261,12 @@ fn attach_reference(
     }
 }
 
-/// Skips matmuls predicted to take longer than the run's limit per call, scaling the last smaller
-/// measurement of the same device and dtype by n³; once a size is over, larger ones are too.
+/// Skips tasks predicted to take longer than the run's limit per call: a matmul from the last
+/// smaller one of the same device and dtype scaled by n³, any other task with arithmetic from
+/// its flops at the device's best f32 matmul rate so far. Once a matmul size is over the limit,
+/// larger ones are too.
 struct CallLimit {
     max: Duration,
-    last: HashMap<(String, String, bool), (usize, f64)>,
     over: HashMap<(String, String, bool), usize>,
 }
 
@@ -249,7 +274,6 @@ impl CallLimit {
     fn new(max: Duration) -> Self {
         CallLimit {
             max,
-            last: HashMap::new(),
             over: HashMap::new(),
         }
     }
@@ -261,37 +285,39 @@ impl CallLimit {
         }
     }
 
-    fn check(&self, task: &Task) -> Option<String> {
-        let (key, n) = Self::key(task)?;
-        if let Some(&smaller) = self.over.get(&key).filter(|&&m| m <= n) {
-            return Some(format!("n = {smaller} was already over this run's time limit per call"));
-        }
-        let f32_key = (key.0.clone(), key.1.clone(), false);
-        let &(m, seconds) = self.last.get(&key).or_else(|| self.last.get(&f32_key))?;
-        let predicted = seconds * (n as f64 / m as f64).powi(3);
-        (m < n && predicted > self.max.as_secs_f64()).then(|| {
-            format!(
-                "predicted {} per call from n = {m}, over this run's limit of {}",
-                report::format_seconds(predicted),
-                report::format_seconds(self.max.as_secs_f64())
-            )
-        })
-    }
-
-    fn record(&mut self, task: &Task, median: Duration) {
-        if let Some((key, n)) = Self::key(task) {
-            let entry = self.last.entry(key).or_insert((n, median.as_secs_f64()));
-            if n >= entry.0 {
-                *entry = (n, median.as_secs_f64());
+    /// Why `task` should not run, if it would pass the limit.
+    fn check(&mut self, task: &Task, rows: &[Row]) -> Option<String> {
+        let limit = self.max.as_secs_f64();
+        let on_device = || rows.iter().filter(|r| r.device == task.device && r.median > 0.0);
+        let prediction = match Self::key(task) {
+            Some((key, n)) => {
+                if let Some(&smaller) = self.over.get(&key).filter(|&&m| m <= n) {
+                    return Some(format!("n = {smaller} was already over this run's time limit per call"));
+                }
+                on_device()
+                    .filter(|r| r.case == "matmul" && r.dtype == task.dtype && r.size < n)
+                    .max_by_key(|r| r.size)
+                    .map(|r| (r.median * (n as f64 / r.size as f64).powi(3), format!("n = {}", r.size)))
             }
-        }
-    }
-
-    fn record_over(&mut self, task: &Task) {
+            None => {
+                let flops = task.case.work(4).flops;
+                let rate = on_device()
+                    .filter(|r| r.case == "matmul" && r.dtype == "f32")
+                    .map(|r| r.work.flops / r.median)
+                    .fold(0.0, f64::max);
+                (flops > 0.0 && rate > 0.0).then(|| (flops / rate, "the device's matmul rate".to_string()))
+            }
+        };
+        let (predicted, from) = prediction.filter(|(p, _)| *p > limit)?;
         if let Some((key, n)) = Self::key(task) {
             let entry = self.over.entry(key).or_insert(n);
             *entry = (*entry).min(n);
         }
+        Some(format!(
+            "predicted {} per call from {from}, over this run's limit of {}",
+            report::format_seconds(predicted),
+            report::format_seconds(limit)
+        ))
     }
 }
 

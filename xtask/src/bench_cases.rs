@@ -182,7 +182,8 @@ pub enum Case {
         batches: usize,
         /// Bytes per batch (f32 rows of `cols`).
         batch_bytes: usize,
-        /// Columns of each batch matrix (also the side of the weight).
+        /// Columns of each batch matrix and side of the weight; 0 until sized at run time
+        /// so that one batch's matmul takes about as long as its copy ([`pipeline_cols`]).
         cols: usize,
         /// What each step does: the copy alone, the compute alone, both in series, or both
         /// with the next batch's copy overlapping this batch's compute.
@@ -228,6 +229,8 @@ pub enum PipelineMode {
     Serial,
     /// The next batch's copy runs while this batch computes (double buffers).
     Prefetch,
+    /// cartage's `PrefetchLoader` feeding the same compute.
+    Loader,
 }
 
 impl PipelineMode {
@@ -238,6 +241,7 @@ impl PipelineMode {
             PipelineMode::ComputeOnly => "compute_only",
             PipelineMode::Serial => "serial",
             PipelineMode::Prefetch => "prefetch",
+            PipelineMode::Loader => "loader",
         }
     }
 }
@@ -251,6 +255,8 @@ pub struct Work {
     pub device_bytes: f64,
     /// Bytes moved between host and device.
     pub link_bytes: f64,
+    /// Device operations (launches, copies, host reads) issued: each pays a fixed cost.
+    pub ops: f64,
 }
 
 /// One measurement to make: a case on a device, in a section.
@@ -324,68 +330,77 @@ impl Case {
     /// The work of one iteration for elements of `element_bytes` bytes.
     pub fn work(&self, element_bytes: usize) -> Work {
         let s = element_bytes as f64;
-        let matmul = |n: usize| {
-            let n = n as f64;
+        let matmul = |n: usize, times: usize| {
+            let (n, times) = (n as f64, times as f64);
             Work {
-                flops: 2.0 * n * n * n,
-                device_bytes: 3.0 * n * n * s,
+                flops: 2.0 * n * n * n * times,
+                device_bytes: 3.0 * n * n * s * times,
                 link_bytes: 0.0,
+                ops: times,
             }
         };
+        let link = |bytes: usize, ops: usize| Work {
+            link_bytes: bytes as f64,
+            ops: ops as f64,
+            ..Work::default()
+        };
         match self {
-            Case::Matmul { n, .. } => matmul(*n),
-            Case::MatmulLoop { count, n } | Case::MatmulBatched { count, n } => {
-                let one = matmul(*n);
-                Work {
-                    flops: one.flops * *count as f64,
-                    device_bytes: one.device_bytes * *count as f64,
-                    link_bytes: 0.0,
-                }
-            }
-            Case::HostToDevice { bytes, .. } | Case::DeviceToHost { bytes, .. } => Work {
-                link_bytes: *bytes as f64,
-                ..Work::default()
+            Case::Matmul { n, .. } => matmul(*n, 1),
+            Case::MatmulLoop { count, n } => matmul(*n, *count),
+            Case::MatmulBatched { count, n } => Work {
+                ops: 1.0,
+                ..matmul(*n, *count)
             },
+            Case::HostToDevice { bytes, .. } | Case::DeviceToHost { bytes, .. } => link(*bytes, 1),
             Case::MoveBatch {
-                fields, field_bytes, ..
-            } => Work {
-                link_bytes: (fields * field_bytes) as f64,
-                ..Work::default()
-            },
+                fields,
+                field_bytes,
+                packed,
+            } => link(fields * field_bytes, if *packed { 1 } else { *fields }),
             Case::Pipeline {
                 batches,
                 batch_bytes,
                 cols,
                 mode,
             } => {
+                let cols = (*cols).max(1);
                 let rows = (batch_bytes / 4 / cols) as f64;
-                let compute = 2.0 * rows * (*cols as f64) * (*cols as f64) * *batches as f64;
-                let link = (*batch_bytes * *batches) as f64;
-                match mode {
-                    PipelineMode::CopyOnly => Work {
-                        link_bytes: link,
-                        ..Work::default()
-                    },
-                    PipelineMode::ComputeOnly => Work {
-                        flops: compute,
-                        ..Work::default()
-                    },
-                    PipelineMode::Serial | PipelineMode::Prefetch => Work {
-                        flops: compute,
-                        link_bytes: link,
-                        ..Work::default()
-                    },
-                }
-            }
-            Case::LossLoop { steps, n, .. } => {
-                let one = matmul(*n);
-                Work {
-                    flops: one.flops * *steps as f64,
-                    device_bytes: one.device_bytes * *steps as f64,
+                let (batches, cols) = (*batches as f64, cols as f64);
+                let compute = Work {
+                    flops: 2.0 * rows * cols * cols * batches,
+                    device_bytes: 4.0 * (2.0 * rows * cols + cols * cols) * batches,
                     link_bytes: 0.0,
+                    ops: batches,
+                };
+                let copy = link(*batch_bytes * batches as usize, batches as usize);
+                match mode {
+                    PipelineMode::CopyOnly => copy,
+                    PipelineMode::ComputeOnly => compute,
+                    PipelineMode::Serial | PipelineMode::Prefetch | PipelineMode::Loader => Work {
+                        link_bytes: copy.link_bytes,
+                        ops: copy.ops + compute.ops,
+                        ..compute
+                    },
                 }
             }
-            Case::AllocLoop { .. } => Work::default(),
+            // Each step: a matmul, a sum, and an `item()` or an `add`.
+            Case::LossLoop { steps, n, .. } => Work {
+                ops: 3.0 * *steps as f64,
+                ..matmul(*n, *steps)
+            },
+            // Each step: two fills and an add (and `empty_cache`).
+            Case::AllocLoop {
+                steps,
+                numel,
+                empty_cache,
+            } => {
+                let per_step = 2.0 * (numel + numel / 3) as f64 + 3.0 * (numel / 3) as f64;
+                Work {
+                    device_bytes: per_step * s * *steps as f64,
+                    ops: (if *empty_cache { 4.0 } else { 3.0 }) * *steps as f64,
+                    ..Work::default()
+                }
+            }
             Case::Vector { op, numel } => {
                 let (read, written, flops) = op.traffic();
                 let n = *numel as f64;
@@ -393,10 +408,25 @@ impl Case {
                     flops: flops * n,
                     device_bytes: (read + written) * n * s,
                     link_bytes: 0.0,
+                    ops: 1.0,
                 }
             }
         }
     }
+}
+
+/// The pipeline's matrix width for a device with `gflops` of f32 matmul and `link_gbps` of
+/// host→device bandwidth: a `[rows, cols] × [cols, cols]` product over a batch of B bytes takes
+/// `B · cols / (2 · rate)` seconds and its copy `B / bandwidth`, so `cols = 2 · rate / bandwidth`
+/// balances them (a power of two in 16..=4096).
+pub fn pipeline_cols(gflops: f64, link_gbps: f64) -> usize {
+    let balanced = 2.0 * gflops / link_gbps.max(1e-9);
+    let cols = if balanced.is_finite() {
+        balanced.clamp(16.0, 4096.0)
+    } else {
+        256.0
+    };
+    (cols as usize).next_power_of_two().min(4096)
 }
 
 fn pinned_name(pinned: bool) -> &'static str {
@@ -409,7 +439,7 @@ impl Task {
         let backend = device.split(':').next().unwrap_or(device);
         let id = format!(
             "{backend}/{}/{}_{dtype}_{}",
-            bench_name_part(device_name),
+            cartage::bench::name_segment(device_name),
             case.name(),
             case.size()
         );
@@ -421,27 +451,6 @@ impl Task {
             case,
         }
     }
-}
-
-/// A device name as one path segment of a bench name: spaces and slashes become `-`.
-pub fn bench_name_part(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let mut out = String::with_capacity(cleaned.len());
-    for c in cleaned.chars() {
-        if !(c == '-' && out.ends_with('-')) {
-            out.push(c);
-        }
-    }
-    out.trim_matches('-').to_string()
 }
 
 #[cfg(test)]
@@ -458,10 +467,14 @@ mod tests {
             Case::Matmul { n: 1024, tf32: false },
         );
         assert_eq!(task.id, "cuda/NVIDIA-H200/matmul_f32_1024");
-        assert_eq!(
-            bench_name_part("llvmpipe (LLVM 15.0.6, 256 bits)"),
-            "llvmpipe-LLVM-15.0.6-256-bits"
-        );
+    }
+
+    #[test]
+    fn the_pipeline_balances_compute_with_the_copy() {
+        // 50 TFLOP/s against 50 GB/s: 2000 columns, as a power of two.
+        assert_eq!(pipeline_cols(50_000.0, 50.0), 2048);
+        assert_eq!(pipeline_cols(2.0, 3.0), 16, "a slow device gets the narrowest batch");
+        assert_eq!(pipeline_cols(1e9, 1.0), 4096);
     }
 
     #[test]

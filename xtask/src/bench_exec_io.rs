@@ -1,7 +1,10 @@
 //! Transfer cases: host↔device copies from pageable and pinned memory (R9), a batch moved field by
 //! field or packed (R4), and a pipeline with and without prefetching (R10).
 
+use std::sync::Arc;
+
 use cartage::bench::{Bench, Measurement};
+use cartage::loader::{HostBatch, PrefetchLoader};
 use cartage::{DType, Device, PinnedBuffer, Result, Tensor};
 
 use super::super::cases::PipelineMode;
@@ -84,7 +87,8 @@ pub fn move_batch(
     }
 }
 
-/// `batches` steps of fill → copy → matmul, serial or with the next copy overlapping this compute.
+/// `batches` steps of fill → copy → matmul: serial, with the next copy overlapping this compute,
+/// or fed by cartage's `PrefetchLoader`.
 pub fn pipeline(
     batches: usize,
     batch_bytes: usize,
@@ -93,6 +97,7 @@ pub fn pipeline(
     device: &Device,
     bench: &Bench,
 ) -> Result<Measurement> {
+    let cols = cols.max(1);
     let rows = batch_bytes / 4 / cols;
     let values = host_values(rows * cols * 4);
     let weight = super::random(&[cols, cols], DType::F32, 5, device)?;
@@ -124,6 +129,17 @@ pub fn pipeline(
             }
             Ok(())
         }),
+        PipelineMode::Loader => {
+            let values = Arc::new(values);
+            bench.run_on(device, || {
+                let values = Arc::clone(&values);
+                let source = (0..batches).map(move |_| HostBatch::new(values.as_ref().clone(), &[rows, cols]));
+                for batch in PrefetchLoader::new(source, device)? {
+                    drop(batch?.matmul(&weight)?);
+                }
+                Ok(())
+            })
+        }
         PipelineMode::Prefetch => bench.run_on(device, || {
             fill(&mut pinned[0], &values);
             batch[0].copy_from_pinned_async(&pinned[0])?.wait()?;

@@ -24,8 +24,8 @@ pub struct Plan {
     pub transfer_sizes: Vec<usize>,
     /// (fields, bytes per field) of the per-field/packed comparison.
     pub move_batch: (usize, usize),
-    /// (batches, bytes per batch, columns) of the pipeline comparison.
-    pub pipeline: (usize, usize, usize),
+    /// (batches, bytes per batch) of the pipeline comparison (the width is sized per device).
+    pub pipeline: (usize, usize),
     /// (steps, side) of the host-sync loop.
     pub loss_loop: (usize, usize),
     /// (steps, elements of the largest temporary) of the `empty_cache` loop.
@@ -75,7 +75,7 @@ impl Plan {
             Plan {
                 budget: Budget {
                     warmup: Duration::from_millis(10),
-                    min_warmup: 1,
+                    min_warmup: 2,
                     measure: Duration::from_millis(60),
                     min_samples: 3,
                     max_samples: 15,
@@ -86,7 +86,7 @@ impl Plan {
                 small: (1000, 8),
                 transfer_sizes: vec![64 * KIB, MIB, 8 * MIB],
                 move_batch: (32, 32 * KIB),
-                pipeline: (4, 2 * MIB, 256),
+                pipeline: (4, MIB),
                 loss_loop: (20, 128),
                 alloc_loop: (10, MIB),
                 precision_n: 512,
@@ -107,7 +107,7 @@ impl Plan {
                 small: (1000, 8),
                 transfer_sizes: vec![64 * KIB, MIB, 16 * MIB, 256 * MIB],
                 move_batch: (32, 32 * KIB),
-                pipeline: (8, 16 * MIB, 1024),
+                pipeline: (8, 16 * MIB),
                 loss_loop: (100, 256),
                 alloc_loop: (50, 4 * MIB),
                 precision_n: 4096,
@@ -173,17 +173,18 @@ impl Plan {
             };
             add(Section::Transfers, DType::F32, case, &[]);
         }
-        let (batches, batch_bytes, cols) = self.pipeline;
+        let (batches, batch_bytes) = self.pipeline;
         for mode in [
             PipelineMode::CopyOnly,
             PipelineMode::ComputeOnly,
             PipelineMode::Serial,
             PipelineMode::Prefetch,
+            PipelineMode::Loader,
         ] {
             let case = Case::Pipeline {
                 batches,
                 batch_bytes,
-                cols,
+                cols: 0,
                 mode,
             };
             add(Section::Transfers, DType::F32, case, &[Op::Matmul]);

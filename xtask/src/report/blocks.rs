@@ -77,7 +77,8 @@ pub fn build(report: &Report) -> Vec<Block> {
             Section::Precision => section_matmul::precision(report),
             Section::Elementwise => section_steps::elementwise(report),
         });
-        if report.section_rows(section).next().is_none() && report.section_skips(section).next().is_none() {
+        let empty = report.section_rows(section).next().is_none() && report.section_skips(section).next().is_none();
+        if empty && section != Section::Devices {
             blocks.push(Block::Paragraph("Nothing was measured in this section.".into()));
         }
         blocks.extend(skips(report, section));
@@ -119,10 +120,12 @@ fn header(report: &Report) -> Vec<Block> {
         Block::Paragraph(
             "Every time is the median of the steady state after a warm-up, timed on the device's own clock \
              (CUDA events, wgpu timestamps, `Instant` on the CPU) and read only after the device finished; \
-             p10–p90 give the spread. Each op is placed against its device's ceilings measured in this run \
-             (section 1): its bound is the ceiling that limits it by the roofline, or `latency` when the \
-             roofline predicts under a tenth of the measured time (launch, dispatch and sync costs dominate), \
-             and the fraction is how close it came."
+             p10–p90 give the spread. Each row is placed against its device's ceilings measured in this run \
+             (section 1): its flops at the best matmul rate, its bytes at the copy bandwidth (or the host \
+             link for transfers), and its op count at the cost of the cheapest op measured. The largest of \
+             those predicted times names the bound — `compute`, `bandwidth` or `latency` (fixed costs per \
+             op: checks, allocation, launch, sync) — and prediction ÷ measured time is the fraction of the \
+             ceiling reached."
                 .into(),
         ),
     ]
@@ -219,8 +222,10 @@ pub fn ratio(r: f64) -> String {
         format!("{r:.0}×")
     } else if r >= 1.0 {
         format!("{r:.1}×")
-    } else {
+    } else if r >= 0.1 {
         format!("{r:.2}×")
+    } else {
+        format!("{r:.1e}×")
     }
 }
 

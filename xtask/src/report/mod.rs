@@ -26,8 +26,8 @@ pub enum Bound {
     Bandwidth,
     /// Arithmetic rate.
     Compute,
-    /// Neither: fixed costs (launch, dispatch, synchronisation) dominate; the roofline predicts
-    /// less than a tenth of the measured time.
+    /// Fixed costs per op (checks, allocation, launch, dispatch, synchronisation): the op count
+    /// times the device's cheapest op predicts more time than its arithmetic or its bytes.
     Latency,
 }
 
@@ -104,8 +104,10 @@ pub struct CapabilityRow {
 pub struct Ceilings {
     /// Device-memory copy bandwidth (bytes read + written per second), in GB/s.
     pub copy_gbps: Option<f64>,
-    /// Best host→device bandwidth (pinned), in GB/s.
+    /// Host→device bandwidth from pinned memory at the largest size measured, in GB/s.
     pub host_link_gbps: Option<f64>,
+    /// The cheapest op measured (seconds per op): the fixed cost every op pays at least.
+    pub op_floor_s: Option<f64>,
     /// Best matmul rate per dtype (`f32`, `f32-tf32`, `f16`, `bf16`), in GFLOP/s.
     pub matmul_gflops: BTreeMap<String, f64>,
 }
@@ -272,9 +274,6 @@ pub struct Report {
     pub reference: ReferenceStatus,
 }
 
-/// Below this fraction of the measured time, the roofline does not explain it: latency-bound.
-const LATENCY_FRACTION: f64 = 0.1;
-
 impl Report {
     /// The rows of one section, in measurement order.
     pub fn section_rows(&self, section: Section) -> impl Iterator<Item = &Row> {
@@ -323,11 +322,17 @@ pub fn matmul_key(row: &Row) -> Option<String> {
 fn ceilings_of(rows: &[Row], device: &str) -> Ceilings {
     let mut c = Ceilings::default();
     let best = |slot: &mut Option<f64>, v: f64| *slot = Some(slot.map_or(v, |s: f64| s.max(v)));
+    let mut largest_pinned = 0;
     for row in rows.iter().filter(|r| r.device == device && r.median > 0.0) {
+        if row.work.ops > 0.0 {
+            let per_op = row.median / row.work.ops;
+            c.op_floor_s = Some(c.op_floor_s.map_or(per_op, |f: f64| f.min(per_op)));
+        }
         match row.params {
             Case::Vector { op: VectorOp::Copy, .. } => best(&mut c.copy_gbps, row.work.device_bytes / row.median / 1e9),
-            Case::HostToDevice { pinned: true, .. } => {
-                best(&mut c.host_link_gbps, row.work.link_bytes / row.median / 1e9)
+            Case::HostToDevice { bytes, pinned: true } if bytes >= largest_pinned => {
+                largest_pinned = bytes;
+                c.host_link_gbps = Some(row.work.link_bytes / row.median / 1e9);
             }
             Case::Matmul { .. } => {
                 if let Some(key) = matmul_key(row) {
@@ -342,7 +347,9 @@ fn ceilings_of(rows: &[Row], device: &str) -> Ceilings {
     c
 }
 
-/// Set `row`'s rate, bound and fraction of ceiling from the roofline of `c`.
+/// Set `row`'s rate, bound and fraction of ceiling: the time each ceiling predicts for its work
+/// (flops at the matmul rate, bytes at the copy or host-link bandwidth, ops at the cheapest op's
+/// cost); the largest prediction names the bound, and prediction ÷ measured time is the fraction.
 pub fn classify(row: &mut Row, c: &Ceilings) {
     let w = row.work;
     let t = row.median;
@@ -353,35 +360,26 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
         .and_then(|k| c.matmul_gflops.get(&k).copied())
         .or_else(|| c.matmul_gflops.get(&row.dtype).copied())
         .or_else(|| c.matmul_gflops.get("f32").copied());
-    // Predicted seconds from each ceiling (None when that ceiling or that work is absent).
-    let predict = |work: f64, ceiling: Option<f64>| match ceiling {
-        Some(rate) if work > 0.0 && rate > 0.0 => Some(work / (rate * 1e9)),
+    let predict = |work: f64, rate: Option<f64>| match rate {
+        Some(rate) if work > 0.0 && rate > 0.0 => Some(work / rate),
         _ => None,
     };
     let terms = [
-        (Bound::Compute, predict(w.flops, compute_ceiling), w.flops, "GFLOP/s"),
+        (Bound::Compute, predict(w.flops, compute_ceiling.map(|g| g * 1e9))),
+        (Bound::Bandwidth, predict(w.device_bytes, c.copy_gbps.map(|g| g * 1e9))),
         (
             Bound::Bandwidth,
-            predict(w.device_bytes, c.copy_gbps),
-            w.device_bytes,
-            "GB/s",
+            predict(w.link_bytes, c.host_link_gbps.map(|g| g * 1e9)),
         ),
-        (
-            Bound::Bandwidth,
-            predict(w.link_bytes, c.host_link_gbps),
-            w.link_bytes,
-            "GB/s",
-        ),
+        (Bound::Latency, c.op_floor_s.filter(|_| w.ops > 0.0).map(|f| f * w.ops)),
     ];
-    // The rate follows the largest kind of work even when its ceiling is unknown.
+    let is_matmul = matches!(
+        row.params,
+        Case::Matmul { .. } | Case::MatmulLoop { .. } | Case::MatmulBatched { .. } | Case::LossLoop { .. }
+    );
     let rate_term = if w.link_bytes > 0.0 {
         Some((w.link_bytes, "GB/s"))
-    } else if w.flops > 0.0
-        && matches!(
-            row.params,
-            Case::Matmul { .. } | Case::MatmulLoop { .. } | Case::MatmulBatched { .. } | Case::LossLoop { .. }
-        )
-    {
+    } else if w.flops > 0.0 && is_matmul {
         Some((w.flops, "GFLOP/s"))
     } else if w.device_bytes > 0.0 {
         Some((w.device_bytes, "GB/s"))
@@ -394,20 +392,11 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
     }
     let dominant = terms
         .iter()
-        .filter_map(|(bound, time, _, _)| time.map(|time| (*bound, time)))
+        .filter_map(|(bound, time)| time.map(|time| (*bound, time)))
         .max_by(|a, b| a.1.total_cmp(&b.1));
-    match dominant {
-        Some((bound, predicted)) => {
-            let fraction = predicted / t;
-            row.bound = Some(if fraction < LATENCY_FRACTION {
-                Bound::Latency
-            } else {
-                bound
-            });
-            row.fraction_of_ceiling = Some(fraction);
-        }
-        None if w == Work::default() => row.bound = Some(Bound::Latency),
-        None => {}
+    if let Some((bound, predicted)) = dominant {
+        row.bound = Some(bound);
+        row.fraction_of_ceiling = Some(predicted / t);
     }
 }
 
@@ -441,8 +430,8 @@ pub fn format_size(size: usize, unit: &str) -> String {
     match unit {
         "bytes" => format_bytes(size),
         "n" => size.to_string(),
-        "elements" if size >= 1 << 20 && size % (1 << 20) == 0 => format!("{}Mi", size >> 20),
-        "elements" if size >= 1 << 10 && size % (1 << 10) == 0 => format!("{}Ki", size >> 10),
+        "elements" if size >= 1 << 20 && size.is_multiple_of(1 << 20) => format!("{}Mi", size >> 20),
+        "elements" if size >= 1 << 10 && size.is_multiple_of(1 << 10) => format!("{}Ki", size >> 10),
         other => format!("{size} {other}"),
     }
 }

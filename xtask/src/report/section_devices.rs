@@ -2,7 +2,7 @@
 //! ceilings measured in this run — copy bandwidth, host link, matmul rate (R1).
 
 use super::{Block, Table, percent, rate};
-use crate::bench::report::{Report, Support, format_bytes};
+use crate::bench::report::{Report, Support, format_bytes, format_seconds};
 
 pub(super) fn build(report: &Report) -> Vec<Block> {
     let mut blocks = Vec::new();
@@ -32,9 +32,10 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
 
     blocks.push(Block::Paragraph(
         "Ceilings measured here: device-memory copy bandwidth (a large `copy`, bytes read plus written), \
-         the best host→device bandwidth (pinned memory), and the best matmul rate per dtype. The ridge point \
-         is the arithmetic intensity (flop per byte) above which an op can be compute-bound rather than \
-         bandwidth-bound."
+         host→device bandwidth from pinned memory at the largest size, the best matmul rate per dtype, and \
+         the cheapest op (the fixed cost every op pays at least: checks, allocation, launch). The ridge \
+         point is the arithmetic intensity (flop per byte) above which an op can be compute-bound rather \
+         than bandwidth-bound."
             .into(),
     ));
     let mut ceilings = Table::new(&[
@@ -47,6 +48,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
         "f32 TF32",
         "f16",
         "bf16",
+        "Cheapest op",
         "Ridge point",
     ]);
     for d in &report.devices {
@@ -78,6 +80,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
             gflops("f32-tf32"),
             gflops("f16"),
             gflops("bf16"),
+            c.op_floor_s.map(format_seconds).unwrap_or_else(|| "–".into()),
             ridge,
         ]);
     }

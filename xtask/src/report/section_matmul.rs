@@ -66,7 +66,7 @@ pub(super) fn sweep(report: &Report) -> Vec<Block> {
             }
             table.push(cells);
         }
-        blocks.push(Block::Heading(3, format!("{dtype}")));
+        blocks.push(Block::Heading(3, dtype.to_string()));
         blocks.push(Block::Table(table));
         for d in &devices {
             let rows = matmul_rows(report, Section::Sweep, d, dtype);

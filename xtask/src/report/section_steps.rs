@@ -160,6 +160,11 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
             .section_rows(Section::Elementwise)
             .filter(|r| &r.device == d)
             .collect();
+        let copy = report
+            .devices
+            .iter()
+            .find(|e| &e.device == d)
+            .and_then(|e| e.ceilings.copy_gbps);
         for r in &rows {
             let gbps = r.work.device_bytes / r.median / 1e9;
             table.push(vec![
@@ -169,7 +174,7 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
                 format_size(r.size, &r.size_unit),
                 time_cell(r),
                 rate(gbps, "GB/s"),
-                r.fraction_of_ceiling.map(percent).unwrap_or_else(|| "–".into()),
+                copy.map(|c| percent(gbps / c)).unwrap_or_else(|| "–".into()),
                 r.bound.map(|b| b.name().to_string()).unwrap_or_else(|| "–".into()),
             ]);
         }
@@ -178,7 +183,7 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
             .filter(|r| r.dtype == "f32")
             .filter_map(|r| {
                 let x = ops.iter().position(|o| o == &r.case)? as f64;
-                Some((x, r.fraction_of_ceiling? * 100.0))
+                Some((x, r.work.device_bytes / r.median / 1e9 / copy? * 100.0))
             })
             .collect();
         if !points.is_empty() {

@@ -156,7 +156,7 @@ fn the_roofline_says_compute_bandwidth_or_latency() {
 }
 
 #[test]
-fn a_step_loop_without_work_is_latency_bound() {
+fn a_loop_of_cheap_ops_is_latency_bound() {
     let mut r = row(
         Section::Memory,
         "cpu",
@@ -168,9 +168,25 @@ fn a_step_loop_without_work_is_latency_bound() {
         },
         1e-3,
     );
-    classify(&mut r, &Ceilings::default());
-    assert_eq!(r.bound, Some(Bound::Latency));
-    assert_eq!(r.fraction_of_ceiling, None);
+    let ceilings = Ceilings {
+        copy_gbps: Some(10.0),
+        op_floor_s: Some(1e-5),
+        ..Ceilings::default()
+    };
+    classify(&mut r, &ceilings);
+    assert_eq!(r.bound, Some(Bound::Latency), "{r:?}");
+    assert!(
+        (r.fraction_of_ceiling.unwrap() - 0.4).abs() < 1e-9,
+        "40 ops × 10 µs of 1 ms: {r:?}"
+    );
+}
+
+#[test]
+fn the_cheapest_op_sets_the_floor() {
+    let report = sample_report();
+    let gpu = &report.devices[1].ceilings;
+    let floor = gpu.op_floor_s.unwrap();
+    assert!((floor - (20e-6 + 65536.0 / 10e12)).abs() < 1e-12, "{gpu:?}");
 }
 
 #[test]

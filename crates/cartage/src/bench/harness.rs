@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use cartage_core::{Backend, Result};
+use cartage_core::{Backend, Device, Result};
 
 use super::measurement::{Measurement, Timing};
 
@@ -77,7 +77,7 @@ impl Bench {
     pub fn quick() -> Self {
         Bench {
             warmup: Duration::from_millis(20),
-            min_warmup_iters: 1,
+            min_warmup_iters: 2,
             budget: Duration::from_millis(100),
             min_samples: 3,
             max_samples: 30,
@@ -165,20 +165,45 @@ impl Bench {
             .ok_or_else(|| cartage_core::Error::invalid("bench", "no samples were taken"))
     }
 
-    /// Warm up; returns the number of calls and the time of the last one (synchronised).
+    /// Measure `work` on `device` (its backend from [`crate::runtime::backend`]).
+    ///
+    /// ```
+    /// # fn main() -> cartage::Result<()> {
+    /// use cartage::prelude::*;
+    /// use cartage::bench::Bench;
+    /// let device = Device::cpu();
+    /// let a = Tensor::rand(&[64, 64], DType::F32, 7, &device)?;
+    /// let m = Bench::quick().run_on(&device, || a.matmul(&a).map(drop))?;
+    /// assert!(m.median() > std::time::Duration::ZERO);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run_on(&self, device: &Device, work: impl FnMut() -> Result<()>) -> Result<Measurement> {
+        let backend = crate::runtime::backend(device)?;
+        self.run(backend.as_ref(), work)
+    }
+
+    /// Warm up; returns the number of calls and the estimated time of one call: the quickest
+    /// synchronised call after the first (the first pays one-time costs), or the first alone.
     fn warm_up(&self, backend: &dyn Backend, work: &mut impl FnMut() -> Result<()>) -> Result<(u64, Duration)> {
         backend.synchronize()?;
         let started = Instant::now();
         let mut calls = 0u64;
-        let mut last = None;
+        let mut first = None;
+        let mut quickest: Option<Duration> = None;
         while calls < self.min_warmup_iters || started.elapsed() < self.warmup {
             let call = Instant::now();
             work()?;
             backend.synchronize()?;
-            last = Some(call.elapsed());
+            let time = call.elapsed();
+            if first.is_none() {
+                first = Some(time);
+            } else {
+                quickest = Some(quickest.map_or(time, |q| q.min(time)));
+            }
             calls += 1;
         }
-        let per_call = match last {
+        let per_call = match quickest.or(first) {
             Some(time) => time,
             None => time_with_host_clock(backend, 1, work)?,
         };
@@ -203,6 +228,21 @@ pub fn plan_samples(
     let count = count.clamp(min_samples.max(1), max_samples.max(1));
     let iters = iters as u64;
     (iters, count)
+}
+
+/// The time of `iters` calls of `work` as one region read with `timing` (synchronised as
+/// [`Bench::run`] does), for harnesses that choose their own iteration counts (criterion's
+/// `iter_custom`).
+pub fn time_region(
+    backend: &dyn Backend,
+    timing: Timing,
+    iters: u64,
+    mut work: impl FnMut() -> Result<()>,
+) -> Result<Duration> {
+    match timing {
+        Timing::DeviceEvents => time_with_events(backend, iters, &mut work),
+        Timing::HostSynchronized => time_with_host_clock(backend, iters, &mut work),
+    }
 }
 
 /// One region on the device's clock: events around the work, read after a synchronisation.

@@ -21,8 +21,10 @@
 
 mod harness;
 mod measurement;
+mod naming;
 #[cfg(test)]
 mod tests;
 
-pub use harness::{Bench, TimingMode, plan_samples};
+pub use harness::{Bench, TimingMode, plan_samples, time_region};
 pub use measurement::{Measurement, Timing};
+pub use naming::{bench_name, name_segment};
