@@ -5,6 +5,8 @@
 // K advances BK at a time through workgroup memory (A transposed, B as is), and the next
 // K-tile is fetched into registers while the current one is multiplied (double buffering).
 // Fast path: K-contiguous A and N-contiguous B are read four elements at a time (vec4).
+// The register block is unrolled by the generator (ACC_DECL, INNER, STORE_ALL): one vec4
+// variable per four columns of a row, so that it lives in registers on every compiler.
 
 {{PRELUDE}}
 
@@ -72,7 +74,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let ty = lid / WX;
     let a_base = P.a_off + batch * P.a_sb;
     let b_base = P.b_off + batch * P.b_sb;
-    var acc: array<vec4<{{T}}>, TM * TN / 4u>;
+    {{ACC_DECL}}
     fetch(0u, a_base, b_base, row0, col0, lid);
     deposit(lid);
     workgroupBarrier();
@@ -82,20 +84,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             fetch(k0 + BK, a_base, b_base, row0, col0, lid);
         }
         for (var kk = 0u; kk < BK; kk = kk + 1u) {
-            var a: array<vec4<{{T}}>, TM / 4u>;
-            var b: array<vec4<{{T}}>, TN / 4u>;
-            for (var i = 0u; i < TM / 4u; i = i + 1u) {
-                a[i] = As[kk * (BM / 4u) + i * WY + ty];
-            }
-            for (var j = 0u; j < TN / 4u; j = j + 1u) {
-                b[j] = Bs[kk * (BN / 4u) + j * WX + tx];
-            }
-            for (var i = 0u; i < TM; i = i + 1u) {
-                let av = vec4<{{T}}>(a[i / 4u][i % 4u]);
-                for (var j = 0u; j < TN / 4u; j = j + 1u) {
-                    acc[i * (TN / 4u) + j] = fma(av, b[j], acc[i * (TN / 4u) + j]);
-                }
-            }
+            {{INNER}}
         }
         workgroupBarrier();
         if next {
@@ -104,15 +93,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     let c_base = P.c_off + batch * P.c_sb;
-    for (var i = 0u; i < TM; i = i + 1u) {
-        let r = row0 + (i / 4u) * (WY * 4u) + ty * 4u + (i % 4u);
-        if r >= P.m {
-            continue;
-        }
-        for (var j = 0u; j < TN / 4u; j = j + 1u) {
-            let c = col0 + j * (WX * 4u) + tx * 4u;
-            let v = acc[i * (TN / 4u) + j];
-            {{STORE}}
-        }
-    }
+    {{STORE_ALL}}
 }

@@ -299,16 +299,63 @@ fn source(plan: &Plan, in_dtype: DType) -> String {
     let store = if plan.c_vec4 {
         bindings.push_str(&wgsl::binding(3, "c4", &format!("vec4<{t}>")));
         "if c < P.n {
-                c4[(c_base + r * P.c_sm + c) >> 2u] = v;
-            }"
+            c4[(c_base + r * P.c_sm + c) >> 2u] = v;
+        }"
+        .to_string()
     } else {
         bindings.push_str(&wgsl::binding(3, "c1", t));
         "for (var q = 0u; q < 4u; q = q + 1u) {
-                if c + q < P.n {
-                    c1[c_base + r * P.c_sm + c + q] = v[q];
-                }
-            }"
+            if c + q < P.n {
+                c1[c_base + r * P.c_sm + c + q] = v[q];
+            }
+        }"
+        .to_string()
     };
+    let (row_groups, col_groups) = (tl.tm / 4, tl.tn / 4);
+    let mut acc_decl = String::new();
+    let mut inner = String::new();
+    let mut store_all = String::new();
+    for i in 0..tl.tm {
+        for j in 0..col_groups {
+            acc_decl.push_str(&format!("var acc_{i}_{j} = vec4<{t}>();\n    "));
+        }
+    }
+    for g in 0..row_groups {
+        inner.push_str(&format!(
+            "let a{g} = As[kk * (BM / 4u) + {g}u * WY + ty];\n            "
+        ));
+    }
+    for j in 0..col_groups {
+        inner.push_str(&format!(
+            "let b{j} = Bs[kk * (BN / 4u) + {j}u * WX + tx];\n            "
+        ));
+    }
+    let lanes = ["x", "y", "z", "w"];
+    for i in 0..tl.tm {
+        inner.push_str(&format!(
+            "let s{i} = vec4<{t}>(a{}.{});\n            ",
+            i / 4,
+            lanes[(i % 4) as usize]
+        ));
+        for j in 0..col_groups {
+            inner.push_str(&format!("acc_{i}_{j} = fma(s{i}, b{j}, acc_{i}_{j});\n            "));
+        }
+    }
+    for i in 0..tl.tm {
+        store_all.push_str(&format!(
+            "if row0 + {}u * (WY * 4u) + ty * 4u + {}u < P.m {{\n        let r = row0 + {}u * (WY * 4u) + ty * 4u + {}u;\n",
+            i / 4,
+            i % 4,
+            i / 4,
+            i % 4
+        ));
+        for j in 0..col_groups {
+            store_all.push_str(&format!(
+                "        {{\n        let c = col0 + {j}u * (WX * 4u) + tx * 4u;\n        let v = acc_{i}_{j};\n        {store}\n        }}\n"
+            ));
+        }
+        store_all.push_str("    }\n    ");
+    }
     // `f32(x)` of an f32 is the identity; loads of f16/bf16 already return f32.
     let fetch = format!("{fetch_a}\n    {fetch_b}");
     let deposit = format!("{deposit_a}\n    {deposit_b}");
@@ -332,7 +379,9 @@ fn source(plan: &Plan, in_dtype: DType) -> String {
             ("RB", &rb),
             ("FETCH", &fetch),
             ("DEPOSIT", &deposit),
-            ("STORE", store),
+            ("ACC_DECL", &acc_decl),
+            ("INNER", &inner),
+            ("STORE_ALL", &store_all),
         ],
     )
 }
