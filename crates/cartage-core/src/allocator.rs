@@ -14,6 +14,8 @@
 //!   [`crate::Error::OutOfMemory`] with an [`OomReport`] that says whether fragmentation is the cause.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::fmt;
 use std::panic::Location;
 use std::sync::Mutex;
@@ -339,9 +341,30 @@ struct Segment {
     blocks: BTreeMap<usize, Block>,
 }
 
+/// Hashes segment ids (small unique integers) with one multiply: the allocator looks segments
+/// up on every alloc and free, where SipHash would cost more than the rest of the lookup.
+#[derive(Default)]
+struct SegmentIdHasher(u64);
+
+impl Hasher for SegmentIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 #[derive(Default)]
 struct State {
-    segments: HashMap<u64, Segment>,
+    segments: HashMap<u64, Segment, BuildHasherDefault<SegmentIdHasher>>,
     /// Free blocks per pool, ordered by (size, segment id, offset) for best fit.
     free: [BTreeSet<(usize, u64, usize)>; 2],
     stats: MemoryStats,
@@ -365,7 +388,10 @@ struct State {
 pub struct CachingAllocator {
     device: Device,
     source: Box<dyn SegmentSource>,
-    config: Mutex<AllocatorConfig>,
+    /// The configuration; its `limit` field is ignored in favour of `limit` below.
+    config: AllocatorConfig,
+    /// The cap on reserved bytes (`usize::MAX`: none), atomic so that `alloc` takes one lock.
+    limit: AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -388,7 +414,8 @@ impl CachingAllocator {
         CachingAllocator {
             device,
             source,
-            config: Mutex::new(config),
+            config,
+            limit: AtomicUsize::new(config.limit.unwrap_or(usize::MAX)),
             state: Mutex::new(State::default()),
         }
     }
@@ -405,16 +432,20 @@ impl CachingAllocator {
 
     /// Cap reserved memory at `limit` bytes (`None` removes the cap).
     pub fn set_limit(&self, limit: Option<usize>) {
-        self.lock_config().limit = limit;
+        self.limit.store(limit.unwrap_or(usize::MAX), Ordering::Relaxed);
     }
 
     /// The cap on reserved memory set by [`CachingAllocator::set_limit`], if any.
     pub fn limit(&self) -> Option<usize> {
-        self.lock_config().limit
+        Some(self.limit.load(Ordering::Relaxed)).filter(|&l| l != usize::MAX)
     }
 
-    fn lock_config(&self) -> std::sync::MutexGuard<'_, AllocatorConfig> {
-        self.config.lock().unwrap_or_else(|p| p.into_inner())
+    /// The configuration in effect, with the current limit.
+    fn current_config(&self) -> AllocatorConfig {
+        AllocatorConfig {
+            limit: self.limit(),
+            ..self.config
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -429,7 +460,7 @@ impl CachingAllocator {
 
     /// Allocate at least `bytes` bytes, recording `site` as the creation site.
     pub fn alloc_at(&self, bytes: usize, site: Site) -> Result<Allocation> {
-        let config = *self.lock_config();
+        let config = self.current_config();
         let rounded = round_up(bytes.max(1), config.round).ok_or_else(|| self.oom_unlocked(bytes, site, &config))?;
         let pool = if rounded <= config.small_limit {
             Pool::Small

@@ -83,11 +83,24 @@ pub fn resolve_dim(op: &'static str, dim: isize, rank: usize) -> Result<usize> {
 }
 
 /// Shape, strides (elements) and offset (elements) of a strided view.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     shape: Dims,
     strides: Dims,
     offset: usize,
+}
+
+impl Clone for Layout {
+    /// A plain copy of the inline sizes and strides (SmallVec's own `Clone` goes element by
+    /// element; every op clones layouts, so this is on the tiny-op path).
+    #[inline]
+    fn clone(&self) -> Self {
+        Layout {
+            shape: SmallVec::from_slice(&self.shape),
+            strides: SmallVec::from_slice(&self.strides),
+            offset: self.offset,
+        }
+    }
 }
 
 impl Layout {

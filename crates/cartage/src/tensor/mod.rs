@@ -215,21 +215,37 @@ impl Tensor {
     /// A fresh contiguous tensor on `backend`, contents unspecified: every caller writes all
     /// of it (by a kernel or a copy) before handing it out.
     fn alloc_on(backend: &Arc<dyn Backend>, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
-        let bytes = checked_bytes(shape, dtype)?;
-        let layout = Layout::contiguous(shape)?;
+        Tensor::alloc_with(backend, backend.device(), Layout::contiguous(shape)?, dtype, site)
+    }
+
+    /// A fresh tensor with `layout`, which must be contiguous from offset 0.
+    fn alloc_with(
+        backend: &Arc<dyn Backend>,
+        device: Device,
+        layout: Layout,
+        dtype: DType,
+        site: Site,
+    ) -> Result<Tensor> {
+        debug_assert!(layout.is_contiguous() && layout.offset() == 0);
+        let bytes = checked_bytes(layout.shape(), dtype)?;
         let storage = Storage::new(backend, bytes, site)?;
         Ok(Tensor {
             storage: Arc::new(storage),
             layout,
             dtype,
-            device: backend.device(),
+            device,
             origin: site,
         })
     }
 
     /// A fresh contiguous tensor on this tensor's device (for op outputs).
     fn alloc_like(&self, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
-        Tensor::alloc_on(self.backend(), shape, dtype, site)
+        let layout = if shape == self.shape() && self.layout.offset() == 0 && self.is_contiguous() {
+            self.layout.clone()
+        } else {
+            Layout::contiguous(shape)?
+        };
+        Tensor::alloc_with(self.backend(), self.device, layout, dtype, site)
     }
 
     /// Launch `kernel` on this tensor's backend unless the output is empty.
