@@ -50,6 +50,11 @@ pub use runtime::{
 pub use safetensors_io::{load_safetensors, save_safetensors};
 pub use tensor::{Storage, Tensor};
 
+/// The README's example, compiled and run as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
+
 /// The names most programs need: `use cartage::prelude::*;`.
 pub mod prelude {
     pub use crate::{DType, Device, DevicePick, Result, Tensor};
