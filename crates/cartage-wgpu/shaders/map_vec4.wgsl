@@ -1,5 +1,6 @@
-// The vectorised map: four elements per invocation through vec4 loads and stores, for 4-byte
-// dtypes when every operand is contiguous (or one broadcast element) and 16-byte aligned.
+// The vectorised map: vec4 loads and stores, for 4-byte dtypes when every operand is contiguous
+// (or one broadcast element) and 16-byte aligned. Each invocation handles QUADS vec4s, one
+// grid-width apart (coalesced), loading all of them before storing any.
 
 {{PRELUDE}}
 
@@ -25,8 +26,6 @@ struct Params {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let t = gid.x + gid.y * nwg.x * 256u;
-    if t >= P.count {
-        return;
-    }
-    b1[(P.offs.x >> 2u) + t] = compute4(t);
+    let o = P.offs.x >> 2u;
+    {{BODY_MAIN}}
 }

@@ -31,6 +31,7 @@ pub struct WgpuBackend {
     pub(crate) recorder: Mutex<Recorder>,
     pub(crate) index_checks: Mutex<IndexChecks>,
     pub(crate) tiling: Mutex<Option<MatmulTiling>>,
+    vec4_per_invocation: std::sync::atomic::AtomicU32,
     staging: StagingPool,
     allocator: CachingAllocator,
     capabilities: Capabilities,
@@ -56,6 +57,7 @@ impl WgpuBackend {
             recorder,
             index_checks,
             tiling: Mutex::new(None),
+            vec4_per_invocation: std::sync::atomic::AtomicU32::new(4),
             staging: StagingPool::default(),
             allocator,
             capabilities,
@@ -84,6 +86,28 @@ impl WgpuBackend {
     /// (dispatches recorded, batches submitted) since the device was opened.
     pub fn dispatch_counters(&self) -> (u64, u64) {
         self.lock_recorder().counters()
+    }
+
+    /// Submit recorded work now without waiting for it.
+    pub fn submit(&self) {
+        self.flush();
+    }
+
+    /// Submit a batch once it holds `ops` ops (1..=1024; default 256) rather than only at a sync
+    /// point: smaller batches let the device start earlier, larger ones cost fewer submits.
+    pub fn set_submit_every(&self, ops: usize) {
+        self.lock_recorder().set_submit_every(ops);
+    }
+
+    /// Vec4 elements each invocation of the vectorised element-wise kernels handles (1 or 4).
+    pub fn set_vec4_per_invocation(&self, quads: u32) {
+        let value = if quads >= 4 { 4 } else { 1 };
+        self.vec4_per_invocation
+            .store(value, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn vec4_per_invocation(&self) -> u32 {
+        self.vec4_per_invocation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of compute pipelines compiled so far.

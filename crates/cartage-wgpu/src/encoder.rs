@@ -5,15 +5,21 @@
 //! Each op's 256-byte parameter block is appended to a host-side staging vector and bound at a
 //! dynamic offset of one uniform buffer; the whole vector is written with one `write_buffer`
 //! right before the submit, which wgpu orders before the batch's commands. A chain of small ops
-//! between two syncs therefore costs one pass, one parameter upload and one submit.
+//! between two syncs therefore costs one pass, one parameter upload and one submit per
+//! `submit_every` ops (default [`DEFAULT_SUBMIT_EVERY`]), so that the device works on one batch
+//! while the host records the next.
 
 use cartage_core::Result;
 
 use crate::context::GpuContext;
 use crate::pipelines::PARAM_BYTES;
 
-/// Ops recorded before a batch is submitted regardless of sync points.
+/// The most ops one batch can hold (the parameter buffer has one slot per op).
 pub(crate) const MAX_OPS_PER_BATCH: usize = 1024;
+
+/// Ops recorded before a batch is submitted without waiting for a sync point, by default: the
+/// device starts on them while the host records the next ones.
+pub(crate) const DEFAULT_SUBMIT_EVERY: usize = 256;
 
 /// One op's parameters (64 words; kernels read the fields they declare).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,6 +38,7 @@ pub(crate) struct Recorder {
     pass: Option<wgpu::ComputePass<'static>>,
     params: Vec<u8>,
     ops: usize,
+    submit_every: usize,
     dispatches: u64,
     submits: u64,
 }
@@ -51,6 +58,7 @@ impl Recorder {
             pass: None,
             params: Vec::with_capacity(PARAM_BYTES as usize * MAX_OPS_PER_BATCH),
             ops: 0,
+            submit_every: DEFAULT_SUBMIT_EVERY,
             dispatches: 0,
             submits: 0,
         }
@@ -59,6 +67,11 @@ impl Recorder {
     /// The uniform buffer parameter blocks are bound from.
     pub fn params_buffer(&self) -> &wgpu::Buffer {
         &self.params_buffer
+    }
+
+    /// Submit a batch once it holds `ops` ops (clamped to 1..=MAX_OPS_PER_BATCH).
+    pub fn set_submit_every(&mut self, ops: usize) {
+        self.submit_every = ops.clamp(1, MAX_OPS_PER_BATCH);
     }
 
     /// (dispatches recorded, batches submitted) since creation.
@@ -88,7 +101,7 @@ impl Recorder {
         params: &ParamBlock,
         groups: [u32; 3],
     ) -> Result<()> {
-        if self.ops == MAX_OPS_PER_BATCH {
+        if self.ops >= self.submit_every {
             self.submit(ctx);
         }
         let offset = (self.ops as u64 * PARAM_BYTES) as u32;

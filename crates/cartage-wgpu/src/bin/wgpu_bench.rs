@@ -87,9 +87,18 @@ impl Bench {
             rhs: b,
             out: c,
         };
-        let t = self.time(|| Ok(self.backend.launch(&kernel)?))?;
-        let gbs = 3.0 * (n * 4) as f64 / t.as_secs_f64() / 1e9;
-        self.push(&format!("add_f32_{mib}MiB"), gbs, "GB/s", t);
+        for quads in [4, 1] {
+            self.backend.set_vec4_per_invocation(quads);
+            let t = self.time(|| Ok(self.backend.launch(&kernel)?))?;
+            let gbs = 3.0 * (n * 4) as f64 / t.as_secs_f64() / 1e9;
+            let suffix = if quads == 4 {
+                String::new()
+            } else {
+                format!("[vec4x{quads}]")
+            };
+            self.push(&format!("add_f32_{mib}MiB{suffix}"), gbs, "GB/s", t);
+        }
+        self.backend.set_vec4_per_invocation(4);
         Ok(())
     }
 
@@ -133,8 +142,20 @@ impl Bench {
         Ok(())
     }
 
-    /// 1000 small adds between two syncs, host clock end to end.
-    fn chain(&mut self) -> Result<()> {
+    /// 1000 small adds between two syncs, host clock end to end, for several batch sizes.
+    fn chains(&mut self) -> Result<()> {
+        for every in [1024, 64, 256] {
+            self.backend.set_submit_every(every);
+            self.chain(if every == 256 {
+                String::new()
+            } else {
+                format!("[submit_every={every}]")
+            })?;
+        }
+        Ok(())
+    }
+
+    fn chain(&mut self, suffix: String) -> Result<()> {
         let (_a, a) = self.tensor(&[1024])?;
         let (_b, b) = self.tensor(&[1024])?;
         let ops = 1000;
@@ -243,7 +264,7 @@ fn main() -> Result<()> {
     for &size in mm_sizes {
         bench.matmul(size, None)?;
     }
-    bench.chain()?;
+    bench.chains()?;
     bench.readback()?;
     for row in &bench.rows {
         println!(

@@ -45,7 +45,7 @@ pub(crate) fn fill(backend: &WgpuBackend, out: &TensorArg, value: Scalar) -> Res
         DType::I64 => "vec2<u32>(P.extra[0].x, P.extra[0].y)",
         DType::F64 => "P.xf.x",
     };
-    let body = format!("fn compute(i: u32) -> {c} {{ return {value_expr}; }}");
+    let body = move || format!("fn compute(i: u32) -> {c} {{ return {value_expr}; }}");
     let mut kernel = MapKernel::new("fill", out, vec![], body);
     kernel.extra[0] = lo;
     kernel.extra[1] = hi;
@@ -53,9 +53,9 @@ pub(crate) fn fill(backend: &WgpuBackend, out: &TensorArg, value: Scalar) -> Res
         kernel.extra_f64 = Some([value.as_f64(), 0.0]);
     }
     if let Some(e) = vec4_element(dtype) {
-        kernel.body4 = Some(format!(
-            "fn compute4(t: u32) -> vec4<{e}> {{ return vec4<{e}>(bitcast<{e}>(P.extra[0].x)); }}"
-        ));
+        kernel.body4 = Some(Box::new(move || {
+            format!("fn compute4(t: u32) -> vec4<{e}> {{ return vec4<{e}>(bitcast<{e}>(P.extra[0].x)); }}")
+        }));
     }
     launch(backend, &kernel)
 }
@@ -70,7 +70,7 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
     let c = compute_type(dtype);
     let integer_out = matches!(dtype, DType::I32 | DType::U8 | DType::Bool | DType::I64);
     if dtype == DType::F64 {
-        let body = format!("fn compute(i: u32) -> {c} {{ return P.xf.x + f64(P.base + i) * P.xf.y; }}");
+        let body = move || format!("fn compute(i: u32) -> {c} {{ return P.xf.x + f64(P.base + i) * P.xf.y; }}");
         let mut kernel = MapKernel::new("arange", out, vec![], body);
         kernel.extra_f64 = Some([start, step]);
         return launch(backend, &kernel);
@@ -91,14 +91,16 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
                 .to_string(),
             _ => "return select(0u, 1u, (v.x | v.y) != 0u);".to_string(),
         };
-        let body = format!(
-            "fn compute(i: u32) -> {c} {{
+        let body = move || {
+            format!(
+                "fn compute(i: u32) -> {c} {{
     let step_neg = P.extra[1].x != 0u;
     let m = mul_wide(P.base + i, P.extra[0].z);
     let v = i64_add(vec2<u32>(P.extra[0].x, P.extra[0].y), select(m, i64_neg(m), step_neg));
     {finish}
 }}"
-        );
+            )
+        };
         let mut kernel = MapKernel::new("arange_int", out, vec![], body);
         kernel.extra[0] = start_i as u32;
         kernel.extra[1] = (start_i >> 32) as u32;
@@ -115,8 +117,9 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
     let (sh, sl) = split(start);
     let (th, tl) = split(step);
     let value = convert(DType::F32, dtype, "r");
-    let body = format!(
-        "fn compute(i: u32) -> {c} {{
+    let body = move || {
+        format!(
+            "fn compute(i: u32) -> {c} {{
     let n = f32(P.base + i);
     let step_hi = bitcast<f32>(P.extra[0].z);
     let p = n * step_hi;
@@ -124,7 +127,8 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
     let r = bitcast<f32>(P.extra[0].x) + p + (e + bitcast<f32>(P.extra[0].y) + n * bitcast<f32>(P.extra[0].w));
     return {value};
 }}"
-    );
+        )
+    };
     let mut kernel = MapKernel::new("arange_float", out, vec![], body);
     kernel.extra[..4].copy_from_slice(&[sh, sl, th, tl]);
     launch(backend, &kernel)
@@ -133,36 +137,46 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
 /// Convert dtypes element by element.
 pub(crate) fn cast(backend: &WgpuBackend, input: &TensorArg, out: &TensorArg) -> Result<()> {
     let value = convert(input.dtype, out.dtype, "ld_1(offsets(i).y)");
-    let body = format!(
-        "fn compute(i: u32) -> {} {{ return {value}; }}",
-        compute_type(out.dtype)
-    );
+    let body = move || {
+        format!(
+            "fn compute(i: u32) -> {} {{ return {value}; }}",
+            compute_type(out.dtype)
+        )
+    };
     launch(backend, &MapKernel::new("cast", out, vec![input], body))
 }
 
 /// Strided copy, same dtype.
 pub(crate) fn copy(backend: &WgpuBackend, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    let body = format!(
-        "fn compute(i: u32) -> {} {{ return ld_1(offsets(i).y); }}",
-        compute_type(out.dtype)
-    );
+    let body = move || {
+        format!(
+            "fn compute(i: u32) -> {} {{ return ld_1(offsets(i).y); }}",
+            compute_type(out.dtype)
+        )
+    };
     let mut kernel = MapKernel::new("copy", out, vec![input], body);
     if let Some(e) = vec4_element(out.dtype) {
-        kernel.body4 = Some(format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t); }}"));
+        kernel.body4 = Some(Box::new(move || {
+            format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t); }}")
+        }));
     }
     launch(backend, &kernel)
 }
 
 /// `out = op(input)`.
 pub(crate) fn unary(backend: &WgpuBackend, op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    let func = format!("{}_{}", op.name(), family(input.dtype));
-    let body = format!(
-        "fn compute(i: u32) -> {} {{ return {func}(ld_1(offsets(i).y)); }}",
-        compute_type(out.dtype)
-    );
+    let (name, fam) = (op.name(), family(input.dtype));
+    let body = move || {
+        format!(
+            "fn compute(i: u32) -> {} {{ return {name}_{fam}(ld_1(offsets(i).y)); }}",
+            compute_type(out.dtype)
+        )
+    };
     let mut kernel = MapKernel::new(format!("unary_{}", op.name()), out, vec![input], body);
     if let Some(e) = vec4_element(out.dtype) {
-        kernel.body4 = Some(componentwise(e, 1, |a| format!("{func}({})", a[0])));
+        kernel.body4 = Some(Box::new(move || {
+            componentwise(e, 1, |a| format!("{name}_{fam}({})", a[0]))
+        }));
     }
     launch(backend, &kernel)
 }
@@ -175,19 +189,21 @@ pub(crate) fn binary(
     rhs: &TensorArg,
     out: &TensorArg,
 ) -> Result<()> {
-    let func = format!("{}_{}", op.name(), family(lhs.dtype));
-    let body = format!(
-        "fn compute(i: u32) -> {} {{ let o = offsets(i); return {func}(ld_1(o.y), ld_2(o.z)); }}",
-        compute_type(out.dtype)
-    );
+    let (name, fam) = (op.name(), family(lhs.dtype));
+    let body = move || {
+        format!(
+            "fn compute(i: u32) -> {} {{ let o = offsets(i); return {name}_{fam}(ld_1(o.y), ld_2(o.z)); }}",
+            compute_type(out.dtype)
+        )
+    };
     let mut kernel = MapKernel::new(format!("binary_{}", op.name()), out, vec![lhs, rhs], body);
     if let Some(e) = vec4_element(out.dtype) {
-        kernel.body4 = Some(match op {
+        kernel.body4 = Some(Box::new(move || match op {
             BinaryOp::Add => format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t) + ldq_2(t); }}"),
             BinaryOp::Sub => format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t) - ldq_2(t); }}"),
             BinaryOp::Mul => format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t) * ldq_2(t); }}"),
-            _ => componentwise(e, 2, |a| format!("{func}({}, {})", a[0], a[1])),
-        });
+            _ => componentwise(e, 2, |a| format!("{name}_{fam}({}, {})", a[0], a[1])),
+        }));
     }
     launch(backend, &kernel)
 }
@@ -209,7 +225,7 @@ pub(crate) fn compare(
         CompareOp::Gt => "ld_1(o.y) > ld_2(o.z)",
         CompareOp::Ge => "ld_1(o.y) >= ld_2(o.z)",
     };
-    let body = format!("fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}");
+    let body = move || format!("fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}");
     launch(
         backend,
         &MapKernel::new(format!("compare_{}", op.name()), out, vec![lhs, rhs], body),
@@ -224,10 +240,12 @@ pub(crate) fn select(
     on_false: &TensorArg,
     out: &TensorArg,
 ) -> Result<()> {
-    let body = format!(
-        "fn compute(i: u32) -> {} {{ let o = offsets(i); return select(ld_3(o.w), ld_2(o.z), ld_1(o.y) != 0u); }}",
-        compute_type(out.dtype)
-    );
+    let body = move || {
+        format!(
+            "fn compute(i: u32) -> {} {{ let o = offsets(i); return select(ld_3(o.w), ld_2(o.z), ld_1(o.y) != 0u); }}",
+            compute_type(out.dtype)
+        )
+    };
     launch(
         backend,
         &MapKernel::new("where", out, vec![cond, on_true, on_false], body),

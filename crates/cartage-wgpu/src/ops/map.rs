@@ -13,6 +13,9 @@ use crate::wgsl;
 const MAP: &str = include_str!("../../shaders/map.wgsl");
 const MAP_VEC4: &str = include_str!("../../shaders/map_vec4.wgsl");
 
+/// WGSL text made on demand: only a pipeline-cache miss pays for formatting it.
+pub(crate) type Source<'a> = Box<dyn Fn() -> String + 'a>;
+
 /// One map kernel to launch: `out[i] = compute(i)`.
 pub(crate) struct MapKernel<'a> {
     /// The op's name and everything that shapes `body` beyond the operand dtypes.
@@ -21,12 +24,13 @@ pub(crate) struct MapKernel<'a> {
     pub out: &'a TensorArg,
     /// The inputs (slots 1..=3).
     pub inputs: Vec<&'a TensorArg>,
-    /// `fn compute(i: u32) -> C` where C is the output's compute type. It may use `offsets(i)`
-    /// (`.x` out, `.y`/`.z`/`.w` inputs), `ld_1`..`ld_3`, `P.extra`, `P.base`, `P.xf`.
-    pub body: String,
-    /// `fn compute4(t: u32) -> vec4<T>` for the vectorised path (same 4-byte dtype everywhere),
-    /// using `ldq_1`..`ldq_3`.
-    pub body4: Option<String>,
+    /// Makes `fn compute(i: u32) -> C` where C is the output's compute type (called only when
+    /// the pipeline is compiled). It may use `offsets(i)` (`.x` out, `.y`/`.z`/`.w` inputs),
+    /// `ld_1`..`ld_3`, `P.extra`, `P.base`, `P.xf`.
+    pub body: Source<'a>,
+    /// Makes `fn compute4(t: u32) -> vec4<T>` for the vectorised path (same 4-byte dtype
+    /// everywhere), using `ldq_1`..`ldq_3`.
+    pub body4: Option<Source<'a>>,
     /// Op-specific parameter words.
     pub extra: [u32; 8],
     /// Two f64 parameters (f64 kernels).
@@ -41,12 +45,17 @@ pub(crate) struct MapKernel<'a> {
 
 impl<'a> MapKernel<'a> {
     /// A map with no extras.
-    pub fn new(name: impl Into<String>, out: &'a TensorArg, inputs: Vec<&'a TensorArg>, body: String) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        out: &'a TensorArg,
+        inputs: Vec<&'a TensorArg>,
+        body: impl Fn() -> String + 'a,
+    ) -> Self {
         MapKernel {
             name: name.into(),
             out,
             inputs,
-            body,
+            body: Box::new(body),
             body4: None,
             extra: [0; 8],
             extra_f64: None,
@@ -207,6 +216,7 @@ fn dispatch(
             .zip(offsets)
             .all(|(a, &o)| *a == Access::Broadcast || (*a == Access::Contiguous && o % 4 == 0));
     let mut params = ParamBlock::default();
+    let quads_per_invocation = backend.vec4_per_invocation() as usize;
     let count = if vec4 {
         numel / 4
     } else {
@@ -236,6 +246,7 @@ fn dispatch(
     let dtypes: String = operands.iter().map(|a| a.dtype.name()).collect::<Vec<_>>().join(",");
     let modes: String = access.iter().map(|a| a.tag()).collect();
     let store_tag = match (vec4, store) {
+        (true, _) if quads_per_invocation == 4 => "v4x4",
         (true, _) => "v4",
         (false, Store::Wide) => "wide",
         (false, Store::Words) => "words",
@@ -244,15 +255,20 @@ fn dispatch(
     let key = format!("map:{}|{dtypes}|{modes}|{store_tag}", kernel.name);
     let pipeline = backend.pipelines.get(&backend.ctx, &key, storage, || {
         if vec4 {
-            source_vec4(kernel, access)
+            source_vec4(kernel, access, quads_per_invocation)
         } else {
             source(kernel, access, store)
         }
     })?;
     let mut all_windows = windows.to_vec();
     all_windows.extend_from_slice(&kernel.extra_windows);
+    let threads = if vec4 {
+        count.div_ceil(quads_per_invocation)
+    } else {
+        count
+    };
     let groups = grid(
-        count as u64,
+        threads as u64,
         WORKGROUP,
         backend.ctx.limits.max_compute_workgroups_per_dimension,
     );
@@ -345,13 +361,13 @@ fn source(kernel: &MapKernel<'_>, access: &[Access], store: Store) -> String {
             ("BINDINGS", &bindings),
             ("OFFSETS", &offsets),
             ("ACCESSORS", &accessors),
-            ("BODY", &kernel.body),
+            ("BODY", &(kernel.body)()),
             ("STORE", &store_text),
         ],
     )
 }
 
-fn source_vec4(kernel: &MapKernel<'_>, access: &[Access]) -> String {
+fn source_vec4(kernel: &MapKernel<'_>, access: &[Access], quads: usize) -> String {
     let operands = kernel.operands();
     let element = wgsl::storage_type(kernel.out.dtype);
     let mut bindings = String::new();
@@ -380,7 +396,37 @@ fn source_vec4(kernel: &MapKernel<'_>, access: &[Access]) -> String {
             ("PRELUDE", &wgsl::prelude(false)),
             ("BINDINGS", &bindings),
             ("ACCESSORS", &accessors),
-            ("BODY", kernel.body4.as_deref().unwrap_or_default()),
+            ("BODY", &kernel.body4.as_ref().map(|b| b()).unwrap_or_default()),
+            ("BODY_MAIN", &vec4_main(quads)),
         ],
     )
+}
+
+/// The body of the vectorised kernel's `main` for `quads` vec4s per invocation.
+fn vec4_main(quads: usize) -> String {
+    if quads <= 1 {
+        return "if t >= P.count {
+        return;
+    }
+    b1[o + t] = compute4(t);"
+            .to_string();
+    }
+    let mut s = String::from("let stride = nwg.x * nwg.y * 256u;\n    ");
+    for u in 0..quads {
+        s.push_str(&format!("let q{u} = t + {u}u * stride;\n    "));
+    }
+    s.push_str(&format!("if q{} < P.count {{\n", quads - 1));
+    for u in 0..quads {
+        s.push_str(&format!("        let r{u} = compute4(q{u});\n"));
+    }
+    for u in 0..quads {
+        s.push_str(&format!("        b1[o + q{u}] = r{u};\n"));
+    }
+    s.push_str("        return;\n    }\n");
+    for u in 0..quads {
+        s.push_str(&format!(
+            "    if q{u} < P.count {{\n        b1[o + q{u}] = compute4(q{u});\n    }}\n"
+        ));
+    }
+    s
 }

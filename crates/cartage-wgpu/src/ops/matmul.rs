@@ -81,9 +81,12 @@ impl MatmulTiling {
     }
 
     /// The tilings [`WgpuBackend::tune_matmul`] tries.
-    pub const CANDIDATES: [MatmulTiling; 7] = [
+    pub const CANDIDATES: [MatmulTiling; 10] = [
         MatmulTiling::new(128, 128, 8, 8, 8),
         MatmulTiling::new(128, 128, 16, 8, 8),
+        MatmulTiling::new(128, 128, 32, 8, 8),
+        MatmulTiling::new(128, 64, 32, 8, 4),
+        MatmulTiling::new(64, 128, 32, 4, 8),
         MatmulTiling::new(128, 64, 16, 8, 4),
         MatmulTiling::new(64, 128, 16, 4, 8),
         MatmulTiling::new(64, 64, 16, 4, 4),

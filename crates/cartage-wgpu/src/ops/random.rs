@@ -23,17 +23,20 @@ pub(crate) fn random(
         Distribution::Uniform { low, high } => (low, high - low, "uniform_unit", "rand"),
         Distribution::Normal { mean, std } => (mean, std, "normal_unit", "randn"),
     };
-    let body = if f64_out {
-        format!("{RANDOM}\nfn compute(i: u32) -> f64 {{ return P.xf.x + P.xf.y * f64({unit}(philox_words(i))); }}")
-    } else {
-        let value = convert(DType::F32, out.dtype, "v");
-        format!(
-            "{RANDOM}\nfn compute(i: u32) -> {c} {{
+    let dtype = out.dtype;
+    let body = move || {
+        if f64_out {
+            format!("{RANDOM}\nfn compute(i: u32) -> f64 {{ return P.xf.x + P.xf.y * f64({unit}(philox_words(i))); }}")
+        } else {
+            let value = convert(DType::F32, dtype, "v");
+            format!(
+                "{RANDOM}\nfn compute(i: u32) -> {c} {{
     let v = bitcast<f32>(P.extra[1].x) + bitcast<f32>(P.extra[1].y) * {unit}(philox_words(i));
     return {value};
 }}",
-            c = crate::wgsl::compute_type(out.dtype)
-        )
+                c = crate::wgsl::compute_type(dtype)
+            )
+        }
     };
     let mut kernel = MapKernel::new(name, out, vec![], body);
     kernel.extra[..4].copy_from_slice(&[offset as u32, (offset >> 32) as u32, seed as u32, (seed >> 32) as u32]);
