@@ -181,13 +181,13 @@ impl Bench {
         let total = median(runs.iter().map(|r| r.0).collect());
         let recording = median(runs.iter().map(|r| r.1).collect());
         self.push(
-            "chain_1000_add_f32_1024",
+            &format!("chain_1000_add_f32_1024{suffix}"),
             total.as_secs_f64() * 1e6 / ops as f64,
             "us/op",
             total,
         );
         self.push(
-            "chain_1000_add_f32_1024_host_recording",
+            &format!("chain_1000_add_f32_1024_host_recording{suffix}"),
             recording.as_secs_f64() * 1e6 / ops as f64,
             "us/op",
             recording,
