@@ -26,11 +26,25 @@ trait Real: Copy + Default + Send + Sync + 'static {
     fn mm(n: usize, a: &[Self], b: &[Self], c: &mut [Self]) {
         Self::mm_rect(n, n, a, b, c)
     }
+    /// `c = a·b` by the textbook loop (i, p, j), for comparison at tiny sizes.
+    fn naive(n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
     /// `c = a·b` for an m×n `a`, n×n `b`.
     fn mm_rect(m: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
 }
 
 impl Real for f32 {
+    fn naive(n: usize, a: &[Self], b: &[Self], c: &mut [Self]) {
+        for i in 0..n {
+            let row = &mut c[i * n..(i + 1) * n];
+            row.fill(0.0);
+            for p in 0..n {
+                let x = a[i * n + p];
+                for (r, &y) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                    *r += x * y;
+                }
+            }
+        }
+    }
     fn from_index(i: usize) -> Self {
         (i % 17) as f32 * 0.25 - 2.0
     }
@@ -59,6 +73,18 @@ impl Real for f32 {
 }
 
 impl Real for f64 {
+    fn naive(n: usize, a: &[Self], b: &[Self], c: &mut [Self]) {
+        for i in 0..n {
+            let row = &mut c[i * n..(i + 1) * n];
+            row.fill(0.0);
+            for p in 0..n {
+                let x = a[i * n + p];
+                for (r, &y) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                    *r += x * y;
+                }
+            }
+        }
+    }
     fn from_index(i: usize) -> Self {
         (i % 17) as f64 * 0.25 - 2.0
     }
@@ -185,7 +211,33 @@ fn sweep<T: Real>(name: &str, sizes: &[usize]) {
     }
 }
 
+/// Per-call cost of tiny products (a batch of 1000 separate calls, one thread).
+fn tiny<T: Real>(name: &str) {
+    println!("dtype {name}: ns per single-threaded call of a tiny n×n product");
+    println!(
+        "{:>6} {:>14} {:>14} {:>14}",
+        "n", "matrixmultiply", "gemm", "naive loop"
+    );
+    for n in [2usize, 4, 8, 16, 32] {
+        let a: Vec<T> = (0..n * n).map(T::from_index).collect();
+        let b: Vec<T> = (0..n * n).map(|i| T::from_index(i * 7)).collect();
+        let mut c = vec![T::default(); n * n];
+        let calls = 1000;
+        let mm = median_seconds(|| (0..calls).for_each(|_| T::mm(n, black_box(&a), black_box(&b), black_box(&mut c))));
+        let g = median_seconds(|| (0..calls).for_each(|_| gemm_crate(n, &a, &b, &mut c, gemm::Parallelism::None)));
+        let naive =
+            median_seconds(|| (0..calls).for_each(|_| T::naive(n, black_box(&a), black_box(&b), black_box(&mut c))));
+        let ns = |s: f64| s / calls as f64 * 1e9;
+        println!("{n:>6} {:>14.1} {:>14.1} {:>14.1}", ns(mm), ns(g), ns(naive));
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("tiny") {
+        tiny::<f32>("f32");
+        tiny::<f64>("f64");
+        return;
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dtype = args.first().map(String::as_str).unwrap_or("f32");
     let mut sizes: Vec<usize> = args.iter().skip(1).filter_map(|s| s.parse().ok()).collect();

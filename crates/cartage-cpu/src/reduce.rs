@@ -85,18 +85,9 @@ impl<T: Pod> Reduction<T> {
         self.walk.runs(start, end, |[o], len| {
             // SAFETY: the walk stays inside the input view; `offset` is an output's base.
             let p = unsafe { self.input.add(offset + o) } as *const T;
-            let full = len / LANES * LANES;
             if stride == 1 {
-                for c in (0..full).step_by(LANES) {
-                    for (j, lane) in lanes.iter_mut().enumerate() {
-                        // SAFETY: `c + j < len`.
-                        *lane = fold.step(*lane, unsafe { *p.add(c + j) });
-                    }
-                }
-                for (j, lane) in lanes.iter_mut().enumerate().take(len - full) {
-                    // SAFETY: `full + j < len`.
-                    *lane = fold.step(*lane, unsafe { *p.add(full + j) });
-                }
+                // SAFETY: the run's `len` elements are dense and initialised host memory.
+                fold_dense(fold, &mut lanes, unsafe { std::slice::from_raw_parts(p, len) });
             } else {
                 for k in 0..len {
                     let lane = &mut lanes[k % LANES];
@@ -114,6 +105,23 @@ impl<T: Pod> Reduction<T> {
         }
         lanes[0]
     }
+}
+
+/// Fold dense elements into the lanes: element `j` of every `LANES`-chunk goes to lane `j`.
+/// The lanes are copied into a local array so they live in registers and the loop vectorises.
+#[inline(always)]
+fn fold_dense<F: Fold>(fold: &F, lanes: &mut [F::Acc; LANES], xs: &[F::In]) {
+    let mut acc = *lanes;
+    let mut chunks = xs.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for j in 0..LANES {
+            acc[j] = fold.step(acc[j], chunk[j]);
+        }
+    }
+    for (j, &x) in chunks.remainder().iter().enumerate() {
+        acc[j] = fold.step(acc[j], x);
+    }
+    *lanes = acc;
 }
 
 /// Visit every output element of a reduction: `per_output(reduction, input offset, parallel)`

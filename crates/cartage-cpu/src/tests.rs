@@ -345,38 +345,43 @@ fn naive_matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> 
 #[test]
 fn matmul_on_transposed_and_broadcast_operands() {
     let b = CpuBackend::new();
-    let (batch, m, k, n) = (3, 5, 7, 4);
-    let a_data: Vec<f64> = (0..batch * m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
-    let b_data: Vec<f64> = (0..n * k).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
-    // lhs stored as [B, K, M] and viewed transposed; rhs one [N, K] matrix viewed as [K, N]
-    // and broadcast over the batch with stride 0.
-    let a_store = upload(&b, &a_data, &[batch, k, m]);
-    let lhs = view(&a_store, a_store.layout.transpose(1, 2).unwrap());
-    let b_store = upload(&b, &b_data, &[1, n, k]);
-    let rhs = view(
-        &b_store,
-        b_store
-            .layout
-            .transpose(1, 2)
-            .unwrap()
-            .broadcast_to(&[batch, k, n])
-            .unwrap(),
-    );
-    let out = output(&b, DType::F64, &[batch, m, n]);
-    b.launch(&Kernel::Matmul {
-        lhs: lhs.clone(),
-        rhs: rhs.clone(),
-        out: out.clone(),
-    })
-    .unwrap();
-    let (l, r) = (download::<f64>(&b, &lhs), download::<f64>(&b, &rhs));
-    let got = download::<f64>(&b, &out);
-    for i in 0..batch {
-        let expected = naive_matmul(&l[i * m * k..][..m * k], &r[i * k * n..][..k * n], m, k, n);
-        assert_eq!(&got[i * m * n..][..m * n], expected.as_slice(), "batch {i}");
+    // Tiny (direct loop), mid-size (gemm on this thread) and large (gemm with threads).
+    for (batch, m, k, n) in [(3, 5, 7, 4), (2, 9, 1, 17), (2, 40, 50, 30), (2, 130, 140, 150)] {
+        let a_data: Vec<f64> = (0..batch * m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+        let b_data: Vec<f64> = (0..n * k).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
+        // lhs stored as [B, K, M] and viewed transposed; rhs one [N, K] matrix viewed as [K, N]
+        // and broadcast over the batch with stride 0.
+        let a_store = upload(&b, &a_data, &[batch, k, m]);
+        let lhs = view(&a_store, a_store.layout.transpose(1, 2).unwrap());
+        let b_store = upload(&b, &b_data, &[1, n, k]);
+        let rhs = view(
+            &b_store,
+            b_store
+                .layout
+                .transpose(1, 2)
+                .unwrap()
+                .broadcast_to(&[batch, k, n])
+                .unwrap(),
+        );
+        let out = output(&b, DType::F64, &[batch, m, n]);
+        b.launch(&Kernel::Matmul {
+            lhs: lhs.clone(),
+            rhs: rhs.clone(),
+            out: out.clone(),
+        })
+        .unwrap();
+        let (l, r) = (download::<f64>(&b, &lhs), download::<f64>(&b, &rhs));
+        let got = download::<f64>(&b, &out);
+        for i in 0..batch {
+            let expected = naive_matmul(&l[i * m * k..][..m * k], &r[i * k * n..][..k * n], m, k, n);
+            assert_eq!(&got[i * m * n..][..m * n], expected.as_slice(), "{m}x{k}x{n} batch {i}");
+        }
     }
+    let (m, k, n) = (5, 7, 4);
+    let a_data: Vec<f64> = (0..m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+    let b_data: Vec<f64> = (0..n * k).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
     // f16 goes through f32 and rounds once.
-    let h: Vec<half::f16> = a_data[..m * k].iter().map(|&v| half::f16::from_f64(v)).collect();
+    let h: Vec<half::f16> = a_data.iter().map(|&v| half::f16::from_f64(v)).collect();
     let hb: Vec<half::f16> = b_data.iter().map(|&v| half::f16::from_f64(v)).collect();
     let (hl, hr) = (upload(&b, &h, &[1, m, k]), upload(&b, &hb, &[1, k, n]));
     let hout = output(&b, DType::F16, &[1, m, n]);
@@ -386,7 +391,7 @@ fn matmul_on_transposed_and_broadcast_operands() {
         out: hout.clone(),
     })
     .unwrap();
-    let expected = naive_matmul(&a_data[..m * k], &b_data, m, k, n);
+    let expected = naive_matmul(&a_data, &b_data, m, k, n);
     let got: Vec<f64> = download::<half::f16>(&b, &hout).iter().map(|v| v.to_f64()).collect();
     assert_eq!(
         got,
