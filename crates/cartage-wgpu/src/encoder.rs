@@ -39,6 +39,8 @@ pub(crate) struct Recorder {
     params: Vec<u8>,
     ops: usize,
     submit_every: usize,
+    /// Address of the pipeline last set in the open pass (only compared, never dereferenced).
+    last_pipeline: usize,
     dispatches: u64,
     submits: u64,
 }
@@ -59,6 +61,7 @@ impl Recorder {
             params: Vec::with_capacity(PARAM_BYTES as usize * MAX_OPS_PER_BATCH),
             ops: 0,
             submit_every: DEFAULT_SUBMIT_EVERY,
+            last_pipeline: 0,
             dispatches: 0,
             submits: 0,
         }
@@ -90,6 +93,7 @@ impl Recorder {
     /// End the open compute pass, if any, so the encoder can record copies.
     fn end_pass(&mut self) {
         self.pass = None;
+        self.last_pipeline = 0;
     }
 
     /// Record one dispatch of `pipeline` with `bind_group` and `params`.
@@ -119,7 +123,12 @@ impl Recorder {
             self.pass = Some(pass);
         }
         let pass = self.pass.as_mut().expect("a compute pass was just opened");
-        pass.set_pipeline(pipeline);
+        // Cached pipelines live as long as the device, so their address identifies them.
+        let address = std::ptr::from_ref(pipeline) as usize;
+        if address != self.last_pipeline {
+            pass.set_pipeline(pipeline);
+            self.last_pipeline = address;
+        }
         pass.set_bind_group(0, bind_group, &[offset]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         Ok(())

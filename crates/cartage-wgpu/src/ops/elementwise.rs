@@ -46,7 +46,7 @@ pub(crate) fn fill(backend: &WgpuBackend, out: &TensorArg, value: Scalar) -> Res
         DType::F64 => "P.xf.x",
     };
     let body = move || format!("fn compute(i: u32) -> {c} {{ return {value_expr}; }}");
-    let mut kernel = MapKernel::new("fill", out, vec![], body);
+    let mut kernel = MapKernel::new(("fill", ""), out, vec![], body);
     kernel.extra[0] = lo;
     kernel.extra[1] = hi;
     if dtype == DType::F64 {
@@ -71,7 +71,7 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
     let integer_out = matches!(dtype, DType::I32 | DType::U8 | DType::Bool | DType::I64);
     if dtype == DType::F64 {
         let body = move || format!("fn compute(i: u32) -> {c} {{ return P.xf.x + f64(P.base + i) * P.xf.y; }}");
-        let mut kernel = MapKernel::new("arange", out, vec![], body);
+        let mut kernel = MapKernel::new(("arange", ""), out, vec![], body);
         kernel.extra_f64 = Some([start, step]);
         return launch(backend, &kernel);
     }
@@ -101,7 +101,7 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
 }}"
             )
         };
-        let mut kernel = MapKernel::new("arange_int", out, vec![], body);
+        let mut kernel = MapKernel::new(("arange_int", ""), out, vec![], body);
         kernel.extra[0] = start_i as u32;
         kernel.extra[1] = (start_i >> 32) as u32;
         kernel.extra[2] = step_i.unsigned_abs() as u32;
@@ -129,7 +129,7 @@ pub(crate) fn arange(backend: &WgpuBackend, out: &TensorArg, start: f64, step: f
 }}"
         )
     };
-    let mut kernel = MapKernel::new("arange_float", out, vec![], body);
+    let mut kernel = MapKernel::new(("arange_float", ""), out, vec![], body);
     kernel.extra[..4].copy_from_slice(&[sh, sl, th, tl]);
     launch(backend, &kernel)
 }
@@ -143,7 +143,7 @@ pub(crate) fn cast(backend: &WgpuBackend, input: &TensorArg, out: &TensorArg) ->
             compute_type(out.dtype)
         )
     };
-    launch(backend, &MapKernel::new("cast", out, vec![input], body))
+    launch(backend, &MapKernel::new(("cast", ""), out, vec![input], body))
 }
 
 /// Strided copy, same dtype.
@@ -154,7 +154,7 @@ pub(crate) fn copy(backend: &WgpuBackend, input: &TensorArg, out: &TensorArg) ->
             compute_type(out.dtype)
         )
     };
-    let mut kernel = MapKernel::new("copy", out, vec![input], body);
+    let mut kernel = MapKernel::new(("copy", ""), out, vec![input], body);
     if let Some(e) = vec4_element(out.dtype) {
         kernel.body4 = Some(Box::new(move || {
             format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t); }}")
@@ -172,7 +172,7 @@ pub(crate) fn unary(backend: &WgpuBackend, op: UnaryOp, input: &TensorArg, out: 
             compute_type(out.dtype)
         )
     };
-    let mut kernel = MapKernel::new(format!("unary_{}", op.name()), out, vec![input], body);
+    let mut kernel = MapKernel::new(("unary", op.name()), out, vec![input], body);
     if let Some(e) = vec4_element(out.dtype) {
         kernel.body4 = Some(Box::new(move || {
             componentwise(e, 1, |a| format!("{name}_{fam}({})", a[0]))
@@ -196,7 +196,7 @@ pub(crate) fn binary(
             compute_type(out.dtype)
         )
     };
-    let mut kernel = MapKernel::new(format!("binary_{}", op.name()), out, vec![lhs, rhs], body);
+    let mut kernel = MapKernel::new(("binary", op.name()), out, vec![lhs, rhs], body);
     if let Some(e) = vec4_element(out.dtype) {
         kernel.body4 = Some(Box::new(move || match op {
             BinaryOp::Add => format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t) + ldq_2(t); }}"),
@@ -228,7 +228,7 @@ pub(crate) fn compare(
     let body = move || format!("fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}");
     launch(
         backend,
-        &MapKernel::new(format!("compare_{}", op.name()), out, vec![lhs, rhs], body),
+        &MapKernel::new(("compare", op.name()), out, vec![lhs, rhs], body),
     )
 }
 
@@ -248,6 +248,6 @@ pub(crate) fn select(
     };
     launch(
         backend,
-        &MapKernel::new("where", out, vec![cond, on_true, on_false], body),
+        &MapKernel::new(("where", ""), out, vec![cond, on_true, on_false], body),
     )
 }

@@ -200,7 +200,7 @@ fn launch_indexed(
     let mut checks = backend.index_checks.lock().unwrap_or_else(|p| p.into_inner());
     let (slot, window) = checks.reserve(backend, op, dim, size)?;
     let (out_dtype, index_dtype) = (out.dtype, index.dtype);
-    let mut kernel = MapKernel::new(op, out, vec![input, index], move || body(out_dtype, index_dtype));
+    let mut kernel = MapKernel::new((op, ""), out, vec![input, index], move || body(out_dtype, index_dtype));
     kernel.geometry = Some(geometry);
     kernel.extra[0] = crate::ops::geometry::word(dim_stride, "stride")?;
     kernel.extra[1] = crate::ops::geometry::word(size, "dimension size")?;

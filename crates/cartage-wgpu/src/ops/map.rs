@@ -18,8 +18,9 @@ pub(crate) type Source<'a> = Box<dyn Fn() -> String + 'a>;
 
 /// One map kernel to launch: `out[i] = compute(i)`.
 pub(crate) struct MapKernel<'a> {
-    /// The op's name and everything that shapes `body` beyond the operand dtypes.
-    pub name: String,
+    /// The op's name and everything that shapes `body` beyond the operand dtypes (a family
+    /// and a member, e.g. `binary` and `add`; static so that a launch formats nothing).
+    pub name: (&'static str, &'static str),
     /// The output (slot 0).
     pub out: &'a TensorArg,
     /// The inputs (slots 1..=3).
@@ -46,13 +47,13 @@ pub(crate) struct MapKernel<'a> {
 impl<'a> MapKernel<'a> {
     /// A map with no extras.
     pub fn new(
-        name: impl Into<String>,
+        name: (&'static str, &'static str),
         out: &'a TensorArg,
         inputs: Vec<&'a TensorArg>,
         body: impl Fn() -> String + 'a,
     ) -> Self {
         MapKernel {
-            name: name.into(),
+            name,
             out,
             inputs,
             body: Box::new(body),
@@ -71,9 +72,22 @@ impl<'a> MapKernel<'a> {
         all
     }
 
+    /// The op's name for error messages.
+    pub fn op_name(&self) -> &'static str {
+        if self.name.1.is_empty() {
+            self.name.0
+        } else {
+            self.name.1
+        }
+    }
+
     fn uses_f64(&self) -> bool {
         self.operands().iter().any(|a| a.dtype == DType::F64) || self.extra_f64.is_some()
     }
+}
+
+thread_local! {
+    static KEY: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(96));
 }
 
 /// How the output is stored.
@@ -119,7 +133,7 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &MapKernel<'_>) -> Result<()
     } else {
         Store::Atomic
     };
-    let op_name = kernel.name.as_str();
+    let op_name = kernel.op_name();
     let bound: Result<Vec<_>> = operands
         .iter()
         .map(|a| bind_operand(&backend.ctx, &backend.table, a, op_name, None))
@@ -154,7 +168,7 @@ fn launch_chunked(
     let slack = 2 * backend.ctx.binding_alignment() + 16;
     let chunk = ((backend.ctx.max_binding().saturating_sub(slack)) / widest / 4 * 4).max(4) as usize;
     tracing::debug!(
-        op = kernel.name,
+        op = kernel.op_name(),
         numel,
         chunk,
         "chunked dispatch beyond the storage-binding limit"
@@ -171,7 +185,7 @@ fn launch_chunked(
                 Access::Broadcast => (first, first + es),
                 _ => (first + start as u64 * es, first + (start + len) as u64 * es),
             };
-            let bound = bind_operand(&backend.ctx, &backend.table, arg, &kernel.name, Some((lo, hi)))?;
+            let bound = bind_operand(&backend.ctx, &backend.table, arg, kernel.op_name(), Some((lo, hi)))?;
             offsets.push(bound.element_offset);
             windows.push(bound.window);
         }
@@ -216,7 +230,12 @@ fn dispatch(
             .zip(offsets)
             .all(|(a, &o)| *a == Access::Broadcast || (*a == Access::Contiguous && o % 4 == 0));
     let mut params = ParamBlock::default();
-    let quads_per_invocation = backend.vec4_per_invocation() as usize;
+    // Four vec4s per invocation pay off on large tensors (more loads in flight per thread).
+    let quads_per_invocation = if numel >= (32 << 20) {
+        backend.vec4_per_invocation() as usize
+    } else {
+        1
+    };
     let count = if vec4 {
         numel / 4
     } else {
@@ -243,8 +262,6 @@ fn dispatch(
         params.put_f64(f::F64 + 2, b);
     }
     let storage = windows.len() + kernel.extra_windows.len();
-    let dtypes: String = operands.iter().map(|a| a.dtype.name()).collect::<Vec<_>>().join(",");
-    let modes: String = access.iter().map(|a| a.tag()).collect();
     let store_tag = match (vec4, store) {
         (true, _) if quads_per_invocation == 4 => "v4x4",
         (true, _) => "v4",
@@ -252,13 +269,23 @@ fn dispatch(
         (false, Store::Words) => "words",
         (false, Store::Atomic) => "atomic",
     };
-    let key = format!("map:{}|{dtypes}|{modes}|{store_tag}", kernel.name);
-    let pipeline = backend.pipelines.get(&backend.ctx, &key, storage, || {
-        if vec4 {
-            source_vec4(kernel, access, quads_per_invocation)
-        } else {
-            source(kernel, access, store)
+    // The key is written into a reused buffer: a launch whose pipeline exists allocates nothing.
+    let pipeline = KEY.with_borrow_mut(|key| {
+        use std::fmt::Write;
+        key.clear();
+        let _ = write!(key, "map:{}_{}|", kernel.name.0, kernel.name.1);
+        for a in &operands {
+            let _ = write!(key, "{},", a.dtype.name());
         }
+        key.extend(access.iter().map(|a| a.tag()));
+        let _ = write!(key, "|{store_tag}");
+        backend.pipelines.get(&backend.ctx, key, storage, || {
+            if vec4 {
+                source_vec4(kernel, access, quads_per_invocation)
+            } else {
+                source(kernel, access, store)
+            }
+        })
     })?;
     let mut all_windows = windows.to_vec();
     all_windows.extend_from_slice(&kernel.extra_windows);

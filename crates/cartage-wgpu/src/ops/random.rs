@@ -38,7 +38,7 @@ pub(crate) fn random(
             )
         }
     };
-    let mut kernel = MapKernel::new(name, out, vec![], body);
+    let mut kernel = MapKernel::new((name, ""), out, vec![], body);
     kernel.extra[..4].copy_from_slice(&[offset as u32, (offset >> 32) as u32, seed as u32, (seed >> 32) as u32]);
     kernel.extra[4] = (a as f32).to_bits();
     kernel.extra[5] = (b as f32).to_bits();
