@@ -96,11 +96,26 @@ impl Clone for Layout {
     #[inline]
     fn clone(&self) -> Self {
         Layout {
-            shape: SmallVec::from_slice(&self.shape),
-            strides: SmallVec::from_slice(&self.strides),
+            shape: copy_dims(&self.shape),
+            strides: copy_dims(&self.strides),
             offset: self.offset,
         }
     }
+}
+
+/// A copy of `dims` through a fixed-size buffer when it fits inline: fixed-size moves instead
+/// of a variable-length `memcpy` call (whose partial writes then stall the wider loads).
+#[inline]
+fn copy_dims(dims: &Dims) -> Dims {
+    const INLINE: usize = 6;
+    if dims.len() > INLINE {
+        return SmallVec::from_slice(dims);
+    }
+    let mut buffer = [0usize; INLINE];
+    for (slot, &d) in buffer.iter_mut().zip(dims.iter()) {
+        *slot = d;
+    }
+    SmallVec::from_buf_and_len(buffer, dims.len())
 }
 
 impl Layout {

@@ -134,22 +134,25 @@ impl Tensor {
         let name = op.name();
         check::same_device_and_dtype(name, self, rhs)?;
         check::defined_for(name, Op::Binary(op), self.dtype, ARITHMETIC_DTYPES)?;
-        let (out, lhs, rhs) = if self.shape() == rhs.shape() {
-            (
-                self.alloc_like(self.shape(), self.dtype, site)?,
-                self.as_arg(),
-                rhs.as_arg(),
-            )
+        // Built in place (no intermediate tuple of operands): this is the tiny-op path.
+        let out;
+        let kernel = if self.shape() == rhs.shape() {
+            out = self.alloc_like(self.shape(), self.dtype, site)?;
+            Kernel::Binary {
+                op,
+                lhs: self.as_arg(),
+                rhs: rhs.as_arg(),
+                out: out.as_arg(),
+            }
         } else {
             let (lhs_layout, rhs_layout, shape) = check::broadcast_pair(name, self, rhs)?;
-            let out = self.alloc_like(&shape, self.dtype, site)?;
-            (out, self.arg_with(lhs_layout), rhs.arg_with(rhs_layout))
-        };
-        let kernel = Kernel::Binary {
-            op,
-            lhs,
-            rhs,
-            out: out.as_arg(),
+            out = self.alloc_like(&shape, self.dtype, site)?;
+            Kernel::Binary {
+                op,
+                lhs: self.arg_with(lhs_layout),
+                rhs: rhs.arg_with(rhs_layout),
+                out: out.as_arg(),
+            }
         };
         out.launch(&kernel, out.numel())?;
         Ok(out)
