@@ -14,11 +14,11 @@
 //!   [`crate::Error::OutOfMemory`] with an [`OomReport`] that says whether fragmentation is the cause.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::Location;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::device::Device;
 use crate::error::{Error, Result, Site};
