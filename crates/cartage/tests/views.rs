@@ -110,3 +110,13 @@ fn moving_to_the_same_device_is_a_cheap_clone_with_a_new_origin() -> Result<()> 
     assert_eq!(h.to_vec_f64()?, vec![1.0; 4]);
     Ok(())
 }
+
+#[test]
+fn tensors_cross_threads() -> Result<()> {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tensor>();
+    let x = Tensor::arange(0.0, 8.0, 1.0, DType::F32, &cpu())?;
+    let handle = std::thread::spawn(move || x.sum_all()?.item::<f32>());
+    assert_eq!(handle.join().expect("the thread finished")?, 28.0);
+    Ok(())
+}
