@@ -244,9 +244,27 @@ fn matmul(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
     if !crate::strided::is_non_overlapping(o, out.layout.strides()) {
         return Err(Error::invalid("matmul", "the output's elements overlap in memory"));
     }
+    if overlaps(out, lhs) || overlaps(out, rhs) {
+        return Err(Error::invalid(
+            "matmul",
+            "the output shares memory with an operand; write into a new tensor",
+        ));
+    }
     aligned("matmul", lhs)?;
     aligned("matmul", rhs)?;
     aligned("matmul", out)
+}
+
+/// True when the memory the two views can touch intersects.
+fn overlaps(a: &TensorArg, b: &TensorArg) -> bool {
+    let span = |t: &TensorArg| {
+        let size = t.dtype.size_in_bytes() as u64;
+        let first = t.buffer.addr() + t.layout.offset() as u64 * size;
+        let extent = t.layout.extent().saturating_sub(t.layout.offset()) as u64;
+        (first, first + extent * size)
+    };
+    let ((a0, a1), (b0, b1)) = (span(a), span(b));
+    a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1
 }
 
 fn index_dtype(op: &'static str, index: &TensorArg) -> Result<()> {
