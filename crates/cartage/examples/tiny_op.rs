@@ -45,6 +45,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+// cartage: device-entry (this example measures the CPU's tiny-op path on purpose)
 fn main() -> Result<()> {
     let device = Device::cpu();
     let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4], &device)?;
@@ -57,7 +58,7 @@ fn main() -> Result<()> {
     for _ in 0..rounds {
         let (start, cpu_start) = (Instant::now(), thread_cpu_time());
         for _ in 0..iterations {
-            black_box(black_box(&a).add(black_box(&b))?);
+            drop(black_box(black_box(&a).add(black_box(&b))?));
         }
         cpu.push((thread_cpu_time() - cpu_start).as_secs_f64() * 1e9 / iterations as f64);
         wall.push(start.elapsed().as_secs_f64() * 1e9 / iterations as f64);
