@@ -98,6 +98,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut limits = CallLimit::new(plan.max_call);
     for (device, task) in &mut tasks {
         size_pipeline(task, &report);
+        size_precision(task, &report, names.get(&task.device).map_or("", |n| n.as_str()));
         let task = &*task;
         progress.set_message(task.id.clone());
         let outcome = match limits.check(task, &report.rows) {
@@ -166,6 +167,27 @@ fn size_pipeline(task: &mut Task, report: &Report) {
         Some(link) if gflops > 0.0 => cases::pipeline_cols(gflops, link),
         _ => 256,
     };
+}
+
+/// Run the precision comparison at the largest f32 size the sweep measured on the device, when
+/// that is below the planned size (a slow device skipped the largest sizes): every precision of
+/// a device is then compared at one size that fits the run's time limit.
+fn size_precision(task: &mut Task, report: &Report, device_name: &str) {
+    if task.section != cases::Section::Precision {
+        return;
+    }
+    let Case::Matmul { n, tf32 } = task.case else { return };
+    let largest = report
+        .rows
+        .iter()
+        .filter(|r| r.section == cases::Section::Sweep && r.device == task.device)
+        .filter(|r| r.case == "matmul" && r.dtype == "f32")
+        .map(|r| r.size)
+        .max();
+    if let Some(largest) = largest.filter(|&l| l < n) {
+        let case = Case::Matmul { n: largest, tf32 };
+        *task = Task::new(task.section, &task.device, device_name, &task.dtype, case);
+    }
 }
 
 fn parse_backends(names: &[String]) -> anyhow::Result<Vec<DeviceKind>> {

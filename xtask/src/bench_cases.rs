@@ -440,7 +440,7 @@ impl Task {
         let id = format!(
             "{backend}/{}/{}_{dtype}_{}",
             cartage::bench::name_segment(device_name),
-            case.name(),
+            case.name().replace('_', "-"),
             case.size()
         );
         Task {
@@ -501,6 +501,10 @@ mod tests {
                 bytes: 1 << 20,
                 pinned: true,
             },
+        );
+        assert_eq!(
+            task.id, "cpu/cpu/h2d-pinned_f32_1048576",
+            "`_` separates the fields of a name"
         );
         let json = serde_json::to_string(&task).unwrap();
         assert!(json.contains(r#""kind":"host_to_device""#), "{json}");

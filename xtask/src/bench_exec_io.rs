@@ -130,10 +130,13 @@ pub fn pipeline(
             Ok(())
         }),
         PipelineMode::Loader => {
-            let values = Arc::new(values);
+            // Each batch is produced on the host (one copy of its bytes, as `fill` is for the
+            // other modes) and handed to the loader.
+            let bytes: Arc<Vec<u8>> = Arc::new(bytemuck::cast_slice(&values).to_vec());
             bench.run_on(device, || {
-                let values = Arc::clone(&values);
-                let source = (0..batches).map(move |_| HostBatch::new(values.as_ref().clone(), &[rows, cols]));
+                let bytes = Arc::clone(&bytes);
+                let source =
+                    (0..batches).map(move |_| HostBatch::from_bytes(bytes.as_ref().clone(), &[rows, cols], DType::F32));
                 for batch in PrefetchLoader::new(source, device)? {
                     drop(batch?.matmul(&weight)?);
                 }

@@ -95,14 +95,14 @@ impl Plan {
         } else {
             Plan {
                 budget: Budget {
-                    warmup: Duration::from_millis(200),
+                    warmup: Duration::from_millis(100),
                     min_warmup: 2,
-                    measure: Duration::from_secs(1),
+                    measure: Duration::from_millis(500),
                     min_samples: 3,
                     max_samples: 100,
                     min_sample_time: Duration::from_millis(1),
                 },
-                max_call: Duration::from_secs(20),
+                max_call: Duration::from_secs(10),
                 sweep_sizes: vec![32, 64, 128, 256, 512, 1024, 2048, 4096],
                 small: (1000, 8),
                 transfer_sizes: vec![64 * KIB, MIB, 16 * MIB, 256 * MIB],

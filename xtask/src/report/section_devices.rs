@@ -31,18 +31,18 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
     }
 
     blocks.push(Block::Paragraph(
-        "Ceilings measured here: device-memory copy bandwidth (a large `copy`, bytes read plus written), \
-         host→device bandwidth from pinned memory at the largest size, the best matmul rate per dtype, and \
-         the cheapest op (the fixed cost every op pays at least: checks, allocation, launch). The ridge \
-         point is the arithmetic intensity (flop per byte) above which an op can be compute-bound rather \
-         than bandwidth-bound."
+        "Ceilings measured here: device-memory bandwidth (the best of a large `copy` and the streaming \
+         ops of section 8, bytes read plus written), host→device bandwidth from pinned memory at the \
+         largest size, the best matmul rate per dtype, and the cheapest op (the fixed cost every op pays \
+         at least: checks, allocation, launch). The ridge point is the arithmetic intensity (flop per \
+         byte) above which an op can be compute-bound rather than bandwidth-bound."
             .into(),
     ));
     let mut ceilings = Table::new(&[
         "Device",
         "Memory",
         "Timing",
-        "Copy bandwidth",
+        "Memory bandwidth",
         "Host→device (pinned)",
         "Matmul f32",
         "f32 TF32",
@@ -153,7 +153,7 @@ fn cpu_vs_gpus(report: &Report) -> Option<Block> {
         }
         let as_times = |v: Option<f64>| v.map(|v| format!("{v:.2}×")).unwrap_or_else(|| "–".into());
         lines.push(format!(
-            "`{}` against the CPU: {} the copy bandwidth, {} the f32 matmul rate{}.",
+            "`{}` against the CPU: {} the memory bandwidth, {} the f32 matmul rate{}.",
             d.device,
             as_times(bw),
             as_times(flops),

@@ -131,8 +131,10 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
     let devices = devices_in(report, Section::Elementwise);
     let mut blocks = vec![Block::Paragraph(
         "Elementwise ops and reductions read and write each element once: their ceiling is memory \
-         bandwidth, not arithmetic. `copy` measures that ceiling; the others are shown as a fraction of it \
-         (bytes read plus written per second)."
+         bandwidth, not arithmetic. The ceiling is the best bandwidth (bytes read plus written per second) \
+         of these ops on the device — usually `copy`, sometimes a reduction, which only reads; each op is \
+         shown as a fraction of it. An op far below it is limited by its arithmetic (`exp`, `gelu`), by \
+         its implementation, or by its dtype's conversions."
             .into(),
     )];
     if devices.is_empty() {
@@ -145,7 +147,7 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
         "Elements",
         "Time",
         "Bandwidth",
-        "of copy ceiling",
+        "of bandwidth ceiling",
         "Bound",
     ]);
     let mut ops: Vec<String> = Vec::new();
@@ -196,9 +198,9 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
     }
     blocks.push(Block::Table(table));
     let chart = LineChart {
-        title: "f32 ops as % of the device's copy bandwidth".into(),
+        title: "f32 ops as % of the device's bandwidth ceiling".into(),
         x_label: "op".into(),
-        y_label: "% of copy ceiling".into(),
+        y_label: "% of bandwidth ceiling".into(),
         x_scale: Scale::Linear,
         y_scale: Scale::Linear,
         x_categories: ops,
@@ -207,7 +209,7 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
     if let Some(svg) = chart.to_svg() {
         blocks.push(Block::Chart {
             name: "elementwise".into(),
-            title: "f32 elementwise ops and reductions as a fraction of the copy ceiling".into(),
+            title: "f32 elementwise ops and reductions as a fraction of the bandwidth ceiling".into(),
             svg,
         });
     }

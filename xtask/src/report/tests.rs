@@ -122,7 +122,10 @@ fn sample_report() -> Report {
 fn ceilings_come_from_the_copy_the_pinned_transfer_and_the_best_matmul() {
     let report = sample_report();
     let cpu = &report.devices[0].ceilings;
-    assert!((cpu.copy_gbps.unwrap() - 20.0).abs() < 1e-6, "{cpu:?}");
+    assert!(
+        (cpu.copy_gbps.unwrap() - 20.0).abs() < 1e-6,
+        "the copy is the best streaming op: {cpu:?}"
+    );
     assert!((cpu.host_link_gbps.unwrap() - 10.0).abs() < 1e-6, "{cpu:?}");
     let best = cpu.matmul_gflops["f32"];
     assert!(
