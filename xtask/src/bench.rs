@@ -169,23 +169,26 @@ fn size_pipeline(task: &mut Task, report: &Report) {
     };
 }
 
-/// Run the precision comparison at the largest f32 size the sweep measured on the device, when
-/// that is below the planned size (a slow device skipped the largest sizes): every precision of
-/// a device is then compared at one size that fits the run's time limit.
+/// Run the precision comparison at the largest size the sweep reached on the device in every
+/// dtype it measured, when that is below the planned size (a slow device skipped the largest
+/// sizes): every precision of a device is then compared at one size within the time limit.
 fn size_precision(task: &mut Task, report: &Report, device_name: &str) {
     if task.section != cases::Section::Precision {
         return;
     }
     let Case::Matmul { n, tf32 } = task.case else { return };
-    let largest = report
-        .rows
-        .iter()
-        .filter(|r| r.section == cases::Section::Sweep && r.device == task.device)
-        .filter(|r| r.case == "matmul" && r.dtype == "f32")
-        .map(|r| r.size)
-        .max();
-    if let Some(largest) = largest.filter(|&l| l < n) {
-        let case = Case::Matmul { n: largest, tf32 };
+    let largest_in = |dtype: &str| {
+        report
+            .rows
+            .iter()
+            .filter(|r| r.section == cases::Section::Sweep && r.device == task.device)
+            .filter(|r| r.case == "matmul" && r.dtype == dtype)
+            .map(|r| r.size)
+            .max()
+    };
+    let reached = ["f32", "f16", "bf16"].into_iter().filter_map(largest_in).min();
+    if let Some(reached) = reached.filter(|&l| l < n) {
+        let case = Case::Matmul { n: reached, tf32 };
         *task = Task::new(task.section, &task.device, device_name, &task.dtype, case);
     }
 }
