@@ -1,21 +1,25 @@
 """numpy side of the cpu backend comparison (see cpu_vs_numpy.rs beside this file).
 
 Times the same cases as the Rust example with the same method (warm-up, then the median of many
-repetitions) and, given the Rust example's JSON lines, prints the ratio table
-(ratio = numpy time / cartage time: above 1 means cartage is faster).
+repetitions). Given the Rust example's binary, it alternates the two — numpy, then cartage, case
+by case, for several rounds — so that both see the same machine load, and prints the table:
+median over rounds of each side's per-round median, the best round, and the ratio of medians
+(numpy time / cartage time: above 1 means cartage is faster).
 
-    cargo run --release -p cartage-cpu --example cpu_vs_numpy > rust.json
-    python3 crates/cartage-cpu/examples/cpu_vs_numpy.py rust.json
+    cargo build --release -p cartage-cpu --example cpu_vs_numpy
+    python3 crates/cartage-cpu/examples/cpu_vs_numpy.py target/release/examples/cpu_vs_numpy [rounds]
 """
 
 import json
 import os
+import statistics
+import subprocess
 import sys
 import time
 
 import numpy as np
 
-BUDGET = float(os.environ.get("BENCH_MS", "600")) / 1000.0
+BUDGET = float(os.environ.get("BENCH_MS", "300")) / 1000.0
 
 
 def median_seconds(run, inner=1):
@@ -35,7 +39,9 @@ def rand(*shape):
     return (np.random.default_rng(len(shape)).random(shape, dtype=np.float32) - 0.5).astype(np.float32)
 
 
-def cases():
+def numpy_cases():
+    """(case, work, unit, timer) for every case of the Rust example."""
+    out = []
     for n in [32, 64, 128, 256, 512, 1024, 2048]:
         a, b, c = rand(n, n), rand(n, n), np.empty((n, n), np.float32)
         inner = max(1, (1 << 22) // (n * n * n))
@@ -44,7 +50,7 @@ def cases():
             for _ in range(inner):
                 np.matmul(a, b, out=c)
 
-        yield f"matmul_f32_{n}", median_seconds(mm, inner), 2.0 * n**3, "flop"
+        out.append((f"matmul_f32_{n}", 2.0 * n**3, "flop", lambda mm=mm, inner=inner: median_seconds(mm, inner)))
     for n in [4, 1 << 24]:
         a, b, c = rand(n), rand(n), np.empty(n, np.float32)
         inner = max(1, (1 << 16) // n)
@@ -53,41 +59,51 @@ def cases():
             for _ in range(inner):
                 np.add(a, b, out=c)
 
-        def add_alloc(a=a, b=b, inner=inner):
-            for _ in range(inner):
-                a + b
-
-        yield f"add_f32_{n}", median_seconds(add, inner), 12.0 * n, "byte"
-        yield f"add_f32_{n} (a+b, allocating)", median_seconds(add_alloc, inner), 12.0 * n, "byte"
+        out.append((f"add_f32_{n}", 12.0 * n, "byte", lambda add=add, inner=inner: median_seconds(add, inner)))
     n = 1 << 24
     x = rand(n)
-    yield f"sum_f32_{n}", median_seconds(lambda: x.sum()), 4.0 * n, "byte"
+    out.append((f"sum_f32_{n}", 4.0 * n, "byte", lambda x=x: median_seconds(lambda: x.sum())))
     a, b, c = rand(1000, 8, 8), rand(1000, 8, 8), np.empty((1000, 8, 8), np.float32)
-    yield "bmm_f32_1000x8x8", median_seconds(lambda: np.matmul(a, b, out=c)), 2.0 * 1000 * 512, "flop"
+    out.append(
+        ("bmm_f32_1000x8x8", 2.0 * 1000 * 512, "flop", lambda: median_seconds(lambda: np.matmul(a, b, out=c)))
+    )
+    return out
+
+
+def rust_seconds(binary, case):
+    env = dict(os.environ, BENCH_MS=str(int(BUDGET * 1000)))
+    lines = subprocess.run([binary, case], capture_output=True, text=True, env=env, check=True).stdout
+    for line in lines.splitlines():
+        row = json.loads(line)
+        if row["case"] == case:
+            return row["seconds"]
+    raise RuntimeError(f"{binary} did not report {case}")
 
 
 def rate(seconds, work, unit):
-    return f"{work / seconds / 1e9:8.1f} {'GFLOP/s' if unit == 'flop' else 'GB/s'}"
+    return f"{work / seconds / 1e9:7.1f} {'GFLOP/s' if unit == 'flop' else 'GB/s'}"
 
 
 def main():
-    rust = {}
-    if len(sys.argv) > 1:
-        with open(sys.argv[1]) as f:
-            for line in f:
-                if line.strip().startswith("{"):
-                    row = json.loads(line)
-                    rust[row["case"]] = row
-    print(f"numpy {np.__version__}")
-    print(f"{'case':<34} {'numpy':>22} {'cartage cpu':>22} {'ratio':>7}")
-    for case, seconds, work, unit in cases():
-        numpy_cell = f"{seconds * 1e6:10.2f} us {rate(seconds, work, unit)}"
-        base = case.split(" ")[0]
-        if base in rust and base == case:
-            r = rust[base]["seconds"]
-            print(f"{case:<34} {numpy_cell:>22} {r * 1e6:10.2f} us {rate(r, work, unit)} {seconds / r:6.2f}x")
+    binary = sys.argv[1] if len(sys.argv) > 1 else None
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    print(f"numpy {np.__version__}; {rounds} alternating rounds of {BUDGET * 1000:.0f} ms per side and case")
+    header = f"{'case':<20} {'numpy median':>26} {'cartage median':>26} {'ratio':>6} {'best/best':>9}"
+    print(header)
+    for case, work, unit, timer in numpy_cases():
+        ours, theirs = [], []
+        for _ in range(rounds if binary else 1):
+            theirs.append(timer())
+            if binary:
+                ours.append(rust_seconds(binary, case))
+        t = statistics.median(theirs)
+        cell = f"{t * 1e6:9.2f} us {rate(t, work, unit)}"
+        if binary:
+            r = statistics.median(ours)
+            ratio, best = t / r, min(theirs) / min(ours)
+            print(f"{case:<20} {cell:>26} {r * 1e6:9.2f} us {rate(r, work, unit)} {ratio:5.2f}x {best:8.2f}x")
         else:
-            print(f"{case:<34} {numpy_cell:>22}")
+            print(f"{case:<20} {cell:>26}")
 
 
 if __name__ == "__main__":

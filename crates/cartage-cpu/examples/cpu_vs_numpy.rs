@@ -4,11 +4,13 @@
 //! on preallocated buffers; the figure is the median of many repetitions after a warm-up.
 //!
 //! ```text
-//! cargo run --release -p cartage-cpu --example cpu_vs_numpy > rust.json
-//! python3 crates/cartage-cpu/examples/cpu_vs_numpy.py rust.json
+//! cargo build --release -p cartage-cpu --example cpu_vs_numpy
+//! python3 crates/cartage-cpu/examples/cpu_vs_numpy.py target/release/examples/cpu_vs_numpy
 //! ```
 //!
-//! Prints one JSON object per line: `{"case": .., "seconds": .., "work": .., "unit": ..}`.
+//! Prints one JSON object per line: `{"case": .., "seconds": .., "work": .., "unit": ..}`; an
+//! argument keeps only the cases whose name starts with it, and `BENCH_MS` sets the time spent
+//! on each case (default 600 ms).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -94,7 +96,7 @@ fn main() {
         report(&case, s, (3 * 4 * n) as f64, "byte");
     }
     let n = 1usize << 24;
-    if wanted("sum_f32") {
+    if wanted(&format!("sum_f32_{n}")) {
         let kernel = Kernel::Reduce {
             op: ReduceOp::Sum,
             input: tensor(&backend, &[n], 1),
@@ -104,7 +106,7 @@ fn main() {
         let s = median_seconds(1, budget, || launch(&kernel));
         report(&format!("sum_f32_{n}"), s, (4 * n) as f64, "byte");
     }
-    if wanted("bmm") {
+    if wanted("bmm_f32_1000x8x8") {
         let kernel = Kernel::Matmul {
             lhs: tensor(&backend, &[1000, 8, 8], 1),
             rhs: tensor(&backend, &[1000, 8, 8], 2),

@@ -28,6 +28,7 @@ pub mod memory;
 mod reduce;
 mod softmax;
 mod strided;
+mod tiny_matmul;
 mod validate;
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use crate::elem::Real;
 use crate::map::base;
 use crate::strided::SyncPtr;
+use crate::tiny_matmul::{self, TINY_MATMUL};
 
 /// Products of at most this many multiply-adds (`M·N·K`, 128³) run on the calling thread.
 pub const SMALL_MATMUL: usize = 128 * 128 * 128;
@@ -30,10 +31,10 @@ pub const BATCH_PARALLEL_MIN: usize = 1 << 18;
 
 /// One matrix operand: element strides of its rows and columns.
 #[derive(Clone, Copy, Debug)]
-struct Strides {
-    batch: usize,
-    row: isize,
-    col: isize,
+pub(crate) struct Strides {
+    pub(crate) batch: usize,
+    pub(crate) row: isize,
+    pub(crate) col: isize,
 }
 
 fn strides(arg: &TensorArg) -> Strides {
@@ -47,17 +48,29 @@ fn strides(arg: &TensorArg) -> Strides {
 }
 
 /// The dtypes `gemm` multiplies natively.
-trait GemmScalar: Copy + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + 'static {
+pub(crate) trait GemmScalar:
+    Copy + Send + Sync + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + 'static
+{
     const ONE: Self;
     const ZERO: Self;
+    /// `a · b + c` rounded once (one instruction where FMA is enabled).
+    fn fused(a: Self, b: Self, c: Self) -> Self;
 }
 impl GemmScalar for f32 {
     const ONE: Self = 1.0;
     const ZERO: Self = 0.0;
+    #[inline(always)]
+    fn fused(a: Self, b: Self, c: Self) -> Self {
+        a.mul_add(b, c)
+    }
 }
 impl GemmScalar for f64 {
     const ONE: Self = 1.0;
     const ZERO: Self = 0.0;
+    #[inline(always)]
+    fn fused(a: Self, b: Self, c: Self) -> Self {
+        a.mul_add(b, c)
+    }
 }
 
 /// `c = a · b` for one `m×k` by `k×n` product.
@@ -81,16 +94,7 @@ unsafe fn gemm_one<T: GemmScalar>(
     }
     if m * n * k <= TINY_MATMUL {
         // SAFETY: forwarded.
-        unsafe { tiny_gemm((m, n, k), a, sa, b, sb, c, sc) };
-        return;
-    }
-    if k == 0 {
-        for i in 0..m {
-            for j in 0..n {
-                // SAFETY: (i, j) is inside the output matrix.
-                unsafe { *c.offset(i as isize * sc.row + j as isize * sc.col) = T::ZERO };
-            }
-        }
+        unsafe { tiny_matmul::tiny((m, n, k), a, sa, b, sb, c, sc) };
         return;
     }
     // SAFETY: forwarded; gemm reads `a`/`b` and writes `c` through the strides given
@@ -117,115 +121,6 @@ unsafe fn gemm_one<T: GemmScalar>(
             false,
             parallelism,
         )
-    }
-}
-
-/// Products of at most this many multiply-adds skip `gemm` for a direct loop: at these sizes
-/// the crate's per-call cost (dispatch, packing) is several times the arithmetic.
-pub const TINY_MATMUL: usize = 16 * 16 * 16;
-
-/// `c = a · b` in register tiles: blocks of 4 rows (then single rows) by 8, 4, 2 and 1 columns.
-/// A tile accumulates `a[i, p] · b[p, j]` over `p` in registers (vectorised along `j` when `b`'s
-/// rows are dense, four independent rows in flight), in the textbook summation order.
-///
-/// # Safety
-/// As [`gemm_one`].
-unsafe fn tiny_gemm<T: GemmScalar>(
-    (m, n, k): (usize, usize, usize),
-    a: *const T,
-    sa: Strides,
-    b: *const T,
-    sb: Strides,
-    c: *mut T,
-    sc: Strides,
-) {
-    let mut i = 0;
-    while i < m {
-        let rows = if m - i >= 4 { 4 } else { 1 };
-        let mut j = 0;
-        while j < n {
-            let cols = match n - j {
-                8.. => 8,
-                4..=7 => 4,
-                2..=3 => 2,
-                _ => 1,
-            };
-            let at = Tile {
-                i,
-                j,
-                k,
-                a,
-                sa,
-                b,
-                sb,
-                c,
-                sc,
-            };
-            // SAFETY: rows i..i + rows and columns j..j + cols are inside the product.
-            unsafe {
-                match (rows, cols) {
-                    (4, 8) => at.run::<4, 8>(),
-                    (4, 4) => at.run::<4, 4>(),
-                    (4, 2) => at.run::<4, 2>(),
-                    (4, _) => at.run::<4, 1>(),
-                    (_, 8) => at.run::<1, 8>(),
-                    (_, 4) => at.run::<1, 4>(),
-                    (_, 2) => at.run::<1, 2>(),
-                    _ => at.run::<1, 1>(),
-                }
-            }
-            j += cols;
-        }
-        i += rows;
-    }
-}
-
-/// One register tile of [`tiny_gemm`]: output rows from `i`, columns from `j`.
-struct Tile<T> {
-    i: usize,
-    j: usize,
-    k: usize,
-    a: *const T,
-    sa: Strides,
-    b: *const T,
-    sb: Strides,
-    c: *mut T,
-    sc: Strides,
-}
-
-impl<T: GemmScalar> Tile<T> {
-    /// `c[i + r, j + q] = Σ_p a[i + r, p] · b[p, j + q]` for `r < R`, `q < W`.
-    ///
-    /// # Safety
-    /// The tile lies inside the product's operands.
-    #[inline(always)]
-    unsafe fn run<const R: usize, const W: usize>(&self) {
-        let mut acc = [[T::ZERO; W]; R];
-        let (sa, sb, sc) = (self.sa, self.sb, self.sc);
-        // SAFETY: the caller's bounds: rows i..i + R, columns j..j + W, p < k.
-        unsafe {
-            let a = self.a.offset(self.i as isize * sa.row);
-            let b = self.b.offset(self.j as isize * sb.col);
-            for p in 0..self.k {
-                let brow = b.offset(p as isize * sb.row);
-                let mut y = [T::ZERO; W];
-                for (q, y) in y.iter_mut().enumerate() {
-                    *y = *brow.offset(q as isize * sb.col);
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let x = *a.offset(r as isize * sa.row + p as isize * sa.col);
-                    for (acc, &y) in acc.iter_mut().zip(&y) {
-                        *acc = *acc + x * y;
-                    }
-                }
-            }
-            let c = self.c.offset(self.i as isize * sc.row + self.j as isize * sc.col);
-            for (r, acc) in acc.iter().enumerate() {
-                for (q, &v) in acc.iter().enumerate() {
-                    *c.offset(r as isize * sc.row + q as isize * sc.col) = v;
-                }
-            }
-        }
     }
 }
 
