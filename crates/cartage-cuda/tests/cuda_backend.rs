@@ -4,7 +4,7 @@
 //!
 //! Without a CUDA device each test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cartage_core::{
     Backend, BinaryOp, DType, Error, Kernel, Layout, MatmulPrecision, Scalar, TensorArg, pinned_bytes_in_use,
@@ -14,6 +14,13 @@ use cartage_cuda::CudaBackend;
 const CHILD_VAR: &str = "CARTAGE_CUDA_TEST_CHILD";
 
 /// The backend for `cuda:ordinal`, or `None` after a loud skip (a panic under CARTAGE_REQUIRE).
+/// Tests of this binary share one device and compare its memory counters: they run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn backend(test: &str, ordinal: usize) -> Option<Arc<CudaBackend>> {
     match cartage_cuda::open_cuda(ordinal) {
         Ok(b) => Some(b),
@@ -59,6 +66,7 @@ fn download_f32(b: &CudaBackend, slice: cartage_core::BufferSlice, n: usize) -> 
 
 #[test]
 fn device_count_never_panics() {
+    let _serial = serial();
     let count = cartage_cuda::device_count().expect("device_count is Ok even without a driver");
     eprintln!("cuda devices: {count}");
     if count == 0 {
@@ -69,6 +77,7 @@ fn device_count_never_panics() {
 
 #[test]
 fn out_of_memory_is_typed_and_recoverable() {
+    let _serial = serial();
     let Some(b) = backend("out_of_memory_is_typed_and_recoverable", 0) else {
         return;
     };
@@ -169,6 +178,7 @@ fn touch_every_module(b: &CudaBackend) {
 
 #[test]
 fn kernels_are_cached_on_disk_for_the_next_process() {
+    let _serial = serial();
     let Some(b) = backend("kernels_are_cached_on_disk_for_the_next_process", 0) else {
         return;
     };
@@ -208,6 +218,7 @@ fn kernels_are_cached_on_disk_for_the_next_process() {
 #[test]
 #[ignore = "run as a child process by kernels_are_cached_on_disk_for_the_next_process"]
 fn second_process_loads_kernels_from_disk() {
+    let _serial = serial();
     assert_eq!(
         std::env::var(CHILD_VAR).as_deref(),
         Ok("1"),
@@ -228,6 +239,7 @@ fn second_process_loads_kernels_from_disk() {
 
 #[test]
 fn pinned_async_copies_round_trip_in_order() {
+    let _serial = serial();
     let Some(b) = backend("pinned_async_copies_round_trip_in_order", 0) else {
         return;
     };
@@ -270,6 +282,7 @@ fn pinned_async_copies_round_trip_in_order() {
 
 #[test]
 fn pageable_copies_of_every_size_round_trip() {
+    let _serial = serial();
     let Some(b) = backend("pageable_copies_of_every_size_round_trip", 0) else {
         return;
     };
@@ -287,6 +300,7 @@ fn pageable_copies_of_every_size_round_trip() {
 
 #[test]
 fn out_of_range_indices_are_found_on_the_device() {
+    let _serial = serial();
     let Some(b) = backend("out_of_range_indices_are_found_on_the_device", 0) else {
         return;
     };
@@ -317,6 +331,7 @@ fn out_of_range_indices_are_found_on_the_device() {
 
 #[test]
 fn matmul_precision_switches_between_f32_and_tf32() {
+    let _serial = serial();
     let Some(b) = backend("matmul_precision_switches_between_f32_and_tf32", 0) else {
         return;
     };
@@ -364,6 +379,7 @@ fn matmul_precision_switches_between_f32_and_tf32() {
 
 #[test]
 fn events_time_device_work() {
+    let _serial = serial();
     let Some(b) = backend("events_time_device_work", 0) else {
         return;
     };
@@ -387,6 +403,7 @@ fn events_time_device_work() {
 
 #[test]
 fn two_devices_are_distinct_and_copy_peer_to_peer() {
+    let _serial = serial();
     let count = cartage_cuda::device_count().unwrap_or(0);
     if count < 2 {
         eprintln!("SKIP cuda/two_devices_are_distinct_and_copy_peer_to_peer: {count} CUDA device(s); needs 2");

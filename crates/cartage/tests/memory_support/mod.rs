@@ -70,14 +70,15 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
         if let Some(dir) = self.0.parent() {
-            let _ = std::fs::remove_dir(dir); // fails while other tests still have files there
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
 
 /// A fresh path under the system's temporary folder, unique to this process and `name`.
 pub fn temp_path(name: &str) -> TempFile {
-    let dir = std::env::temp_dir().join(format!("cartage-tests-{}", std::process::id()));
+    // One folder per file: a test removing its folder never races another test's file.
+    let dir = std::env::temp_dir().join(format!("cartage-tests-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temporary folder");
     TempFile(dir.join(name))
 }
