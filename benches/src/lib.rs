@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cartage::bench::{Bench, Timing, name_segment, time_region};
+use cartage::bench::{Bench, Timing, device_segment, time_region};
 use cartage::{Backend, DType, Device, DeviceKind, Op, Result};
 
 /// A device to bench.
@@ -14,7 +14,7 @@ pub struct BenchDevice {
     pub device: Device,
     /// Its backend.
     pub backend: Arc<dyn Backend>,
-    /// Its name as a bench-name segment (`NVIDIA-H200`).
+    /// Its name as a bench-name segment (`NVIDIA-H200`, `NVIDIA-H200-1` for a second one).
     pub name: String,
     /// The clock the benches read on it.
     pub timing: Timing,
@@ -59,7 +59,7 @@ pub fn devices() -> Vec<BenchDevice> {
             match cartage::backend(&device) {
                 Ok(backend) => found.push(BenchDevice {
                     device,
-                    name: name_segment(&backend.info().name),
+                    name: device_segment(&device, &backend.info().name),
                     timing: Bench::new().timing_for(backend.as_ref()),
                     backend,
                 }),

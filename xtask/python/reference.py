@@ -416,7 +416,11 @@ def run(spec_path):
             reason = predicted_too_slow(task, history, cfg)
             if reason:
                 raise Skip(reason)
-            if use_torch:
+            if use_torch and task["device"].startswith("cuda"):
+                # Events record on the current device's stream: make the task's device current.
+                with torch.cuda.device(task["device"]):
+                    median, p10, p90 = torch_case(task, cfg)
+            elif use_torch:
                 median, p10, p90 = torch_case(task, cfg)
             elif np is not None and task["device"] == "cpu":
                 median, p10, p90 = numpy_case(task, cfg)
@@ -430,8 +434,9 @@ def run(spec_path):
         except Exception as error:  # a failure of one case must not end the others
             line["skipped"] = "failed: %s: %s" % (type(error).__name__, error)
         print(json.dumps(line), flush=True)
-        if use_torch and torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        if use_torch and task["device"].startswith("cuda"):
+            with torch.cuda.device(task["device"]):
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

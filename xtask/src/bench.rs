@@ -271,7 +271,8 @@ fn attach_reference(
     measured: &HashMap<String, torch::Measured>,
 ) {
     for row in &mut report.rows {
-        let Some((_, task)) = tasks.iter().find(|(_, t)| t.id == row.id && t.section == row.section) else {
+        let same = |t: &Task| t.id == row.id && t.section == row.section && t.device == row.device;
+        let Some((_, task)) = tasks.iter().find(|(_, t)| same(t)) else {
             continue;
         };
         if let Some(m) = measured.get(&torch::key(task)) {

@@ -436,13 +436,15 @@ fn pinned_name(pinned: bool) -> &'static str {
 impl Task {
     /// A task named `<backend>/<device>/<case>_<dtype>_<size>`.
     pub fn new(section: Section, device: &str, device_name: &str, dtype: &str, case: Case) -> Task {
-        let backend = device.split(':').next().unwrap_or(device);
-        let id = format!(
-            "{backend}/{}/{}_{dtype}_{}",
-            cartage::bench::name_segment(device_name),
-            case.name().replace('_', "-"),
-            case.size()
-        );
+        let op = case.name().replace('_', "-");
+        let id = match device.parse::<cartage::Device>() {
+            Ok(d) => cartage::bench::bench_name(&d, device_name, &op, dtype, case.size()),
+            Err(_) => format!(
+                "{device}/{}/{op}_{dtype}_{}",
+                cartage::bench::name_segment(device_name),
+                case.size()
+            ),
+        };
         Task {
             id,
             section,
@@ -467,6 +469,11 @@ mod tests {
             Case::Matmul { n: 1024, tf32: false },
         );
         assert_eq!(task.id, "cuda/NVIDIA-H200/matmul_f32_1024");
+        let second = Task::new(Section::Sweep, "cuda:1", "NVIDIA H200", "f32", task.case.clone());
+        assert_eq!(
+            second.id, "cuda/NVIDIA-H200-1/matmul_f32_1024",
+            "two identical GPUs get distinct names"
+        );
     }
 
     #[test]

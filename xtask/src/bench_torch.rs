@@ -53,7 +53,7 @@ pub struct Measured {
 
 /// The key that pairs a task with its reference line (ids repeat across sections).
 pub fn key(task: &Task) -> String {
-    format!("{}/{}", task.section.number(), task.id)
+    format!("{}/{}/{}", task.section.number(), task.device, task.id)
 }
 
 /// A prepared reference run: the interpreter and the tasks it can take.

@@ -27,4 +27,4 @@ mod tests;
 
 pub use harness::{Bench, TimingMode, plan_samples, time_region};
 pub use measurement::{Measurement, Timing};
-pub use naming::{bench_name, name_segment};
+pub use naming::{bench_name, device_segment, name_segment};

@@ -21,7 +21,23 @@ pub fn name_segment(name: &str) -> String {
     out.trim_matches('-').to_string()
 }
 
-/// `<backend>/<device-name>/<op>_<dtype>_<size>`.
+/// The device part of a bench name: its name as a segment, with `-<ordinal>` after it for
+/// ordinals above 0, so that two identical GPUs get distinct names (`NVIDIA-H200`, `NVIDIA-H200-1`).
+///
+/// ```
+/// use cartage::{Device, bench::device_segment};
+/// assert_eq!(device_segment(&Device::cuda(0), "NVIDIA H200"), "NVIDIA-H200");
+/// assert_eq!(device_segment(&Device::cuda(1), "NVIDIA H200"), "NVIDIA-H200-1");
+/// ```
+pub fn device_segment(device: &Device, device_name: &str) -> String {
+    let name = name_segment(device_name);
+    match device.ordinal() {
+        0 => name,
+        n => format!("{name}-{n}"),
+    }
+}
+
+/// `<backend>/<device-name>/<op>_<dtype>_<size>` (see [`device_segment`]).
 ///
 /// ```
 /// use cartage::{Device, bench::bench_name};
@@ -31,6 +47,6 @@ pub fn bench_name(device: &Device, device_name: &str, op: &str, dtype: &str, siz
     format!(
         "{}/{}/{op}_{dtype}_{size}",
         device.kind().name(),
-        name_segment(device_name)
+        device_segment(device, device_name)
     )
 }
