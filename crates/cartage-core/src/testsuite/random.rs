@@ -77,7 +77,19 @@ pub fn random_uniform(h: &Harness) {
                 let want: Vec<f64> = (0..layout.numel() as u64)
                     .map(|i| dtype.round_trip(uniform_unit(seed, offset + i) as f64))
                     .collect();
-                h.check(&what, &out, &layout, &want, Tolerance::EXACT);
+                // Bit-exact for every dtype but the two 16-bit floats: the reference rounds with the
+                // `half` crate's f64 conversion, which rounds a value just above a tie to even (it
+                // looks at the top 32 bits of the f64 only), while a backend rounding the f32 draw
+                // correctly goes up. One unit in the last place of the dtype is allowed there.
+                let mantissa = match dtype {
+                    DType::BF16 => Some(7),
+                    DType::F16 => Some(10),
+                    _ => None,
+                };
+                h.check_with(&what, &out, &layout, &want, |_, w| match mantissa {
+                    Some(m) if w != 0.0 => 2f64.powi(w.abs().log2().floor() as i32 - m),
+                    _ => 0.0,
+                });
             }
             let (low, high) = (-2.5, 3.0);
             let ranged = Distribution::Uniform { low, high };
