@@ -1,16 +1,23 @@
 //! `Kernel::Matmul`: `[B, M, K] × [B, K, N] → [B, M, N]` through the `gemm` crate, which takes
 //! any row and column strides, so transposed, sliced and batch-broadcast (batch stride 0)
-//! operands are read in place, never copied.
+//! operands are read in place, never copied. Tiny products use register tiles instead
+//! ([`crate::tiny_matmul`]).
 //!
-//! The crate was chosen by measurement on the development machine (`examples/matmul_crates.rs`): with its AVX-512 kernels (`x86-v4`) `gemm` was the fastest
-//! single-threaded kernel at every size and matched `matrixmultiply` with threads, and unlike
-//! `matrixmultiply` (whose thread count is a process-wide setting) it takes the parallelism per
-//! call, which lets small products stay on the calling thread.
+//! The crate was chosen by measurement on the development machine (2 cores, AVX-512;
+//! `examples/matmul_crates.rs`): with its AVX-512 kernels (feature `x86-v4`) `gemm` was faster
+//! than `matrixmultiply` 0.3 at every size — single-threaded 69–114 against 44–103 GFLOP/s
+//! (f32, n = 32…512), on two threads 182–212 against 139–188 GFLOP/s (n = 256…2048), and
+//! likewise for f64 (98–104 against 81–97 GFLOP/s). It also takes the parallelism per call,
+//! where `matrixmultiply`'s thread count is a process-wide setting that would put 128×128
+//! products on two threads.
 //!
-//! Threads: a product of at most [`SMALL_MATMUL`] multiply-adds never leaves the calling thread.
-//! Larger ones let `gemm` use rayon. A batch of small products runs its batch on rayon only when
-//! the whole batch is worth it ([`BATCH_PARALLEL_MIN`]). f16 and bf16 operands are widened to
-//! f32 one matrix at a time, multiplied in f32 and rounded once on store.
+//! Threads: a product of at most [`SMALL_MATMUL`] multiply-adds (128³) never leaves the calling
+//! thread; larger ones let `gemm` use rayon. A batch of small products is spread over rayon
+//! only from [`BATCH_PARALLEL_MIN`] multiply-adds on (a batch of 1000 8×8 products takes about
+//! 40 µs on one thread, less than waking a second one costs on a shared machine). f16 and bf16
+//! operands are widened to f32 one matrix at a time, multiplied in f32 and rounded once on store
+//! (`gemm`'s native f16 path accumulates into the f16 output between depth blocks, which would
+//! round more than once).
 
 use cartage_core::{DType, Device, Error, Result, TensorArg};
 use gemm::Parallelism;
@@ -26,8 +33,9 @@ use crate::tiny_matmul::{self, TINY_MATMUL};
 /// Products of at most this many multiply-adds (`M·N·K`, 128³) run on the calling thread.
 pub const SMALL_MATMUL: usize = 128 * 128 * 128;
 
-/// A batch of small products goes to rayon when it holds at least this many multiply-adds.
-pub const BATCH_PARALLEL_MIN: usize = 1 << 18;
+/// A batch of small products goes to rayon when it holds at least this many multiply-adds
+/// (about 150 µs of work on one thread).
+pub const BATCH_PARALLEL_MIN: usize = 1 << 21;
 
 /// One matrix operand: element strides of its rows and columns.
 #[derive(Clone, Copy, Debug)]
