@@ -6,6 +6,7 @@
 //! propagate NaN. Bool is stored as one byte ([`Bool8`]) and read as `byte != 0`, so no byte value
 //! in memory is ever an invalid value.
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 /// A bool element: one byte, true when non-zero. Written as 0 or 1.
@@ -191,6 +192,25 @@ pub trait Real: Pod {
     fn load(self) -> Self::C;
     /// Round the compute type to storage (once).
     fn store(v: Self::C) -> Self;
+    /// True when converting blocks of elements ([`Real::widen`], [`Real::narrow`]) is much
+    /// cheaper than converting one at a time (f16, whose conversion instruction is chosen at run
+    /// time per call): dense kernels then work in blocks of the compute type. bf16 converts with
+    /// a shift, which vectorises element by element.
+    const BLOCKED: bool = false;
+    /// `dst[i] = src[i].load()` for the shorter of the two.
+    #[inline(always)]
+    fn widen(src: &[Self], dst: &mut [Self::C]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s.load();
+        }
+    }
+    /// `dst[i] = store(src[i])` for the shorter of the two.
+    #[inline(always)]
+    fn narrow(src: &[Self::C], dst: &mut [Self]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = Self::store(s);
+        }
+    }
 }
 
 impl Real for f32 {
@@ -219,6 +239,17 @@ impl Real for f64 {
 
 impl Real for f16 {
     type C = f32;
+    const BLOCKED: bool = true;
+    #[inline(always)]
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        src[..n].convert_to_f32_slice(&mut dst[..n]);
+    }
+    #[inline(always)]
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        let n = src.len().min(dst.len());
+        dst[..n].convert_from_f32_slice(&src[..n]);
+    }
     #[inline(always)]
     fn load(self) -> f32 {
         self.to_f32()

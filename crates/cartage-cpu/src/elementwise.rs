@@ -9,8 +9,8 @@ use cartage_core::{BinaryOp, CompareOp, DType, Device, Distribution, Error, Resu
 
 use crate::cast::CastTarget;
 use crate::dispatch::{with_bits, with_float, with_storage};
-use crate::elem::{Arith, Bool8, Float, Pod, Real, float_fn};
-use crate::map::{copy, fill as fill_map, generate, map1, map2, map3};
+use crate::elem::{Arith, Bool8, Float, Pod, Real, float_fn, fmax, fmin};
+use crate::map::{copy, fill as fill_map, generate, map1, map1_real, map2, map2_real, map3};
 
 fn no_kernel(op: &str, dtype: DType) -> Error {
     Error::unsupported(op, dtype, Device::cpu(), "the op is not defined for this dtype")
@@ -96,21 +96,18 @@ pub fn unary(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Result<()> {
 }
 
 fn unary_real<T: Real>(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    fn via<T: Real>(f: impl Fn(T::C) -> T::C + Sync) -> impl Fn(T) -> T + Sync {
-        move |x: T| T::store(f(x.load()))
-    }
     // SAFETY: launch checked the kernel; `T` is the operands' storage type.
     unsafe {
         match op {
-            UnaryOp::Neg => map1(input, out, <T as Arith>::neg),
-            UnaryOp::Abs => map1(input, out, <T as Arith>::abs),
-            UnaryOp::Relu => map1(input, out, <T as Arith>::relu),
-            UnaryOp::Exp => map1(input, out, via::<T>(Float::exp)),
-            UnaryOp::Log => map1(input, out, via::<T>(Float::ln)),
-            UnaryOp::Sqrt => map1(input, out, via::<T>(Float::sqrt)),
-            UnaryOp::Tanh => map1(input, out, via::<T>(Float::tanh)),
-            UnaryOp::Sigmoid => map1(input, out, via::<T>(float_fn::sigmoid)),
-            UnaryOp::Gelu => map1(input, out, via::<T>(float_fn::gelu)),
+            UnaryOp::Neg => map1_real::<T>(input, out, |x| -x),
+            UnaryOp::Abs => map1_real::<T>(input, out, Float::abs),
+            UnaryOp::Relu => map1_real::<T>(input, out, float_fn::relu),
+            UnaryOp::Exp => map1_real::<T>(input, out, Float::exp),
+            UnaryOp::Log => map1_real::<T>(input, out, Float::ln),
+            UnaryOp::Sqrt => map1_real::<T>(input, out, Float::sqrt),
+            UnaryOp::Tanh => map1_real::<T>(input, out, Float::tanh),
+            UnaryOp::Sigmoid => map1_real::<T>(input, out, float_fn::sigmoid),
+            UnaryOp::Gelu => map1_real::<T>(input, out, float_fn::gelu),
         }
     }
     Ok(())
@@ -132,15 +129,32 @@ fn unary_int<T: Arith>(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Resul
 /// `Kernel::Binary`.
 pub fn binary(op: BinaryOp, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
     match lhs.dtype {
-        DType::F32 => binary_typed::<f32>(op, lhs, rhs, out),
-        DType::F64 => binary_typed::<f64>(op, lhs, rhs, out),
-        DType::F16 => binary_typed::<half::f16>(op, lhs, rhs, out),
-        DType::BF16 => binary_typed::<half::bf16>(op, lhs, rhs, out),
+        DType::F32 => binary_real::<f32>(op, lhs, rhs, out),
+        DType::F64 => binary_real::<f64>(op, lhs, rhs, out),
+        DType::F16 => binary_real::<half::f16>(op, lhs, rhs, out),
+        DType::BF16 => binary_real::<half::bf16>(op, lhs, rhs, out),
         DType::I32 => binary_typed::<i32>(op, lhs, rhs, out),
         DType::I64 => binary_typed::<i64>(op, lhs, rhs, out),
         DType::U8 => binary_typed::<u8>(op, lhs, rhs, out),
         DType::Bool => binary_bool(op, lhs, rhs, out),
     }
+}
+
+#[inline]
+fn binary_real<T: Real>(op: BinaryOp, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    // SAFETY: launch checked the kernel; `T` is the operands' storage type.
+    unsafe {
+        match op {
+            BinaryOp::Add => map2_real::<T>(lhs, rhs, out, |a, b| a + b),
+            BinaryOp::Sub => map2_real::<T>(lhs, rhs, out, |a, b| a - b),
+            BinaryOp::Mul => map2_real::<T>(lhs, rhs, out, |a, b| a * b),
+            BinaryOp::Div => map2_real::<T>(lhs, rhs, out, |a, b| a / b),
+            BinaryOp::Pow => map2_real::<T>(lhs, rhs, out, Float::powf),
+            BinaryOp::Maximum => map2_real::<T>(lhs, rhs, out, fmax),
+            BinaryOp::Minimum => map2_real::<T>(lhs, rhs, out, fmin),
+        }
+    }
+    Ok(())
 }
 
 #[inline]

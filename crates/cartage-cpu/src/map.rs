@@ -13,7 +13,7 @@
 
 use cartage_core::TensorArg;
 
-use crate::elem::Pod;
+use crate::elem::{Float, Pod, Real};
 use crate::strided::{PARALLEL_MIN_ELEMENTS, SyncPtr, Walk, for_ranges, is_non_overlapping};
 
 /// The address of element 0 of `arg`'s view (its layout offset applied), typed as `T`.
@@ -291,4 +291,73 @@ pub unsafe fn copy<T: Pod>(input: &TensorArg, out: &TensorArg) {
     }
     // SAFETY: forwarded contract.
     unsafe { map1(input, out, |x: T| x) }
+}
+
+/// Elements converted per block on the blocked path of [`map1_real`] and [`map2_real`].
+const REAL_BLOCK: usize = 256;
+
+/// `out[i] = store(f(input[i].load()))` for a float dtype; f16/bf16 dense views convert in
+/// blocks (see [`Real::BLOCKED`]).
+///
+/// # Safety
+/// See the module docs.
+pub unsafe fn map1_real<T: Real>(input: &TensorArg, out: &TensorArg, f: impl Fn(T::C) -> T::C + Sync) {
+    if T::BLOCKED && input.layout.is_contiguous() && out.layout.is_contiguous() {
+        let (i, o) = (base::<T>(input), base::<T>(out));
+        let numel = out.layout.numel();
+        ranges(numel, use_threads(numel, out, &[input]), |s, e| {
+            let mut x = [T::C::ZERO; REAL_BLOCK];
+            for start in (s..e).step_by(REAL_BLOCK) {
+                let len = REAL_BLOCK.min(e - start);
+                // SAFETY: positions `start..start + len` of dense views lie inside their buffers;
+                // the input is read completely before the output (which may be the same memory)
+                // is borrowed for writing.
+                unsafe {
+                    T::widen(std::slice::from_raw_parts(i.add(start), len), &mut x[..len]);
+                    for v in &mut x[..len] {
+                        *v = f(*v);
+                    }
+                    T::narrow(&x[..len], std::slice::from_raw_parts_mut(o.add(start), len));
+                }
+            }
+        });
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe { map1(input, out, |x: T| T::store(f(x.load()))) }
+}
+
+/// `out[i] = store(f(lhs[i].load(), rhs[i].load()))` for a float dtype; f16/bf16 dense views
+/// convert in blocks.
+///
+/// # Safety
+/// See the module docs.
+pub unsafe fn map2_real<T: Real>(
+    lhs: &TensorArg,
+    rhs: &TensorArg,
+    out: &TensorArg,
+    f: impl Fn(T::C, T::C) -> T::C + Sync,
+) {
+    if T::BLOCKED && lhs.layout.is_contiguous() && rhs.layout.is_contiguous() && out.layout.is_contiguous() {
+        let (a, b, o) = (base::<T>(lhs), base::<T>(rhs), base::<T>(out));
+        let numel = out.layout.numel();
+        ranges(numel, use_threads(numel, out, &[lhs, rhs]), |s, e| {
+            let (mut x, mut y) = ([T::C::ZERO; REAL_BLOCK], [T::C::ZERO; REAL_BLOCK]);
+            for start in (s..e).step_by(REAL_BLOCK) {
+                let len = REAL_BLOCK.min(e - start);
+                // SAFETY: as in `map1_real`.
+                unsafe {
+                    T::widen(std::slice::from_raw_parts(a.add(start), len), &mut x[..len]);
+                    T::widen(std::slice::from_raw_parts(b.add(start), len), &mut y[..len]);
+                    for (v, &w) in x[..len].iter_mut().zip(&y[..len]) {
+                        *v = f(*v, w);
+                    }
+                    T::narrow(&x[..len], std::slice::from_raw_parts_mut(o.add(start), len));
+                }
+            }
+        });
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe { map2(lhs, rhs, out, |a: T, b: T| T::store(f(a.load(), b.load()))) }
 }

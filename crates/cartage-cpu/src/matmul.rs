@@ -21,7 +21,6 @@
 
 use cartage_core::{DType, Device, Error, Result, TensorArg};
 use gemm::Parallelism;
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -214,7 +213,7 @@ fn native<T: GemmScalar>(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) {
 }
 
 /// f16/bf16: widen one batch entry at a time to f32, multiply, round once on store.
-fn widened<T: Half>(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) {
+fn widened<T: Real<C = f32>>(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) {
     let (batch, m, n, k) = dims(lhs, rhs);
     let (sa, sb, sc) = (strides(lhs), strides(rhs), strides(out));
     let (a, b, c): (SyncPtr<T>, SyncPtr<T>, SyncPtr<T>) = (base(lhs), base(rhs), base(out));
@@ -246,7 +245,7 @@ fn widened<T: Half>(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) {
                 let row = &scratch.c[r * n..(r + 1) * n];
                 let c_row = c.offset(r as isize * sc.row);
                 if sc.col == 1 {
-                    T::narrow_row(row, std::slice::from_raw_parts_mut(c_row, n));
+                    T::narrow(row, std::slice::from_raw_parts_mut(c_row, n));
                 } else {
                     for (j, &v) in row.iter().enumerate() {
                         *c_row.offset(j as isize * sc.col) = T::store(v);
@@ -286,44 +285,18 @@ impl Scratch {
     }
 }
 
-/// f16 and bf16: the 16-bit floats multiplied in f32, with SIMD row conversions from `half`.
-trait Half: Real<C = f32> {
-    /// `dst[j] = src[j]` widened (exact).
-    fn widen_row(src: &[Self], dst: &mut [f32]);
-    /// `dst[j] = src[j]` rounded once.
-    fn narrow_row(src: &[f32], dst: &mut [Self]);
-}
-
-impl Half for f16 {
-    fn widen_row(src: &[Self], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst)
-    }
-    fn narrow_row(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src)
-    }
-}
-
-impl Half for bf16 {
-    fn widen_row(src: &[Self], dst: &mut [f32]) {
-        src.convert_to_f32_slice(dst)
-    }
-    fn narrow_row(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src)
-    }
-}
-
 /// Widen a strided `rows×cols` matrix into a dense row-major f32 buffer.
 ///
 /// # Safety
 /// `p` and `s` describe a matrix inside a live host buffer.
-unsafe fn widen<T: Half>(p: *mut T, s: Strides, rows: usize, cols: usize, dst: &mut [f32]) {
+unsafe fn widen<T: Real<C = f32>>(p: *mut T, s: Strides, rows: usize, cols: usize, dst: &mut [f32]) {
     for r in 0..rows {
         let out = &mut dst[r * cols..(r + 1) * cols];
         // SAFETY: row `r` is inside the matrix; a dense row is `cols` initialised elements.
         unsafe {
             let row = p.offset(r as isize * s.row);
             if s.col == 1 {
-                T::widen_row(std::slice::from_raw_parts(row, cols), out);
+                T::widen(std::slice::from_raw_parts(row, cols), out);
             } else {
                 for (j, v) in out.iter_mut().enumerate() {
                     *v = (*row.offset(j as isize * s.col)).load();

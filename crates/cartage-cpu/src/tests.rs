@@ -512,3 +512,41 @@ fn open_shares_one_backend_and_refuses_other_ordinals() {
     assert!(a.elapsed(&start, &end).unwrap() < std::time::Duration::from_secs(1));
     assert!(a.memory_stats().reserved_bytes == 0 || a.memory_stats().segments > 0);
 }
+
+#[test]
+fn half_precision_converts_in_blocks_and_rounds_once() {
+    use half::f16;
+    let b = CpuBackend::new();
+    let n = 1000; // several blocks and a partial one
+    let xs: Vec<f16> = values(n, 5).iter().map(|&v| f16::from_f32(v)).collect();
+    let ys: Vec<f16> = values(n, 6).iter().map(|&v| f16::from_f32(v / 3.0)).collect();
+    let (x, y) = (upload(&b, &xs, &[n]), upload(&b, &ys, &[n]));
+    // In place: the output is the left operand.
+    b.launch(&Kernel::Binary {
+        op: BinaryOp::Mul,
+        lhs: x.clone(),
+        rhs: y.clone(),
+        out: x.clone(),
+    })
+    .unwrap();
+    let expected: Vec<f16> = xs
+        .iter()
+        .zip(&ys)
+        .map(|(a, c)| f16::from_f32(a.to_f32() * c.to_f32()))
+        .collect();
+    assert_eq!(download::<f16>(&b, &x), expected);
+    let out = output(&b, DType::F16, &[n]);
+    b.launch(&Kernel::Unary {
+        op: UnaryOp::Exp,
+        input: y.clone(),
+        out: out.clone(),
+    })
+    .unwrap();
+    let expected: Vec<f16> = ys.iter().map(|v| f16::from_f32(v.to_f32().exp())).collect();
+    assert_eq!(download::<f16>(&b, &out), expected);
+    let sum = download::<f16>(&b, &reduce(&b, ReduceOp::Sum, &y, &[0]))[0].to_f64();
+    let exact: f64 = ys.iter().map(|v| v.to_f64()).sum();
+    assert!((sum - exact).abs() <= 1e-3 * exact.abs().max(1.0), "{sum} vs {exact}");
+    let max = download::<f16>(&b, &reduce(&b, ReduceOp::Max, &y, &[0]))[0];
+    assert_eq!(max, ys.iter().copied().fold(f16::NEG_INFINITY, f16::max));
+}
