@@ -5,7 +5,7 @@ use cartage_core::{ReduceOp, Result, TensorArg};
 
 use crate::dispatch::with_storage;
 use crate::elem::Pod;
-use crate::reduce::{Reduction, for_each_output};
+use crate::reduce::{Reduction, Walks, for_each_output};
 
 /// NaN test for the element types (false for integers and bool).
 pub trait MaybeNan: Pod {
@@ -65,14 +65,14 @@ fn arg_of<T: MaybeNan, const MAX: bool>(r: &Reduction<T>, offset: usize) -> i64 
 
 /// `Kernel::Reduce` with ArgMax or ArgMin over `dim`.
 pub fn arg_reduce(op: ReduceOp, input: &TensorArg, dim: usize, out: &TensorArg) -> Result<()> {
-    let dims = [dim];
+    let walks = Walks::new(input, &[dim], out);
     with_storage!(input.dtype, T => {
         // SAFETY: launch checked the kernel; the input is `T`, the output i64.
         unsafe {
             if op == ReduceOp::ArgMax {
-                for_each_output(input, &dims, out, |r: &Reduction<T>, at, _| arg_of::<T, true>(r, at))
+                for_each_output(input, &walks, out, |r: &Reduction<T>, at, _| arg_of::<T, true>(r, at))
             } else {
-                for_each_output(input, &dims, out, |r: &Reduction<T>, at, _| arg_of::<T, false>(r, at))
+                for_each_output(input, &walks, out, |r: &Reduction<T>, at, _| arg_of::<T, false>(r, at))
             }
         }
     });

@@ -26,6 +26,7 @@ mod map;
 pub mod matmul;
 pub mod memory;
 mod reduce;
+mod reduce_outer;
 mod softmax;
 mod strided;
 mod tiny_matmul;

@@ -13,6 +13,7 @@ use cartage_core::{DType, Device, Error, ReduceOp, Result, TensorArg};
 use crate::dispatch::with_float;
 use crate::elem::{Arith, Bool8, Float, Pod, Real, fmax, fmin};
 use crate::map::base;
+use crate::reduce_outer as outer;
 use crate::strided::{CHUNK_MIN_ELEMENTS, PARALLEL_MIN_ELEMENTS, SyncPtr, Walk, for_ranges_with, is_non_overlapping};
 
 /// Independent accumulators per block.
@@ -156,6 +157,32 @@ fn fold_widened<T: Real>(lanes: &mut [T::C; LANES], xs: &[T], step: impl Fn(T::C
     *lanes = acc;
 }
 
+/// The two walks of a reduction: over the reduced positions of one output (input strides) and
+/// over the outputs (input and output strides of the kept dims).
+pub struct Walks {
+    /// Reduced positions, with the input's strides.
+    pub reduced: Walk<1>,
+    /// Number of reduced positions per output.
+    pub count: usize,
+    /// Output positions: `[input offset, output offset]`.
+    pub kept: Walk<2>,
+}
+
+impl Walks {
+    /// The walks of reducing `dims` of `input` into `out`.
+    pub fn new(input: &TensorArg, dims: &[usize], out: &TensorArg) -> Self {
+        let shape = input.layout.shape();
+        let red_shape: cartage_core::Dims = (0..shape.len())
+            .map(|d| if dims.contains(&d) { shape[d] } else { 1 })
+            .collect();
+        Walks {
+            reduced: Walk::new(&red_shape, [input.layout.strides()]),
+            count: red_shape.iter().product(),
+            kept: Walk::new(out.layout.shape(), [input.layout.strides(), out.layout.strides()]),
+        }
+    }
+}
+
 /// Visit every output element of a reduction: `per_output(reduction, input offset, parallel)`
 /// computes it from the reduced positions at that input offset.
 ///
@@ -163,22 +190,16 @@ fn fold_widened<T: Real>(lanes: &mut [T::C; LANES], xs: &[T], step: impl Fn(T::C
 /// `launch` checked the kernel; `T` and `O` are the input's and output's storage types.
 pub unsafe fn for_each_output<T: Pod, O: Pod>(
     input: &TensorArg,
-    dims: &[usize],
+    walks: &Walks,
     out: &TensorArg,
     per_output: impl Fn(&Reduction<T>, usize, bool) -> O + Sync,
 ) {
-    let shape = input.layout.shape();
-    let red_shape: cartage_core::Dims = (0..shape.len())
-        .map(|d| if dims.contains(&d) { shape[d] } else { 1 })
-        .collect();
-    let walk = Walk::new(&red_shape, [input.layout.strides()]);
-    let count: usize = red_shape.iter().product();
+    let (count, kept) = (walks.count, &walks.kept);
     let reduction = Reduction {
         input: base::<T>(input),
-        walk,
+        walk: walks.reduced.clone(),
         count,
     };
-    let kept = Walk::new(out.layout.shape(), [input.layout.strides(), out.layout.strides()]);
     let [si, so] = kept.inner_strides();
     let outputs = out.layout.numel();
     let o = base::<O>(out);
@@ -346,16 +367,34 @@ fn float_reduce<T: Real>(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &
     let sum = Sum::<T>(Default::default());
     let max = Extreme::<T, true>(Default::default());
     let min = Extreme::<T, false>(Default::default());
+    let walks = Walks::new(input, dims, out);
+    let count = walks.count;
     // SAFETY: launch checked the kernel; input and output are both `T`.
     unsafe {
+        if outer::applies(&walks) {
+            let wide = outer::WideSum::<T>(Default::default());
+            let n = count as f64;
+            let done = match op {
+                ReduceOp::Sum => outer::tiled(input, out, &walks, &wide, |s| T::store(T::C::from_f64(s))),
+                ReduceOp::Mean => outer::tiled(input, out, &walks, &wide, |s| T::store(T::C::from_f64(s / n))),
+                ReduceOp::Max => outer::tiled(input, out, &walks, &max, T::store),
+                ReduceOp::Min => outer::tiled(input, out, &walks, &min, T::store),
+                _ => false,
+            };
+            if done {
+                return Ok(());
+            }
+        }
         match op {
-            ReduceOp::Sum => for_each_output(input, dims, out, |r, at, par| T::store(r.fold(&sum, at, par))),
-            ReduceOp::Mean => for_each_output(input, dims, out, |r: &Reduction<T>, at, par| {
+            ReduceOp::Sum => for_each_output(input, &walks, out, |r, at, par| T::store(r.fold(&sum, at, par))),
+            ReduceOp::Mean => for_each_output(input, &walks, out, |r: &Reduction<T>, at, par| {
                 T::store(r.fold(&sum, at, par) / T::C::from_usize(r.count))
             }),
-            ReduceOp::Max => for_each_output(input, dims, out, |r, at, par| T::store(r.fold(&max, at, par))),
-            ReduceOp::Min => for_each_output(input, dims, out, |r, at, par| T::store(r.fold(&min, at, par))),
-            ReduceOp::LogSumExp => for_each_output(input, dims, out, |r, at, par| T::store(logsumexp::<T>(r, at, par))),
+            ReduceOp::Max => for_each_output(input, &walks, out, |r, at, par| T::store(r.fold(&max, at, par))),
+            ReduceOp::Min => for_each_output(input, &walks, out, |r, at, par| T::store(r.fold(&min, at, par))),
+            ReduceOp::LogSumExp => {
+                for_each_output(input, &walks, out, |r, at, par| T::store(logsumexp::<T>(r, at, par)))
+            }
             ReduceOp::ArgMax | ReduceOp::ArgMin => {
                 return Err(Error::invalid(op.name(), "handled by the arg reduction"));
             }
@@ -373,21 +412,13 @@ fn int_reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) 
         lowest: T,
         highest: T,
     ) -> Result<()> {
+        let walks = Walks::new(input, dims, out);
         // SAFETY: launch checked the kernel; input and output are both `T`.
         unsafe {
             match op {
-                ReduceOp::Sum => {
-                    let fold = IntSum::<T>(Default::default());
-                    for_each_output(input, dims, out, |r, at, par| r.fold(&fold, at, par))
-                }
-                ReduceOp::Max => {
-                    let fold = OrdExtreme::<T, true>(lowest);
-                    for_each_output(input, dims, out, |r, at, par| r.fold(&fold, at, par))
-                }
-                ReduceOp::Min => {
-                    let fold = OrdExtreme::<T, false>(highest);
-                    for_each_output(input, dims, out, |r, at, par| r.fold(&fold, at, par))
-                }
+                ReduceOp::Sum => int_fold(input, &walks, out, &IntSum::<T>(Default::default())),
+                ReduceOp::Max => int_fold(input, &walks, out, &OrdExtreme::<T, true>(lowest)),
+                ReduceOp::Min => int_fold(input, &walks, out, &OrdExtreme::<T, false>(highest)),
                 _ => {
                     return Err(Error::unsupported(
                         op.name(),
@@ -405,18 +436,13 @@ fn int_reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) 
         DType::I64 => typed::<i64>(op, input, dims, out, i64::MIN, i64::MAX),
         DType::U8 => typed::<u8>(op, input, dims, out, u8::MIN, u8::MAX),
         DType::Bool => {
-            // Bool max is "any", min is "all"; bytes are normalised to 0/1 first.
-            let fold_max = BoolFold::<true>;
-            let fold_min = BoolFold::<false>;
+            // Bool max is "any", min is "all".
+            let walks = Walks::new(input, dims, out);
             // SAFETY: launch checked the kernel; input and output are bool.
             unsafe {
                 match op {
-                    ReduceOp::Max => {
-                        for_each_output(input, dims, out, |r, at, par| Bool8::new(r.fold(&fold_max, at, par)))
-                    }
-                    ReduceOp::Min => {
-                        for_each_output(input, dims, out, |r, at, par| Bool8::new(r.fold(&fold_min, at, par)))
-                    }
+                    ReduceOp::Max => bool_fold(input, &walks, out, &BoolFold::<true>),
+                    ReduceOp::Min => bool_fold(input, &walks, out, &BoolFold::<false>),
                     _ => {
                         return Err(Error::unsupported(
                             op.name(),
@@ -435,6 +461,36 @@ fn int_reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) 
             Device::cpu(),
             "not an integer dtype",
         )),
+    }
+}
+
+/// An integer fold whose accumulator is the output value, tiled where the kept dims are dense.
+///
+/// # Safety
+/// `launch` checked the kernel; input and output are both `T`.
+unsafe fn int_fold<T: Pod, F: Fold<In = T, Acc = T>>(input: &TensorArg, walks: &Walks, out: &TensorArg, fold: &F) {
+    // SAFETY: forwarded.
+    unsafe {
+        if outer::applies(walks) {
+            outer::tiled(input, out, walks, fold, |v| v);
+        } else {
+            for_each_output(input, walks, out, |r, at, par| r.fold(fold, at, par))
+        }
+    }
+}
+
+/// [`int_fold`] for bool (the accumulator is a `bool`).
+///
+/// # Safety
+/// `launch` checked the kernel; input and output are bool.
+unsafe fn bool_fold<F: Fold<In = Bool8, Acc = bool>>(input: &TensorArg, walks: &Walks, out: &TensorArg, fold: &F) {
+    // SAFETY: forwarded.
+    unsafe {
+        if outer::applies(walks) {
+            outer::tiled(input, out, walks, fold, Bool8::new);
+        } else {
+            for_each_output(input, walks, out, |r, at, par| Bool8::new(r.fold(fold, at, par)))
+        }
     }
 }
 

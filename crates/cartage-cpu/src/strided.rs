@@ -134,6 +134,12 @@ impl<const N: usize> Walk<N> {
         std::array::from_fn(|k| self.strides[k][last])
     }
 
+    /// The length of the innermost (merged) dimension.
+    #[inline]
+    pub fn inner_len(&self) -> usize {
+        self.shape[self.shape.len() - 1]
+    }
+
     /// True when the walk is one dense run for every operand.
     #[cfg(test)]
     pub fn is_dense(&self) -> bool {

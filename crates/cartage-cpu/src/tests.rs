@@ -550,3 +550,39 @@ fn half_precision_converts_in_blocks_and_rounds_once() {
     let max = download::<f16>(&b, &reduce(&b, ReduceOp::Max, &y, &[0]))[0];
     assert_eq!(max, ys.iter().copied().fold(f16::NEG_INFINITY, f16::max));
 }
+
+#[test]
+fn outer_dimension_reductions_fold_tiles_of_outputs() {
+    let b = CpuBackend::new();
+    let (rows, cols) = (300, 70);
+    let data = values(rows * cols, 11);
+    let x = upload(&b, &data, &[rows, cols]);
+    let col = |j: usize| (0..rows).map(|i| data[i * cols + j]).collect::<Vec<f32>>();
+    let sums = download::<f32>(&b, &reduce(&b, ReduceOp::Sum, &x, &[0]));
+    let means = download::<f32>(&b, &reduce(&b, ReduceOp::Mean, &x, &[0]));
+    let maxes = download::<f32>(&b, &reduce(&b, ReduceOp::Max, &x, &[0]));
+    for j in 0..cols {
+        let exact: f64 = col(j).iter().map(|&v| v as f64).sum();
+        assert_eq!(sums[j], exact as f32, "column {j}");
+        assert_eq!(means[j], (exact / rows as f64) as f32, "column {j}");
+        assert_eq!(maxes[j], col(j).into_iter().fold(f32::NEG_INFINITY, f32::max));
+    }
+    let ints: Vec<i32> = (0..rows * cols).map(|i| (i as i32 * 7919) % 1000 - 500).collect();
+    let xi = upload(&b, &ints, &[rows, cols]);
+    let got = download::<i32>(&b, &reduce(&b, ReduceOp::Min, &xi, &[0]));
+    for (j, g) in got.iter().enumerate() {
+        assert_eq!(*g, (0..rows).map(|i| ints[i * cols + j]).min().unwrap());
+    }
+    let flags: Vec<bool> = (0..rows * cols).map(|i| i % cols == 3 && i / cols == 120).collect();
+    let xb = upload(&b, &flags, &[rows, cols]);
+    let any = download::<bool>(&b, &reduce(&b, ReduceOp::Max, &xb, &[0]));
+    assert_eq!(any.iter().filter(|&&v| v).count(), 1);
+    assert!(any[3]);
+    // Large enough to split across threads: the same bits with one thread and with several.
+    let (rows, cols) = (1500, 900);
+    let big = upload(&b, &values(rows * cols, 12), &[rows, cols]);
+    let first = download::<f32>(&b, &reduce(&b, ReduceOp::Sum, &big, &[0]));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let single = pool.install(|| download::<f32>(&b, &reduce(&b, ReduceOp::Sum, &big, &[0])));
+    assert!(first.iter().zip(&single).all(|(a, c)| a.to_bits() == c.to_bits()));
+}
