@@ -2,27 +2,20 @@
 //!
 //! In-process (no cargo at run time, so the staged binary runs on a GPU machine): find the
 //! devices of the backends asked for, plan the tasks of the report's eight sections for each
-//! (`bench_plan.rs`), measure them with `cartage::bench` (`bench_exec*.rs`) behind a progress
-//! bar, optionally run the same tasks with PyTorch or numpy (`bench_torch.rs`), place every row
-//! against its device's measured ceilings, and write `report.json`, `report.md` (with the charts
-//! as SVG files beside it) and a self-contained `report.html` (`report/`).
+//! (`bench/plan.rs`), measure them with `cartage::bench` (`bench/exec.rs`, `bench/exec/`) behind
+//! a progress bar, optionally run the same tasks with PyTorch or numpy (`bench/torch.rs`), place
+//! every row against its device's measured ceilings, and write `report.json`, `report.md` (with
+//! the charts as SVG files beside it) and a self-contained `report.html` (`bench/report/`).
 //!
 //! A backend that is not compiled in, finds no device or fails a task is reported as such; the
 //! run goes on and never panics.
 
-#[path = "bench_cases.rs"]
 pub mod cases;
-#[path = "bench_devices.rs"]
 mod devices;
-#[path = "bench_env.rs"]
 mod env;
-#[path = "bench_exec.rs"]
 mod exec;
-#[path = "bench_plan.rs"]
 mod plan;
-#[path = "report/mod.rs"]
 pub mod report;
-#[path = "bench_torch.rs"]
 mod torch;
 
 use std::collections::HashMap;

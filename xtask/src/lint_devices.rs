@@ -185,7 +185,8 @@ mod tests {
 
     #[test]
     fn folders_are_walked_and_target_and_hidden_dirs_skipped() {
-        let root = std::env::temp_dir().join(format!("cartage-lint-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path();
         for dir in ["src/nested", "target/debug", "target-mem", ".git"] {
             fs::create_dir_all(root.join(dir)).unwrap();
         }
@@ -194,8 +195,8 @@ mod tests {
             fs::write(root.join(file), hard).unwrap();
         }
         fs::write(root.join("src/notes.txt"), hard).unwrap();
-        let report = lint_path(&root).unwrap();
-        fs::remove_dir_all(&root).unwrap();
+        let report = lint_path(root).unwrap();
+        drop(scratch);
         assert_eq!(report.files_scanned, 1, "only src/nested/a.rs is scanned");
         assert_eq!(report.findings.len(), 1);
         assert!(report.findings[0].path.ends_with("src/nested/a.rs"));

@@ -34,20 +34,64 @@ pub struct SegmentHandle {
 }
 
 /// A byte range inside a segment: what kernels and copies address.
+///
+/// Only the [`CachingAllocator`] makes one (for a block it hands out), and [`BufferSlice::slice`]
+/// can only narrow it, so safe code cannot forge or stretch a slice. A slice is a plain value,
+/// though: it can outlive its block. That is why every backend method that reaches memory
+/// through a slice is an `unsafe fn` whose contract says the block is live; the sound path is
+/// [`crate::DeviceBuffer`] and [`crate::Kernel::run`], which borrow the owners for the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufferSlice {
-    /// The segment.
-    pub segment: SegmentHandle,
-    /// Byte offset of the range in the segment.
-    pub offset: usize,
-    /// Length of the range in bytes.
-    pub len: usize,
+    segment: SegmentHandle,
+    offset: usize,
+    len: usize,
 }
 
 impl BufferSlice {
+    /// The segment the range lies in.
+    #[inline]
+    pub fn segment(&self) -> SegmentHandle {
+        self.segment
+    }
+
+    /// Byte offset of the range in the segment.
+    #[inline]
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Length of the range in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty range.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The backend address of the first byte (`segment.addr + offset`).
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.segment.addr + self.offset as u64
+    }
+
+    /// True when `inner` lies inside this range (same segment, bytes within).
+    #[inline]
+    pub fn contains(&self, inner: &BufferSlice) -> bool {
+        self.segment.id == inner.segment.id
+            && inner.offset >= self.offset
+            && inner
+                .offset
+                .checked_add(inner.len)
+                .is_some_and(|end| end <= self.offset + self.len)
+    }
+
+    /// The first `len` bytes of the range (`len` at most [`BufferSlice::len`]).
+    pub fn prefix(&self, len: usize) -> Result<BufferSlice> {
+        self.slice(0, len)
     }
 
     /// A sub-range, checked against this range.
@@ -93,7 +137,11 @@ pub trait SegmentSource: Send + Sync {
     /// Allocate a segment of exactly `bytes` bytes.
     fn allocate_segment(&self, bytes: usize) -> std::result::Result<SegmentHandle, SegmentError>;
     /// Return a segment. The allocator calls this only when no block of it is in use.
-    fn release_segment(&self, segment: SegmentHandle);
+    ///
+    /// # Safety
+    /// `segment` was returned by this source's [`SegmentSource::allocate_segment`], has not been
+    /// released yet, and no live block, slice in use or queued device work refers to it.
+    unsafe fn release_segment(&self, segment: SegmentHandle);
     /// Free and total device memory, where the device can tell.
     fn memory_info(&self) -> Option<MemoryInfo>;
 }
@@ -131,12 +179,104 @@ impl Default for AllocatorConfig {
     }
 }
 
+impl AllocatorConfig {
+    /// Check that the allocator can work with these values: `round` and `large_round` are
+    /// powers of two (blocks stay aligned), `large_round` is at least `round`, and each pool's
+    /// segment holds the largest request the pool serves (`small_segment ≥ small_limit`,
+    /// `medium_segment ≥ medium_limit`). The error names the field and the value to use.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, reason: String| Err(Error::invalid("AllocatorConfig", format!("`{field}`: {reason}")));
+        if !self.round.is_power_of_two() {
+            return bad(
+                "round",
+                format!(
+                    "{} is not a power of two (blocks are aligned to it; the default is 512)",
+                    self.round
+                ),
+            );
+        }
+        if !self.large_round.is_power_of_two() || self.large_round < self.round {
+            return bad(
+                "large_round",
+                format!(
+                    "{} must be a power of two of at least `round` ({}); the default is 2 MiB",
+                    self.large_round, self.round
+                ),
+            );
+        }
+        if self.small_segment < self.small_limit {
+            return bad(
+                "small_segment",
+                format!(
+                    "{} is smaller than `small_limit` ({}): a small request would not fit its segment",
+                    self.small_segment, self.small_limit
+                ),
+            );
+        }
+        if self.medium_segment < self.medium_limit {
+            return bad(
+                "medium_segment",
+                format!(
+                    "{} is smaller than `medium_limit` ({}): a medium request would not fit its segment",
+                    self.medium_segment, self.medium_limit
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The nearest configuration that passes [`AllocatorConfig::validate`]: `round` and
+    /// `large_round` rounded up to powers of two (0, or a value with no power of two above it,
+    /// becomes the default), `large_round` raised to `round`, each segment size raised to its
+    /// pool's limit. A valid configuration is returned unchanged.
+    ///
+    /// ```
+    /// use cartage_core::allocator::testing::MockSource;
+    /// use cartage_core::{AllocatorConfig, CachingAllocator, Device};
+    /// let bad = AllocatorConfig { round: 0, large_round: 3, small_segment: 1, medium_segment: 0, ..Default::default() };
+    /// assert!(bad.validate().unwrap_err().to_string().contains("`round`"));
+    /// let fixed = bad.sanitized();
+    /// assert!(fixed.validate().is_ok());
+    /// assert_eq!((fixed.round, fixed.large_round), (512, 512));
+    /// let source = || Box::new(MockSource::new(256 << 20));
+    /// assert!(CachingAllocator::try_new(Device::cpu(), source(), bad).is_err());
+    /// // `new` takes any value: it allocates with the sanitised configuration instead of panicking.
+    /// let alloc = CachingAllocator::new(Device::cpu(), source(), bad);
+    /// for bytes in [0, 1, 1 << 20, (5 << 20) + 3, 64 << 20, usize::MAX] {
+    ///     if let Ok(block) = alloc.alloc(bytes) {
+    ///         alloc.free(block);
+    ///     }
+    /// }
+    /// assert!(alloc.alloc(usize::MAX).is_err());
+    /// alloc.set_limit(Some(0));
+    /// assert!(alloc.alloc(1 << 30).is_err());
+    /// ```
+    pub fn sanitized(self) -> AllocatorConfig {
+        let defaults = AllocatorConfig::default();
+        let power = |v: usize, default: usize| match v {
+            0 => default,
+            v => v.checked_next_power_of_two().unwrap_or(default),
+        };
+        let round = power(self.round, defaults.round);
+        let large_round = power(self.large_round, defaults.large_round).max(round);
+        AllocatorConfig {
+            round,
+            large_round,
+            small_segment: self.small_segment.max(self.small_limit),
+            medium_segment: self.medium_segment.max(self.medium_limit),
+            ..self
+        }
+    }
+}
+
 /// A block handed out by [`CachingAllocator::alloc`]; give it back with
 /// [`CachingAllocator::free`]. It is deliberately not `Clone`.
 #[derive(Debug)]
 pub struct Allocation {
     slice: BufferSlice,
     requested: usize,
+    /// The [`CachingAllocator`] that made it: freeing it anywhere else is refused.
+    owner: u64,
 }
 
 impl Allocation {
@@ -241,7 +381,7 @@ pub struct OomReport {
 impl OomReport {
     /// True when the cache held enough free bytes in total but no block large enough.
     pub fn fragmentation_is_cause(&self) -> bool {
-        self.reserved - self.allocated >= self.requested && self.largest_free_block < self.requested
+        self.reserved.saturating_sub(self.allocated) >= self.requested && self.largest_free_block < self.requested
     }
 }
 
@@ -291,10 +431,25 @@ impl fmt::Display for OomReport {
             ". cartage holds {} reserved, of which {} allocated by live tensors and {} cached free (largest free block {}). ",
             b(self.reserved),
             b(self.allocated),
-            b(self.reserved - self.allocated),
+            b(self.reserved.saturating_sub(self.allocated)),
             b(self.largest_free_block)
         )?;
-        if self.fragmentation_is_cause() {
+        // With nothing allocated, no tensor holds the memory and no hole fragments it: the
+        // limit alone refused the segment the request needs.
+        if let Some(limit) = self.limit.filter(|_| self.allocated == 0) {
+            write!(
+                f,
+                "The allocator's limit of {} is the cause: nothing is allocated, yet the request (rounded up to a \
+                 whole segment of its pool{}) does not fit under it. Raise or remove the limit \
+                 (`allocator().set_limit(..)`), or make the request smaller. ",
+                b(limit),
+                if self.reserved > 0 {
+                    format!(", next to {} of cached free segments", b(self.reserved))
+                } else {
+                    String::new()
+                }
+            )?;
+        } else if self.fragmentation_is_cause() {
             write!(
                 f,
                 "Fragmentation is the cause: enough memory is free in total but scattered in blocks smaller than the request. \
@@ -393,7 +548,12 @@ pub struct CachingAllocator {
     /// The cap on reserved bytes (`usize::MAX`: none), atomic so that `alloc` takes one lock.
     limit: AtomicUsize,
     state: Mutex<State>,
+    /// Unique in the process: ties each [`Allocation`] to the allocator that made it.
+    id: u64,
 }
+
+/// Source of [`CachingAllocator`] ids.
+static NEXT_ALLOCATOR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl fmt::Debug for CachingAllocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -409,14 +569,37 @@ fn round_up(n: usize, to: usize) -> Option<usize> {
 }
 
 impl CachingAllocator {
-    /// An allocator for `device` over `source`.
+    /// An allocator for `device` over `source`. A `config` that fails
+    /// [`AllocatorConfig::validate`] is replaced by [`AllocatorConfig::sanitized`] (with a
+    /// warning), so no value makes the allocator panic; [`CachingAllocator::try_new`] refuses it
+    /// instead.
     pub fn new(device: Device, source: Box<dyn SegmentSource>, config: AllocatorConfig) -> Self {
+        let config = match config.validate() {
+            Ok(()) => config,
+            Err(problem) => {
+                let sanitized = config.sanitized();
+                tracing::warn!(%device, %problem, ?sanitized, "allocator configuration adjusted");
+                sanitized
+            }
+        };
+        Self::with_valid_config(device, source, config)
+    }
+
+    /// An allocator for `device` over `source`, or [`Error::InvalidArgument`] naming the field
+    /// of `config` that fails [`AllocatorConfig::validate`].
+    pub fn try_new(device: Device, source: Box<dyn SegmentSource>, config: AllocatorConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self::with_valid_config(device, source, config))
+    }
+
+    fn with_valid_config(device: Device, source: Box<dyn SegmentSource>, config: AllocatorConfig) -> Self {
         CachingAllocator {
             device,
             source,
             config,
             limit: AtomicUsize::new(config.limit.unwrap_or(usize::MAX)),
             state: Mutex::new(State::default()),
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -430,7 +613,9 @@ impl CachingAllocator {
         self.source.as_ref()
     }
 
-    /// Cap reserved memory at `limit` bytes (`None` removes the cap).
+    /// Cap reserved memory at `limit` bytes (`None`, or `Some(usize::MAX)`, removes the cap).
+    /// Any value is accepted: a cap below the memory already reserved makes the next request
+    /// that needs a new segment fail with an out-of-memory report naming the limit.
     pub fn set_limit(&self, limit: Option<usize>) {
         self.limit.store(limit.unwrap_or(usize::MAX), Ordering::Relaxed);
     }
@@ -474,6 +659,7 @@ impl CachingAllocator {
             return Ok(Allocation {
                 slice,
                 requested: bytes,
+                owner: self.id,
             });
         }
         let segment_size = match pool {
@@ -544,6 +730,7 @@ impl CachingAllocator {
         Ok(Allocation {
             slice,
             requested: bytes,
+            owner: self.id,
         })
     }
 
@@ -613,7 +800,12 @@ impl CachingAllocator {
     }
 
     /// Return a block to the cache (merging with free neighbours). The memory stays reserved.
+    /// An allocation made by another allocator is refused (logged and leaked), never freed here.
     pub fn free(&self, allocation: Allocation) {
+        if allocation.owner != self.id {
+            tracing::error!(device = %self.device, "free of an allocation made by another allocator (ignored)");
+            return;
+        }
         let slice = allocation.slice;
         let mut state = self.lock();
         let state = &mut *state;
@@ -676,7 +868,9 @@ impl CachingAllocator {
         for id in empty {
             if let Some(segment) = state.segments.remove(&id) {
                 state.free[segment.pool as usize].remove(&(segment.size, id, 0));
-                self.source.release_segment(segment.handle);
+                // SAFETY: the segment came from this source, was just removed from the table
+                // (released once), and its only block is free: no allocation refers to it.
+                unsafe { self.source.release_segment(segment.handle) };
                 released += segment.size;
                 state.stats.reserved_bytes -= segment.size;
                 state.stats.inactive_bytes -= segment.size;
@@ -771,7 +965,10 @@ impl Drop for CachingAllocator {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         for (_, segment) in state.segments.drain() {
-            self.source.release_segment(segment.handle);
+            // SAFETY: each segment came from this source and is released once, as the table is
+            // drained; the allocator is being dropped, so no `Backend` (which owns it) can still
+            // launch work on its blocks.
+            unsafe { self.source.release_segment(segment.handle) };
         }
     }
 }
@@ -836,7 +1033,7 @@ pub mod testing {
             Ok(handle)
         }
 
-        fn release_segment(&self, segment: SegmentHandle) {
+        unsafe fn release_segment(&self, segment: SegmentHandle) {
             let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(i) = s.live.iter().position(|(h, _)| *h == segment) {
                 let (_, bytes) = s.live.swap_remove(i);

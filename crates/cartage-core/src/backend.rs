@@ -15,7 +15,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result, Site};
 use crate::kernel::{Kernel, Op};
-use crate::pinned::{CopyHandle, PinnedBuffer};
+use crate::pinned::{CopyHandle, HostStaging, PageableBuffer, PinnedBuffer, StagingBuffer};
 
 /// What a device can run, asked up front instead of failing later (R26).
 #[derive(Clone, Debug, Default)]
@@ -158,16 +158,34 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Copy host bytes into device memory; returns when `src` may be reused.
-    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()>;
+    ///
+    /// # Safety
+    /// `dst` lies in a live allocation of this backend's allocator (not freed, or freed only in
+    /// stream order after this call), as [`crate::DeviceBuffer`] guarantees for its own slice.
+    unsafe fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()>;
 
     /// Copy device memory into host bytes; returns when `dst` holds the data (a host sync).
-    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()>;
+    ///
+    /// # Safety
+    /// `src` lies in a live allocation of this backend's allocator.
+    unsafe fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()>;
 
     /// Copy between two ranges of this device's memory (in stream order).
-    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()>;
+    ///
+    /// # Safety
+    /// `src` and `dst` lie in live allocations of this backend's allocator.
+    unsafe fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()>;
 
-    /// Run a kernel (asynchronously where the device is asynchronous).
-    fn launch(&self, kernel: &Kernel) -> Result<()>;
+    /// Run a kernel (asynchronously where the device is asynchronous). The backend validates
+    /// the kernel's structure with [`Kernel::validate`] before touching memory, so a malformed
+    /// kernel is an error.
+    ///
+    /// # Safety
+    /// Every operand's buffer lies in a live allocation of this backend's allocator for the
+    /// whole call (and, on asynchronous devices, is freed only in stream order afterwards).
+    /// The sound way to launch is [`Kernel::run`], which checks exactly that against borrowed
+    /// [`crate::DeviceBuffer`]s.
+    unsafe fn launch(&self, kernel: &Kernel) -> Result<()>;
 
     /// Wait until all queued work on this device has finished.
     fn synchronize(&self) -> Result<()>;
@@ -183,28 +201,59 @@ pub trait Backend: Send + Sync + 'static {
         Ok(self.allocator().empty_cache())
     }
 
-    /// Allocate pinned host memory for asynchronous copies with this device.
+    /// Allocate page-locked host memory for asynchronous copies with this device. Devices whose
+    /// driver cannot lock memory (the CPU, wgpu) refuse with [`Error::Unsupported`]; use
+    /// [`Backend::alloc_staging`] for the best memory the device offers.
     fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
-        Ok(PinnedBuffer::host(bytes))
+        let _ = bytes;
+        Err(Error::unsupported(
+            "alloc_pinned",
+            crate::DType::U8,
+            self.device(),
+            "this device's driver cannot page-lock host memory; use alloc_staging() (ordinary memory here)",
+        ))
     }
 
-    /// Start copying `src` into device memory; `src` stays borrowed until the handle completes.
-    fn write_async<'a>(&self, dst: BufferSlice, src: &'a PinnedBuffer) -> Result<CopyHandle<'a>> {
-        let len = dst.len.min(src.len());
-        self.write(dst, &src.as_slice()[..len])?;
+    /// Host memory to stage copies with this device: pinned where the driver can lock memory,
+    /// ordinary memory elsewhere.
+    fn alloc_staging(&self, bytes: usize) -> Result<StagingBuffer> {
+        PageableBuffer::new(bytes).map(StagingBuffer::Pageable)
+    }
+
+    /// Start copying `src` into device memory; `src` stays borrowed until the handle completes,
+    /// and the buffer itself waits for the copy before it can be written or freed, so forgetting
+    /// the handle is harmless. Memory pinned for another device is refused.
+    ///
+    /// # Safety
+    /// `dst` lies in a live allocation of this backend's allocator (freed only in stream order).
+    unsafe fn write_async<'a>(&self, dst: BufferSlice, src: &'a dyn HostStaging) -> Result<CopyHandle<'a>> {
+        let len = dst.len().min(src.len());
+        let dst = dst.prefix(len)?;
+        // SAFETY: the caller guarantees `dst` is live; `src` is borrowed for the call.
+        unsafe { self.write(dst, &src.as_slice()[..len]) }?;
         Ok(CopyHandle::completed())
     }
 
-    /// Start copying device memory into `dst`; `dst` stays borrowed until the handle completes.
-    fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut PinnedBuffer) -> Result<CopyHandle<'a>> {
-        let len = src.len.min(dst.len());
-        self.read(src, &mut dst.as_mut_slice()[..len])?;
+    /// Start copying device memory into `dst`; `dst` stays borrowed until the handle completes,
+    /// and the buffer waits for the copy before it can be read, written or freed.
+    ///
+    /// # Safety
+    /// `src` lies in a live allocation of this backend's allocator.
+    unsafe fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut dyn HostStaging) -> Result<CopyHandle<'a>> {
+        let len = src.len().min(dst.len());
+        let src = src.prefix(len)?;
+        // SAFETY: the caller guarantees `src` is live; `dst` is borrowed mutably for the call.
+        unsafe { self.read(src, &mut dst.as_mut_slice()[..len]) }?;
         Ok(CopyHandle::completed())
     }
 
     /// Copy from this device straight into another device's memory (peer copy), when the two
     /// can; `Ok(false)` when they cannot and the caller should stage through the host.
-    fn copy_to_peer(&self, _src: BufferSlice, _dst_backend: &dyn Backend, _dst: BufferSlice) -> Result<bool> {
+    ///
+    /// # Safety
+    /// `src` lies in a live allocation of this backend, `dst` in a live allocation of
+    /// `dst_backend`.
+    unsafe fn copy_to_peer(&self, _src: BufferSlice, _dst_backend: &dyn Backend, _dst: BufferSlice) -> Result<bool> {
         Ok(false)
     }
 

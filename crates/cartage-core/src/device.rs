@@ -124,21 +124,44 @@ impl FromStr for Device {
                 )));
             }
         };
-        match (kind, ordinal) {
-            (DeviceKind::Cpu, None) => Ok(Device::cpu()),
-            (DeviceKind::Cpu, Some("0")) => Ok(Device::cpu()),
-            (DeviceKind::Cpu, Some(_)) => Err(invalid("the CPU has no ordinal other than 0; write `cpu`".to_string())),
-            (_, None) => Err(invalid(format!(
-                "a bare `{name}` would mean \"whichever device is current\"; cartage has no \
-                 current device, so name one with its ordinal, e.g. `{name}:0`"
+        let Some(ordinal) = ordinal else {
+            return match kind {
+                DeviceKind::Cpu => Ok(Device::cpu()),
+                _ => Err(invalid(format!(
+                    "a bare `{name}` would mean \"whichever device is current\"; cartage has no \
+                     current device, so name one with its ordinal, e.g. `{name}:0`"
+                ))),
+            };
+        };
+        let expected = match kind {
+            DeviceKind::Cpu => "`cpu` (or `cpu:0`)".to_string(),
+            _ => format!("`{name}:N` with N = 0, 1, …"),
+        };
+        let number = parse_ordinal(ordinal).map_err(|problem| invalid(format!("{problem}; expected {expected}")))?;
+        match kind {
+            DeviceKind::Cpu if number != 0 => Err(invalid(format!(
+                "the CPU has ordinal 0 only, not {number}; write `cpu`"
             ))),
-            (_, Some(ordinal)) => ordinal.parse::<usize>().map(|n| Device::new(kind, n)).map_err(|_| {
-                invalid(format!(
-                    "`{ordinal}` is not a device ordinal; expected `{name}:N` with N = 0, 1, …"
-                ))
-            }),
+            _ => Ok(Device::new(kind, number)),
         }
     }
+}
+
+/// The ordinal after the colon: decimal digits only, fitting `usize`; else why not.
+fn parse_ordinal(text: &str) -> Result<usize, String> {
+    if text.is_empty() {
+        return Err("the ordinal after `:` is missing".to_string());
+    }
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{text}` is not a device ordinal: it is not a number"));
+    }
+    text.parse::<usize>().map_err(|_| {
+        format!(
+            "`{text}` is not a device ordinal: it is not a number that fits in {} bits (at most {})",
+            usize::BITS,
+            usize::MAX
+        )
+    })
 }
 
 #[cfg(test)]
@@ -167,5 +190,30 @@ mod tests {
         let err = "cuda:x".parse::<Device>().unwrap_err().to_string();
         assert!(err.contains("not a device ordinal"), "{err}");
         assert!("cpu:1".parse::<Device>().is_err());
+    }
+
+    #[test]
+    fn ordinals_that_are_not_numbers_say_so() {
+        for text in [
+            "cpu:99999999999999999999",
+            "cuda:99999999999999999999",
+            "wgpu:-1",
+            "cuda:+1",
+            "cuda:1.0",
+            "cpu:x",
+            "cuda:0:1",
+        ] {
+            let err = text.parse::<Device>().unwrap_err().to_string();
+            assert!(err.contains("not a number"), "{text}: {err}");
+            assert!(!err.contains("other than 0"), "{text}: {err}");
+        }
+        let err = "cuda:".parse::<Device>().unwrap_err().to_string();
+        assert!(err.contains("missing"), "{err}");
+        let err = "cpu:3".parse::<Device>().unwrap_err().to_string();
+        assert!(err.contains("ordinal 0 only, not 3"), "{err}");
+        assert_eq!(
+            format!("cuda:{}", usize::MAX).parse::<Device>().unwrap(),
+            Device::cuda(usize::MAX)
+        );
     }
 }

@@ -23,6 +23,94 @@ impl fmt::Display for ShapeDisplay<'_> {
     }
 }
 
+/// The body of [`Error::SizeOverflow`]: the shape, the dtype, the element and byte counts it
+/// asks for (computed in 128 bits, so they print even when they do not fit `usize`) and the limit.
+struct SizeOverflowDisplay<'a>(&'a [usize], DType);
+
+impl fmt::Display for SizeOverflowDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let SizeOverflowDisplay(shape, dtype) = *self;
+        let numel = shape.iter().try_fold(1u128, |n, &d| n.checked_mul(d as u128));
+        write!(
+            f,
+            "shape {} of {dtype} overflows the addressable size: it asks for ",
+            ShapeDisplay(shape)
+        )?;
+        match numel {
+            Some(n) => match n.checked_mul(dtype.size_in_bytes() as u128) {
+                Some(bytes) => write!(f, "{n} elements ({bytes} bytes)")?,
+                None => write!(f, "{n} elements (more than 2^128 bytes)")?,
+            },
+            None => write!(f, "more than 2^128 elements")?,
+        }
+        write!(
+            f,
+            ", where at most {} elements and {} bytes fit. Check for a dimension computed from an \
+             uninitialised, negative or wrapped-around value",
+            crate::layout::MAX_ELEMENTS,
+            isize::MAX
+        )
+    }
+}
+
+/// The valid dimensions of an op on a tensor of `rank` (`unsqueeze` may also insert at `rank`).
+struct DimRange<'a>(&'a str, usize);
+
+impl fmt::Display for DimRange<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            ("unsqueeze", rank) => write!(
+                f,
+                "a new dimension goes at 0..={rank}, or -{}..=-1 counting from the end",
+                rank + 1
+            ),
+            (_, 0) => write!(f, "a rank-0 tensor has no dimension to name"),
+            (_, rank) => write!(f, "valid: 0..{rank}, or negative from the end down to -{rank}"),
+        }
+    }
+}
+
+/// The body of [`Error::DTypeMismatch`], with the fix that suits the op: host reads name the
+/// element type to read with (and `to_vec_f64`, which reads any dtype).
+struct DTypeMismatchDisplay<'a> {
+    op: &'a str,
+    lhs: DType,
+    lhs_site: &'a Site,
+    rhs: DType,
+    rhs_site: &'a Site,
+}
+
+impl fmt::Display for DTypeMismatchDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let DTypeMismatchDisplay {
+            op,
+            lhs,
+            lhs_site,
+            rhs,
+            rhs_site,
+        } = *self;
+        match op {
+            "to_vec" => write!(
+                f,
+                "`to_vec::<{rhs}>()` at {rhs_site}: dtype mismatch, the tensor holds {lhs} (created at {lhs_site}) \
+                 and cartage never converts silently. Read it with `to_vec::<{lhs}>()`, read any dtype widened \
+                 to f64 with `to_vec_f64()`, or convert first with `.to_dtype(DType::{rhs:?})`"
+            ),
+            "item" => write!(
+                f,
+                "`item::<{rhs}>()` at {rhs_site}: dtype mismatch, the tensor holds {lhs} (created at {lhs_site}) \
+                 and cartage never converts silently. Read it with `item::<{lhs}>()`, or convert first with \
+                 `.to_dtype(DType::{rhs:?})`"
+            ),
+            _ => write!(
+                f,
+                "`{op}`: dtype mismatch, {lhs} (created at {lhs_site}) against {rhs} (created at {rhs_site}). \
+                 cartage never promotes silently; convert one operand with `.to_dtype(..)`"
+            ),
+        }
+    }
+}
+
 /// Every failure cartage reports. No user input panics; it becomes one of these.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -47,11 +135,9 @@ pub enum Error {
         rhs_site: Site,
     },
 
-    /// Operands of one op have dtypes that do not combine.
-    #[error(
-        "`{op}`: dtype mismatch, {lhs} (created at {lhs_site}) against {rhs} (created at \
-         {rhs_site}). cartage never promotes silently; convert one operand with `.to_dtype(..)`"
-    )]
+    /// Operands of one op have dtypes that do not combine. For a host read (`to_vec`, `item`)
+    /// `lhs` is the tensor's dtype and `rhs` the element type asked for, at the read's site.
+    #[error("{}", DTypeMismatchDisplay { op, lhs: *lhs, lhs_site, rhs: *rhs, rhs_site })]
     DTypeMismatch {
         /// The op.
         op: &'static str,
@@ -93,9 +179,11 @@ pub enum Error {
         reason: String,
     },
 
-    /// A dimension index beyond the tensor's rank.
+    /// A dimension index beyond the tensor's rank (`rank` is the tensor's own rank, also for
+    /// `unsqueeze`, which may insert at `rank`).
     #[error(
-        "`{op}`: dimension {dim} is out of range for a tensor of rank {rank} (valid: 0..{rank}, or negative from the end)"
+        "`{op}`: dimension {dim} is out of range for a tensor of rank {rank} ({})",
+        DimRange(op, *rank)
     )]
     DimOutOfRange {
         /// The op.
@@ -115,15 +203,14 @@ pub enum Error {
         reason: String,
     },
 
-    /// A shape whose element or byte count overflows `usize`.
-    #[error(
-        "shape {} of {dtype} overflows the addressable size: its element or byte count does not fit in memory. Check for a dimension computed from an uninitialised or negative value",
-        ShapeDisplay(shape)
-    )]
+    /// A shape with more elements than a layout may span ([`crate::layout::MAX_ELEMENTS`]) or
+    /// more bytes than fit in `isize`. The message gives the element and byte counts asked for.
+    #[error("{}", SizeOverflowDisplay(shape, *dtype))]
     SizeOverflow {
         /// The shape.
         shape: Vec<usize>,
-        /// The dtype.
+        /// The dtype (u8, one byte per element, when raised by a [`crate::Layout`], which knows
+        /// no dtype; see [`Error::with_dtype`]).
         dtype: DType,
     },
 
@@ -228,7 +315,8 @@ pub enum Error {
         message: String,
     },
 
-    /// A file could not be read or written.
+    /// A file could not be read or written. The operating system's error is kept whole (its
+    /// [`std::io::ErrorKind`] through [`Error::io_kind`], and as the error's source).
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -250,32 +338,156 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// A short, stable name of the variant (for tables and logs).
-    pub fn kind_name(&self) -> &'static str {
+/// What kind of failure an [`Error`] is: one value per variant, without the details, for
+/// matching in tests and for logs and tables (`Copy`, comparable, hashable).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::DeviceMismatch`].
+    DeviceMismatch,
+    /// [`Error::DTypeMismatch`].
+    DTypeMismatch,
+    /// [`Error::WrongDType`].
+    WrongDType,
+    /// [`Error::ShapeMismatch`].
+    ShapeMismatch,
+    /// [`Error::DimOutOfRange`].
+    DimOutOfRange,
+    /// [`Error::InvalidArgument`].
+    InvalidArgument,
+    /// [`Error::SizeOverflow`].
+    SizeOverflow,
+    /// [`Error::DataLength`].
+    DataLength,
+    /// [`Error::IndexOutOfRange`].
+    IndexOutOfRange,
+    /// [`Error::NotAScalar`].
+    NotAScalar,
+    /// [`Error::Unsupported`].
+    Unsupported,
+    /// [`Error::OutOfMemory`].
+    OutOfMemory,
+    /// [`Error::InvalidDevice`].
+    InvalidDevice,
+    /// [`Error::BackendNotCompiled`].
+    BackendNotCompiled,
+    /// [`Error::BackendUnavailable`].
+    BackendUnavailable,
+    /// [`Error::Driver`].
+    Driver,
+    /// [`Error::Io`].
+    Io,
+    /// [`Error::Format`].
+    Format,
+}
+
+impl ErrorKind {
+    /// A short, stable name (`device-mismatch`, `size-overflow`, …).
+    pub const fn name(self) -> &'static str {
         match self {
-            Error::DeviceMismatch { .. } => "device-mismatch",
-            Error::DTypeMismatch { .. } => "dtype-mismatch",
-            Error::WrongDType { .. } => "wrong-dtype",
-            Error::ShapeMismatch { .. } => "shape-mismatch",
-            Error::DimOutOfRange { .. } => "dim-out-of-range",
-            Error::InvalidArgument { .. } => "invalid-argument",
-            Error::SizeOverflow { .. } => "size-overflow",
-            Error::DataLength { .. } => "data-length",
-            Error::IndexOutOfRange { .. } => "index-out-of-range",
-            Error::NotAScalar { .. } => "not-a-scalar",
-            Error::Unsupported { .. } => "unsupported",
-            Error::OutOfMemory(_) => "out-of-memory",
-            Error::InvalidDevice { .. } => "invalid-device",
-            Error::BackendNotCompiled { .. } => "backend-not-compiled",
-            Error::BackendUnavailable { .. } => "backend-unavailable",
-            Error::Driver { .. } => "driver",
-            Error::Io { .. } => "io",
-            Error::Format { .. } => "format",
+            ErrorKind::DeviceMismatch => "device-mismatch",
+            ErrorKind::DTypeMismatch => "dtype-mismatch",
+            ErrorKind::WrongDType => "wrong-dtype",
+            ErrorKind::ShapeMismatch => "shape-mismatch",
+            ErrorKind::DimOutOfRange => "dim-out-of-range",
+            ErrorKind::InvalidArgument => "invalid-argument",
+            ErrorKind::SizeOverflow => "size-overflow",
+            ErrorKind::DataLength => "data-length",
+            ErrorKind::IndexOutOfRange => "index-out-of-range",
+            ErrorKind::NotAScalar => "not-a-scalar",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::OutOfMemory => "out-of-memory",
+            ErrorKind::InvalidDevice => "invalid-device",
+            ErrorKind::BackendNotCompiled => "backend-not-compiled",
+            ErrorKind::BackendUnavailable => "backend-unavailable",
+            ErrorKind::Driver => "driver",
+            ErrorKind::Io => "io",
+            ErrorKind::Format => "format",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Error {
+    /// What kind of failure this is.
+    ///
+    /// ```
+    /// use cartage_core::error::ErrorKind;
+    /// use cartage_core::Device;
+    /// let err = "cuda".parse::<Device>().unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidDevice);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::DeviceMismatch { .. } => ErrorKind::DeviceMismatch,
+            Error::DTypeMismatch { .. } => ErrorKind::DTypeMismatch,
+            Error::WrongDType { .. } => ErrorKind::WrongDType,
+            Error::ShapeMismatch { .. } => ErrorKind::ShapeMismatch,
+            Error::DimOutOfRange { .. } => ErrorKind::DimOutOfRange,
+            Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Error::SizeOverflow { .. } => ErrorKind::SizeOverflow,
+            Error::DataLength { .. } => ErrorKind::DataLength,
+            Error::IndexOutOfRange { .. } => ErrorKind::IndexOutOfRange,
+            Error::NotAScalar { .. } => ErrorKind::NotAScalar,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::OutOfMemory(_) => ErrorKind::OutOfMemory,
+            Error::InvalidDevice { .. } => ErrorKind::InvalidDevice,
+            Error::BackendNotCompiled { .. } => ErrorKind::BackendNotCompiled,
+            Error::BackendUnavailable { .. } => ErrorKind::BackendUnavailable,
+            Error::Driver { .. } => ErrorKind::Driver,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Format { .. } => ErrorKind::Format,
+        }
+    }
+
+    /// A short, stable name of the variant (for tables and logs): `self.kind().name()`.
+    pub fn kind_name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The [`std::io::ErrorKind`] of an [`Error::Io`] (`NotFound`, `PermissionDenied`, …).
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            Error::Io { source, .. } => Some(source.kind()),
+            _ => None,
+        }
+    }
+
+    /// Shorthand for [`Error::Io`].
+    #[cold]
+    pub fn io(path: impl fmt::Display, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.to_string(),
+            source,
+        }
+    }
+
+    /// Shorthand for [`Error::SizeOverflow`].
+    #[cold]
+    pub fn size_overflow(shape: &[usize], dtype: DType) -> Self {
+        Error::SizeOverflow {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+
+    /// The same error naming `dtype` if it is an [`Error::SizeOverflow`] (whose dtype a
+    /// [`crate::Layout`] cannot know); any other error unchanged.
+    #[cold]
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        match self {
+            Error::SizeOverflow { shape, .. } => Error::SizeOverflow { shape, dtype },
+            other => other,
         }
     }
 
     /// Shorthand for [`Error::Unsupported`].
+    #[cold]
     pub fn unsupported(op: impl Into<String>, dtype: DType, device: Device, reason: impl Into<String>) -> Self {
         Error::Unsupported {
             op: op.into(),
@@ -286,6 +498,7 @@ impl Error {
     }
 
     /// Shorthand for [`Error::InvalidArgument`].
+    #[cold]
     pub fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             op,

@@ -7,7 +7,12 @@
 //! # Semantics every backend follows (the conformance suite checks them)
 //! - f16/bf16 are computed in f32 and rounded once on store.
 //! - Integer add/sub/mul/neg/abs wrap. Integer `Div` truncates toward zero; `x / 0` is 0.
-//!   Integer `Pow` with a negative exponent is 0 unless the base is 1 (1) or -1 (±1).
+//!   Integer `Pow` wraps too: for an exponent ≥ 0 it is repeated multiplication in the dtype's
+//!   width, two's complement (`base.wrapping_pow(exp)` for every exponent the dtype holds: `2^31`
+//!   is `i32::MIN` in i32, `2^64` is 0 in i64, `x^0` is 1, `0^0` included). With a negative
+//!   exponent it is 0 unless the base is 1 (1) or -1 (±1).
+//! - Float `Maximum`/`Minimum` propagate NaN: the result is NaN when either operand is NaN
+//!   (PyTorch's `maximum`/`minimum`, not IEEE `fmax`); ±inf order as usual.
 //! - Bool takes part in `Fill`, `Arange` (non-zero → true), `Cast`, `Copy`, `Where`, `Compare`,
 //!   `Maximum`/`Minimum` (or/and), `Reduce` Max/Min/ArgMax/ArgMin, `Gather`, `IndexSelect`.
 //! - `Cast` follows Rust `as`: float→int truncates toward zero and saturates, NaN → 0;
@@ -19,14 +24,18 @@
 //! - `Reduce`: `out` has the input's rank with reduced dimensions of size 1. Sum, Max and Min
 //!   keep the input dtype (integer sums wrap); Mean and LogSumExp are float-only; ArgMax/ArgMin
 //!   reduce exactly one dimension, write i64, and pick the first extreme index. Max/Min propagate
-//!   NaN. A sum over zero elements is 0, a mean is NaN; Max/Min/Arg* of zero elements is an error
-//!   raised by the frontend before launch.
+//!   NaN. ArgMax/ArgMin count NaN as the extreme (for both), so a slice holding a NaN gives the
+//!   index of its first NaN, as PyTorch does. A sum over zero elements is 0, a mean is NaN;
+//!   Max/Min/Arg* of zero elements is an error raised by the frontend before launch.
 //! - `Softmax` (and log-softmax) over one dimension, float only, max-subtracted.
 //! - `Matmul`: `lhs` [B, M, K] × `rhs` [B, K, N] → `out` [B, M, N], any strides (batch stride 0
 //!   broadcasts), float dtypes only; `out` is contiguous.
 //! - `Gather` (torch.gather): `out[i..] = input[.. index[i..] ..]` along `dim`, `out` shaped like
 //!   `index`. `IndexSelect`: rows of `input` along `dim` chosen by a 1-D `index`. Indices are i32
-//!   or i64; negative or ≥ size → [`crate::Error::IndexOutOfRange`], never garbage.
+//!   or i64; negative or ≥ size → [`crate::Error::IndexOutOfRange`], never garbage and never a
+//!   read outside `input`. A kernel reads each index value once and checks that very value
+//!   before using it, so another writer of the index tensor cannot make it read out of bounds.
+//!   When the error is returned, `out` may be partly written: its contents are unspecified.
 
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
@@ -46,7 +55,7 @@ pub struct TensorArg {
 impl TensorArg {
     /// Byte offset of the view's first element inside the segment.
     pub fn byte_offset(&self) -> usize {
-        self.buffer.offset + self.layout.offset() * self.dtype.size_in_bytes()
+        self.buffer.offset() + self.layout.offset() * self.dtype.size_in_bytes()
     }
 }
 
@@ -439,7 +448,7 @@ impl Kernel {
     /// The operands in order, outputs last, without allocating (the launch path runs this for
     /// every kernel, so it must stay cheap for tiny ops).
     #[inline]
-    fn operand_slots(&self) -> [Option<&TensorArg>; 4] {
+    pub(crate) fn operand_slots(&self) -> [Option<&TensorArg>; 4] {
         match self {
             Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => {
                 [Some(out), None, None, None]
@@ -474,14 +483,14 @@ impl Kernel {
                 dtype: arg.dtype,
             })?;
             let needed = extent.saturating_mul(arg.dtype.size_in_bytes());
-            if needed > arg.buffer.len {
+            if needed > arg.buffer.len() {
                 return Err(crate::Error::invalid(
                     "launch",
                     format!(
                         "`{}` operand of shape {:?} needs {needed} bytes but its buffer holds {}",
                         self.op().name(),
                         arg.layout.shape(),
-                        arg.buffer.len
+                        arg.buffer.len()
                     ),
                 ));
             }

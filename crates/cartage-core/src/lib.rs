@@ -6,12 +6,15 @@
 //! - [`Kernel`]: one value per operation a backend can launch.
 //! - [`Backend`]: the small trait each device implements (alloc, copy, launch, sync, stats).
 //! - [`CachingAllocator`]: the one caching allocator every backend puts under its memory.
+//! - [`DeviceBuffer`] and [`Kernel::run`]: the sound path to device memory; [`raw`] holds the
+//!   low-level types (segments, slices) whose use is `unsafe`.
 //! - [`Error`]: one variant per failure, each message naming the likely cause and what to check.
 //!
 //! This crate depends on no GPU crate (an invariant checked by the workspace's tidy test).
 
 pub mod allocator;
 pub mod backend;
+mod buffer;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -19,21 +22,23 @@ pub mod kernel;
 pub mod layout;
 pub mod pinned;
 pub mod random;
+pub mod raw;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
+mod validate;
 
 pub use allocator::format_bytes;
 pub use layout::{checked_bytes, checked_numel, contiguous_strides, resolve_dim};
 pub use pinned::pinned_bytes_peak;
 
-pub use allocator::{
-    Allocation, AllocatorConfig, BufferSlice, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport,
-    SegmentError, SegmentHandle, SegmentSource,
-};
+pub use allocator::{AllocatorConfig, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport};
 pub use backend::{Backend, Capabilities, DeviceInfo, Event, MatmulPrecision};
+pub use buffer::DeviceBuffer;
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
-pub use error::{Error, Result, Site};
+pub use error::{Error, ErrorKind, Result, Site};
 pub use kernel::{BinaryOp, CompareOp, Distribution, Kernel, Op, ReduceOp, TensorArg, UnaryOp};
 pub use layout::{Dims, Layout, broadcast_shapes};
-pub use pinned::{CopyCompletion, CopyHandle, PinnedBuffer, pinned_bytes_in_use};
+pub use pinned::{
+    CopyCompletion, CopyHandle, HostStaging, PageableBuffer, PinnedBuffer, StagingBuffer, pinned_bytes_in_use,
+};

@@ -8,10 +8,8 @@ use std::panic::Location;
 use std::sync::Arc;
 
 use cartage_core::allocator::testing::MockSource;
-use cartage_core::{
-    Allocation, AllocatorConfig, CachingAllocator, Device, Error, MemoryInfo, SegmentError, SegmentHandle,
-    SegmentSource,
-};
+use cartage_core::raw::{Allocation, SegmentError, SegmentHandle, SegmentSource};
+use cartage_core::{AllocatorConfig, CachingAllocator, Device, Error, MemoryInfo};
 use proptest::prelude::*;
 
 const KIB: usize = 1 << 10;
@@ -25,8 +23,10 @@ impl SegmentSource for Shared {
     fn allocate_segment(&self, bytes: usize) -> Result<SegmentHandle, SegmentError> {
         self.0.allocate_segment(bytes)
     }
-    fn release_segment(&self, segment: SegmentHandle) {
-        self.0.release_segment(segment)
+    unsafe fn release_segment(&self, segment: SegmentHandle) {
+        // SAFETY: forwarded with the caller's guarantee (the allocator releases each segment
+        // of this source once, unused).
+        unsafe { self.0.release_segment(segment) }
     }
     fn memory_info(&self) -> Option<MemoryInfo> {
         self.0.memory_info()
@@ -47,13 +47,13 @@ fn allocator(capacity: usize) -> (CachingAllocator, Arc<MockSource>) {
 fn freed_blocks_are_reused_from_the_cache() {
     let (alloc, source) = allocator(64 * MIB);
     let a = alloc.alloc(1000).unwrap();
-    let (segment, offset) = (a.slice().segment, a.slice().offset);
-    assert_eq!(a.slice().len, 1000);
+    let (segment, offset) = (a.slice().segment(), a.slice().offset());
+    assert_eq!(a.slice().len(), 1000);
     assert_eq!(a.requested(), 1000);
     alloc.free(a);
     let b = alloc.alloc(900).unwrap();
     assert_eq!(
-        (b.slice().segment, b.slice().offset),
+        (b.slice().segment(), b.slice().offset()),
         (segment, offset),
         "the freed block is reused"
     );
@@ -71,7 +71,10 @@ fn blocks_split_and_free_neighbours_merge() {
     let c = alloc.alloc(1000).unwrap();
     // One small segment, split into consecutive 1 KiB blocks.
     assert_eq!(alloc.stats().segments, 1);
-    assert_eq!([a.slice().offset, b.slice().offset, c.slice().offset], [0, 1024, 2048]);
+    assert_eq!(
+        [a.slice().offset(), b.slice().offset(), c.slice().offset()],
+        [0, 1024, 2048]
+    );
     let s = alloc.stats();
     assert_eq!(
         (s.active_blocks, s.inactive_blocks),
@@ -85,7 +88,7 @@ fn blocks_split_and_free_neighbours_merge() {
     assert_eq!(s.inactive_blocks, 2, "A merged with B into one block");
     // The merged block serves a 2 KiB request exactly where A was.
     let ab = alloc.alloc(2000).unwrap();
-    assert_eq!(ab.slice().offset, 0);
+    assert_eq!(ab.slice().offset(), 0);
     alloc.free(ab);
     alloc.free(c);
     let s = alloc.stats();
@@ -105,7 +108,7 @@ fn small_and_large_requests_use_separate_pools() {
     let small = [alloc.alloc(MIB).unwrap(), alloc.alloc(MIB).unwrap()];
     assert_eq!(alloc.stats().reserved_bytes, 2 * MIB);
     let medium = alloc.alloc(MIB + 1).unwrap(); // large pool, a 20 MiB segment
-    let medium_segment = medium.slice().segment;
+    let medium_segment = medium.slice().segment();
     assert_eq!(alloc.stats().reserved_bytes, 22 * MIB);
     // ≥ 10 MiB and larger than the medium segment's rest: its own segment, rounded to 2 MiB.
     let large = alloc.alloc(25 * MIB).unwrap();
@@ -116,7 +119,7 @@ fn small_and_large_requests_use_separate_pools() {
     let misses = alloc.stats().cache_misses;
     let tiny = alloc.alloc(512).unwrap();
     assert_eq!(alloc.stats().cache_misses, misses + 1);
-    assert_ne!(tiny.slice().segment, medium_segment);
+    assert_ne!(tiny.slice().segment(), medium_segment);
     // A large request reuses the large pool's free block.
     let again = alloc.alloc(5 * MIB).unwrap();
     assert_eq!(
@@ -124,7 +127,7 @@ fn small_and_large_requests_use_separate_pools() {
         misses + 1,
         "served from the cached 20 MiB segment"
     );
-    assert_eq!(again.slice().segment, medium_segment);
+    assert_eq!(again.slice().segment(), medium_segment);
     assert_eq!(source.calls().0, 4);
     let [s1, s2] = small;
     for a in [s1, s2, large, tiny, again] {
@@ -348,9 +351,9 @@ fn check_invariants(alloc: &CachingAllocator, source: &MockSource, live: &[Alloc
     for a in live {
         let slice = a.slice();
         by_segment
-            .entry(slice.segment.id)
+            .entry(slice.segment().id)
             .or_default()
-            .push((slice.offset, slice.offset + slice.len.max(1)));
+            .push((slice.offset(), slice.offset() + slice.len().max(1)));
     }
     for ranges in by_segment.values_mut() {
         ranges.sort_unstable();
@@ -374,7 +377,7 @@ proptest! {
                     let before = alloc.stats();
                     match alloc.alloc(bytes) {
                         Ok(a) => {
-                            prop_assert!(a.slice().len == bytes);
+                            prop_assert!(a.slice().len() == bytes);
                             live.push(a);
                         }
                         Err(Error::OutOfMemory(report)) => {

@@ -1,10 +1,14 @@
 //! Every `Error` variant's message names what a user needs to find the cause (ARTICLE R16, R26,
 //! R28): both devices and both sites of a mismatch, the feature that enables a missing backend,
-//! the ordinal a bare `cuda` lacks, dtype + device + op of an unsupported kernel, and so on.
+//! the ordinal a bare `cuda` lacks, dtype + device + op of an unsupported kernel, the element
+//! count of an overflowing shape, the fix for a host read of the wrong type, and so on; and
+//! `Error::kind()` tells the variants apart.
 
 use std::panic::Location;
 
-use cartage_core::{DType, Device, Error, LiveBlock, OomReport};
+use cartage_core::error::ErrorKind;
+use cartage_core::layout::MAX_ELEMENTS;
+use cartage_core::{DType, Device, Error, Layout, LiveBlock, OomReport};
 
 fn site() -> &'static Location<'static> {
     Location::caller()
@@ -96,11 +100,35 @@ fn shape_and_dimension_errors_print_shapes() {
         rank: 2,
     };
     assert_names(&error, &["`sum`", "dimension 3", "rank 2", "negative"]);
+    let error = Error::DimOutOfRange {
+        op: "unsqueeze",
+        dim: 4,
+        rank: 2,
+    };
+    assert_names(&error, &["`unsqueeze`", "dimension 4", "rank 2", "0..=2", "-3..=-1"]);
+    let error = Error::DimOutOfRange {
+        op: "squeeze",
+        dim: 0,
+        rank: 0,
+    };
+    assert_names(&error, &["rank 0", "no dimension"]);
     let error = Error::SizeOverflow {
         shape: vec![usize::MAX, 2],
         dtype: DType::F64,
     };
-    assert_names(&error, &[&format!("[{}, 2]", usize::MAX), "f64", "overflow"]);
+    let elements = u128::from(u64::MAX) * 2;
+    assert_names(
+        &error,
+        &[
+            &format!("[{}, 2]", usize::MAX),
+            "f64",
+            "overflow",
+            &format!("{elements} elements ({} bytes)", elements * 8),
+            &format!("at most {MAX_ELEMENTS} elements"),
+        ],
+    );
+    let error = Error::size_overflow(&[1 << 40, 1 << 40, 1 << 40, 1 << 40], DType::F32);
+    assert_names(&error, &["f32", "more than 2^128 elements"]);
     let error = Error::DataLength {
         op: "from_vec",
         shape: vec![2, 3],
@@ -113,10 +141,71 @@ fn shape_and_dimension_errors_print_shapes() {
         numel: 3,
     };
     assert_names(&error, &["`item`", "[3]", "3 elements", "exactly one"]);
+    let shape = Layout::contiguous(&[2, 3]).unwrap();
     assert_names(
-        &Error::invalid("narrow", "range 2..5 is outside"),
-        &["`narrow`", "range 2..5"],
+        &shape.narrow(1, 5, 1).unwrap_err(),
+        &["`narrow`", "start 5", "dimension 1", "size 3"],
     );
+    assert_names(
+        &shape.narrow(1, 2, 4).unwrap_err(),
+        &["`narrow`", "start 2", "length 4", "size 3", "at most 1"],
+    );
+}
+
+#[test]
+fn size_overflow_from_a_layout_can_name_the_real_dtype() {
+    let error = Layout::contiguous(&[MAX_ELEMENTS, 2]).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::SizeOverflow);
+    let error = error.with_dtype(DType::BF16);
+    assert!(
+        matches!(error, Error::SizeOverflow { dtype: DType::BF16, .. }),
+        "{error}"
+    );
+    assert_names(
+        &error,
+        &[
+            &format!("[{MAX_ELEMENTS}, 2]"),
+            "bf16",
+            &format!("{} elements", MAX_ELEMENTS as u128 * 2),
+        ],
+    );
+    // Other errors pass through unchanged.
+    assert_eq!(
+        Error::invalid("x", "y").with_dtype(DType::F32).kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn host_reads_of_the_wrong_type_suggest_the_right_read() {
+    let (tensor_site, read_site) = (here(), here());
+    let error = Error::DTypeMismatch {
+        op: "to_vec",
+        lhs: DType::F32,
+        lhs_site: tensor_site,
+        rhs: DType::F64,
+        rhs_site: read_site,
+    };
+    assert_names(
+        &error,
+        &[
+            "`to_vec::<f64>()`",
+            "holds f32",
+            "`to_vec::<f32>()`",
+            "`to_vec_f64()`",
+            ".to_dtype(DType::F64)",
+            &tensor_site.to_string(),
+            &read_site.to_string(),
+        ],
+    );
+    let error = Error::DTypeMismatch {
+        op: "item",
+        lhs: DType::I64,
+        lhs_site: tensor_site,
+        rhs: DType::I32,
+        rhs_site: read_site,
+    };
+    assert_names(&error, &["`item::<i32>()`", "holds i64", "`item::<i64>()`", "to_dtype"]);
 }
 
 #[test]
@@ -162,6 +251,21 @@ fn device_errors_ask_for_an_ordinal_or_a_feature() {
         &"tpu:0".parse::<Device>().unwrap_err(),
         &["`tpu:0`", "cpu", "cuda:N", "wgpu:N"],
     );
+    for text in [
+        "cpu:99999999999999999999",
+        "cuda:99999999999999999999",
+        "wgpu:-1",
+        "cuda:x",
+    ] {
+        let error = text.parse::<Device>().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidDevice);
+        assert_names(&error, &[&format!("`{text}`"), "not a number"]);
+        assert!(!error.to_string().contains("other than 0"), "{error}");
+    }
+    assert_names(
+        &"cpu:2".parse::<Device>().unwrap_err(),
+        &["ordinal 0 only", "write `cpu`"],
+    );
     let error = Error::BackendNotCompiled {
         device: Device::cuda(0),
         feature: "cuda",
@@ -200,6 +304,15 @@ fn file_errors_name_the_path() {
         std::error::Error::source(&error).is_some(),
         "the io error stays reachable"
     );
+    assert_eq!(error.io_kind(), Some(std::io::ErrorKind::NotFound));
+    assert_eq!(error.kind(), ErrorKind::Io);
+    let error = Error::io(
+        "/root/w.bin",
+        std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+    );
+    assert_eq!(error.io_kind(), Some(std::io::ErrorKind::PermissionDenied));
+    assert_names(&error, &["/root/w.bin"]);
+    assert_eq!(Error::invalid("x", "y").io_kind(), None);
     let error = Error::Format {
         path: "w.bin".into(),
         format: "safetensors",
@@ -247,6 +360,27 @@ fn out_of_memory_says_what_holds_the_memory() {
     assert_names(&fragmented, &["Fragmentation is the cause", "empty_cache()"]);
     let too_big = Error::OutOfMemory(Box::new(report(100 << 30, 0, 0, 0)));
     assert_names(&too_big, &["exceeds the device's capacity", "numel × dtype size"]);
+    // Under a limit with nothing allocated, the limit is the cause, not live tensors.
+    let mut limited = report(1 << 10, 0, 0, 0);
+    limited.limit = Some(1 << 20);
+    let limited = Error::OutOfMemory(Box::new(limited));
+    assert_names(
+        &limited,
+        &[
+            "the allocator's limit is 1.00 MiB",
+            "The allocator's limit of 1.00 MiB is the cause",
+            "nothing is allocated",
+            "set_limit",
+        ],
+    );
+    assert!(!limited.to_string().contains("Live tensors hold"), "{limited}");
+    // With live tensors under the limit, they are named as before.
+    let mut held = report(2 << 30, 70 << 30, 69 << 30, 1 << 20);
+    held.limit = Some(70 << 30);
+    assert_names(&Error::OutOfMemory(Box::new(held)), &["Live tensors hold the memory"]);
+    // A hand-made report with allocated above reserved prints instead of panicking.
+    let odd = Error::OutOfMemory(Box::new(report(1, 0, 5, 0)));
+    assert_names(&odd, &["0 B cached free"]);
 }
 
 #[test]
@@ -338,6 +472,16 @@ fn every_variant_has_its_own_kind_name() {
     names.sort_unstable();
     names.dedup();
     assert_eq!(names.len(), errors.len(), "kind names must be distinct: {names:?}");
+    let mut kinds: Vec<ErrorKind> = errors.iter().map(Error::kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    assert_eq!(kinds.len(), errors.len(), "kinds must be distinct: {kinds:?}");
+    for error in &errors {
+        assert_eq!(error.kind().name(), error.kind_name());
+        assert_eq!(error.kind().to_string(), error.kind_name());
+    }
+    assert_eq!(errors[6].kind(), ErrorKind::SizeOverflow);
+    assert_eq!(errors[6].kind_name(), "size-overflow");
     fn send_sync<T: Send + Sync + 'static>() {}
     send_sync::<Error>();
 }

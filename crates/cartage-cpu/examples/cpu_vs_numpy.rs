@@ -26,7 +26,8 @@ fn tensor(backend: &Arc<dyn Backend>, shape: &[usize], seed: u32) -> TensorArg {
         .alloc(numel * 4, std::panic::Location::caller())
         .expect("allocation")
         .slice();
-    backend.write(buffer, bytemuck::cast_slice(&data)).expect("upload");
+    // SAFETY: `buffer` is a block of this backend that is never freed (the example leaks it).
+    unsafe { backend.write(buffer, bytemuck::cast_slice(&data)) }.expect("upload");
     TensorArg {
         buffer,
         layout: Layout::contiguous(shape).expect("layout"),
@@ -62,7 +63,8 @@ fn main() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(600),
     );
-    let launch = |kernel: &Kernel| backend.launch(kernel).expect("launch");
+    // SAFETY: every operand comes from `tensor`, whose blocks are never freed.
+    let launch = |kernel: &Kernel| unsafe { backend.launch(kernel) }.expect("launch");
     let only: Option<String> = std::env::args().nth(1);
     let wanted = |case: &str| only.as_deref().is_none_or(|o| case.starts_with(o));
 

@@ -2,25 +2,40 @@
 //!
 //! Memory is 64-byte aligned host memory under core's caching allocator; `SegmentHandle.addr` is
 //! the host pointer. Copies are `memmove`s checked against the buffer slices. Kernels run
-//! synchronously on the calling thread (rayon for large work), so `synchronize` has nothing to
-//! wait for and an event is an `Instant`.
+//! synchronously on the calling thread (a private rayon pool for large work), so `synchronize`
+//! has nothing to wait for and an event is an `Instant`.
+//!
+//! # One in-order stream
+//! Like a CUDA stream, the device runs one thing at a time: every kernel, write, read and copy
+//! holds the device's `stream` lock while it touches memory. A tensor written in place by one
+//! thread is therefore never read half-written by another, and a kernel's operands cannot change
+//! under it. Large kernels run their parallel loops on the backend's own rayon pool, never on
+//! the global one: a thread of the global pool that waits for the lock can then never be needed
+//! by the kernel holding it (no deadlock when user code calls cartage from `par_iter`).
 
 use std::any::Any;
 use std::time::{Duration, Instant};
 
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use cartage_core::raw::BufferSlice;
 use cartage_core::{
-    AllocatorConfig, Backend, BufferSlice, CachingAllocator, Capabilities, Device, DeviceInfo, Error, Event, Kernel,
-    Result,
+    AllocatorConfig, Backend, CachingAllocator, Capabilities, Device, DeviceInfo, Error, Event, Kernel, Result,
 };
 
 use crate::memory::{HostSegments, read_meminfo};
-use crate::{elementwise, index, matmul, reduce, softmax, validate};
+use crate::strided::CHUNK_MIN_ELEMENTS;
+use crate::{elementwise, index, matmul, reduce, softmax};
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
 pub struct CpuBackend {
     allocator: CachingAllocator,
     capabilities: Capabilities,
     name: String,
+    /// The device's in-order stream: held while anything touches device memory.
+    stream: Mutex<()>,
+    /// The pool large kernels run on (built on first use).
+    pool: OnceLock<Option<rayon::ThreadPool>>,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -47,13 +62,78 @@ impl CpuBackend {
             allocator: CachingAllocator::new(Device::cpu(), Box::new(HostSegments::new()), AllocatorConfig::default()),
             capabilities,
             name: cpu_model_name().unwrap_or_else(|| std::env::consts::ARCH.to_string()),
+            stream: Mutex::new(()),
+            pool: OnceLock::new(),
         }
+    }
+
+    /// Take the device's stream (a panic inside a kernel leaves no broken state behind: the
+    /// memory is plain bytes, so a poisoned lock is simply taken over).
+    #[inline]
+    fn stream(&self) -> MutexGuard<'_, ()> {
+        self.stream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The backend's rayon pool, with as many threads as the global pool would have; `None` if
+    /// the system refused to start threads (kernels then run on the calling thread's pool).
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool
+            .get_or_init(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .thread_name(|i| format!("cartage-cpu-{i}"))
+                    .build()
+                    .map_err(|e| tracing::warn!(error = %e, "cpu backend: no private thread pool"))
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// The host pointer of the first byte of `slice`.
     fn host_ptr(slice: BufferSlice) -> *mut u8 {
         std::ptr::with_exposed_provenance_mut(slice.addr() as usize)
     }
+
+    /// Run `kernel` (validated, stream held).
+    #[inline]
+    fn dispatch(kernel: &Kernel) -> Result<()> {
+        match kernel {
+            Kernel::Binary { op, lhs, rhs, out } => elementwise::binary(*op, lhs, rhs, out),
+            Kernel::Unary { op, input, out } => elementwise::unary(*op, input, out),
+            Kernel::Fill { out, value } => elementwise::fill(out, *value),
+            Kernel::Arange { out, start, step } => elementwise::arange(out, *start, *step),
+            Kernel::Random {
+                out,
+                distribution,
+                seed,
+                offset,
+            } => elementwise::random(out, *distribution, *seed, *offset),
+            Kernel::Cast { input, out } => elementwise::cast(input, out),
+            Kernel::Copy { input, out } => elementwise::copy_kernel(input, out),
+            Kernel::Compare { op, lhs, rhs, out } => elementwise::compare(*op, lhs, rhs, out),
+            Kernel::Where {
+                cond,
+                on_true,
+                on_false,
+                out,
+            } => elementwise::where_kernel(cond, on_true, on_false, out),
+            Kernel::Reduce { op, input, dims, out } => reduce::reduce(*op, input, dims, out),
+            Kernel::Softmax { input, dim, log, out } => softmax::softmax(input, *dim, *log, out),
+            Kernel::Matmul { lhs, rhs, out } => matmul::matmul(lhs, rhs, out),
+            Kernel::Gather { input, index, dim, out } => index::gather(input, index, *dim, out),
+            Kernel::IndexSelect { input, index, dim, out } => index::index_select(input, index, *dim, out),
+        }
+    }
+}
+
+/// True when `kernel` may use more than one thread: anything with an operand of at least
+/// `CHUNK_MIN_ELEMENTS` elements, and every matmul past the register-tiled tiny sizes.
+#[inline]
+fn may_go_parallel(kernel: &Kernel) -> bool {
+    if let Kernel::Matmul { lhs, rhs, .. } = kernel {
+        let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+        return l[0].saturating_mul(l[1]).saturating_mul(l[2]).saturating_mul(r[2]) >= 1 << 14;
+    }
+    kernel.operands().iter().any(|a| a.layout.numel() >= CHUNK_MIN_ELEMENTS)
 }
 
 /// The `model name` line of `/proc/cpuinfo`, where there is one.
@@ -110,65 +190,52 @@ impl Backend for CpuBackend {
         &self.allocator
     }
 
-    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
-        if src.len() > dst.len {
-            return Err(length_error("write", src.len(), dst.len));
+    unsafe fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
+        if src.len() > dst.len() {
+            return Err(length_error("write", src.len(), dst.len()));
         }
+        let _stream = self.stream();
         // SAFETY: `dst` is a live range of this backend's host memory at least `src.len()` bytes
-        // long; `src` is a host slice that cannot overlap device blocks handed out by the allocator.
+        // long (the caller's contract); `src` is a host slice that cannot overlap device blocks
+        // handed out by the allocator; the stream lock keeps kernels off the range meanwhile.
         unsafe { std::ptr::copy(src.as_ptr(), Self::host_ptr(dst), src.len()) };
         Ok(())
     }
 
-    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
-        if dst.len() > src.len {
-            return Err(length_error("read", src.len, dst.len()));
+    unsafe fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
+        if dst.len() > src.len() {
+            return Err(length_error("read", src.len(), dst.len()));
         }
+        let _stream = self.stream();
         // SAFETY: `src` is a live range of this backend's host memory at least `dst.len()` bytes
-        // long (zero-initialised at allocation, so every byte is initialised).
+        // long (the caller's contract; zero-initialised at allocation, so every byte is
+        // initialised); the stream lock means no kernel writes it meanwhile.
         unsafe { std::ptr::copy(Self::host_ptr(src), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
-    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
-        if src.len > dst.len {
-            return Err(length_error("copy_within", src.len, dst.len));
+    unsafe fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
+        if src.len() > dst.len() {
+            return Err(length_error("copy_within", src.len(), dst.len()));
         }
-        // SAFETY: both are live ranges of this backend's host memory; `copy` allows overlap.
-        unsafe { std::ptr::copy(Self::host_ptr(src), Self::host_ptr(dst), src.len) };
+        let _stream = self.stream();
+        // SAFETY: both are live ranges of this backend's host memory (the caller's contract);
+        // `copy` allows overlap; the stream lock keeps kernels off both ranges meanwhile.
+        unsafe { std::ptr::copy(Self::host_ptr(src), Self::host_ptr(dst), src.len()) };
         Ok(())
     }
 
     #[inline]
-    fn launch(&self, kernel: &Kernel) -> Result<()> {
-        kernel.check_bounds()?;
+    unsafe fn launch(&self, kernel: &Kernel) -> Result<()> {
         self.check_supported(kernel)?;
-        validate::check(kernel)?;
-        match kernel {
-            Kernel::Binary { op, lhs, rhs, out } => elementwise::binary(*op, lhs, rhs, out),
-            Kernel::Unary { op, input, out } => elementwise::unary(*op, input, out),
-            Kernel::Fill { out, value } => elementwise::fill(out, *value),
-            Kernel::Arange { out, start, step } => elementwise::arange(out, *start, *step),
-            Kernel::Random {
-                out,
-                distribution,
-                seed,
-                offset,
-            } => elementwise::random(out, *distribution, *seed, *offset),
-            Kernel::Cast { input, out } => elementwise::cast(input, out),
-            Kernel::Copy { input, out } => elementwise::copy_kernel(input, out),
-            Kernel::Compare { op, lhs, rhs, out } => elementwise::compare(*op, lhs, rhs, out),
-            Kernel::Where {
-                cond,
-                on_true,
-                on_false,
-                out,
-            } => elementwise::where_kernel(cond, on_true, on_false, out),
-            Kernel::Reduce { op, input, dims, out } => reduce::reduce(*op, input, dims, out),
-            Kernel::Softmax { input, dim, log, out } => softmax::softmax(input, *dim, *log, out),
-            Kernel::Matmul { lhs, rhs, out } => matmul::matmul(lhs, rhs, out),
-            Kernel::Gather { input, index, dim, out } => index::gather(input, index, *dim, out),
-            Kernel::IndexSelect { input, index, dim, out } => index::index_select(input, index, *dim, out),
+        kernel.validate()?;
+        let _stream = self.stream();
+        if may_go_parallel(kernel)
+            && let Some(pool) = self.pool()
+        {
+            pool.install(|| Self::dispatch(kernel))
+        } else {
+            Self::dispatch(kernel)
         }
     }
 

@@ -1,9 +1,9 @@
 //! Element types as stored in host memory, and the arithmetic each dtype follows.
 //!
 //! The semantics are those documented in `cartage_core::kernel`: f16/bf16 compute in f32 and
-//! round once on store; integer add/sub/mul/neg/abs wrap; integer division truncates and `x / 0`
-//! is 0; integer `pow` with a negative exponent is 0 unless the base is ±1; float maximum/minimum
-//! propagate NaN. Bool is stored as one byte ([`Bool8`]) and read as `byte != 0`, so no byte value
+//! round once on store; integer add/sub/mul/neg/abs/pow wrap (`pow` by square and multiply over
+//! the whole exponent); integer division truncates and `x / 0` is 0; integer `pow` with a
+//! negative exponent is 0 unless the base is ±1; float maximum/minimum propagate NaN. Bool is stored as one byte ([`Bool8`]) and read as `byte != 0`, so no byte value
 //! in memory is ever an invalid value.
 
 use half::slice::HalfFloatSliceExt;

@@ -30,7 +30,6 @@ mod reduce_outer;
 mod softmax;
 mod strided;
 mod tiny_matmul;
-mod validate;
 
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cartage_core::{MemoryInfo, SegmentError, SegmentHandle, SegmentSource};
+use cartage_core::MemoryInfo;
+use cartage_core::raw::{SegmentError, SegmentHandle, SegmentSource};
 
 /// Alignment of every segment: a cache line, and enough for any SIMD load.
 pub const SEGMENT_ALIGN: usize = 64;
@@ -37,10 +38,9 @@ impl HostSegments {
 
 impl SegmentSource for HostSegments {
     fn allocate_segment(&self, bytes: usize) -> Result<SegmentHandle, SegmentError> {
-        if let Some(info) = read_meminfo()
-            && bytes as u64 > info.total
-        {
-            // More than the machine has: refuse now instead of meeting the OOM killer later.
+        if exceeds_available(bytes, read_meminfo()) {
+            // More than the machine can give now: refuse instead of meeting the OOM killer later
+            // (zeroed pages are only committed when touched, so the allocation itself would pass).
             return Err(SegmentError::OutOfMemory);
         }
         let layout = Layout::from_size_align(bytes.max(1), SEGMENT_ALIGN).map_err(|_| SegmentError::OutOfMemory)?;
@@ -58,7 +58,7 @@ impl SegmentSource for HostSegments {
         Ok(SegmentHandle { id, addr: ptr as u64 })
     }
 
-    fn release_segment(&self, segment: SegmentHandle) {
+    unsafe fn release_segment(&self, segment: SegmentHandle) {
         let entry = self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&segment.id);
         match entry {
             Some((addr, layout)) => {
@@ -84,6 +84,12 @@ impl Drop for HostSegments {
             unsafe { dealloc(addr as *mut u8, layout) };
         }
     }
+}
+
+/// True when a segment of `bytes` is more than the machine has available now (`MemAvailable`,
+/// or `MemFree` on kernels without it). Without the figures nothing is refused here.
+fn exceeds_available(bytes: usize, info: Option<MemoryInfo>) -> bool {
+    info.is_some_and(|info| bytes as u64 > info.free)
 }
 
 /// Total and available RAM from `/proc/meminfo`, `None` where it cannot be read.
@@ -117,6 +123,31 @@ mod tests {
     }
 
     #[test]
+    fn segments_beyond_available_memory_are_refused() {
+        let info = MemoryInfo {
+            free: 1 << 30,
+            total: 64 << 30,
+        };
+        assert!(!exceeds_available(1 << 30, Some(info)));
+        assert!(
+            exceeds_available((1 << 30) + 1, Some(info)),
+            "below MemTotal but above MemAvailable"
+        );
+        assert!(!exceeds_available(usize::MAX, None));
+        // On this machine: more than MemAvailable is refused even when it is below MemTotal.
+        if let Some(info) = read_meminfo()
+            && info.free < info.total
+        {
+            let source = HostSegments::new();
+            let bytes = usize::try_from(info.free).unwrap_or(usize::MAX).saturating_add(1 << 30);
+            if (bytes as u64) < info.total {
+                assert!(matches!(source.allocate_segment(bytes), Err(SegmentError::OutOfMemory)));
+            }
+            assert_eq!(source.live_segments(), 0);
+        }
+    }
+
+    #[test]
     fn segments_are_aligned_zeroed_and_released() {
         let source = HostSegments::new();
         let a = source.allocate_segment(4096).unwrap();
@@ -127,8 +158,12 @@ mod tests {
         let bytes = unsafe { std::slice::from_raw_parts(a.addr as *const u8, 4096) };
         assert!(bytes.iter().all(|&x| x == 0));
         assert_eq!(source.live_segments(), 2);
-        source.release_segment(a);
-        source.release_segment(a); // unknown now: logged, ignored
+        // SAFETY: `a` came from this source and nothing uses it; the second release of an
+        // unknown handle must be refused by the source (logged, ignored), not freed twice.
+        unsafe {
+            source.release_segment(a);
+            source.release_segment(a);
+        }
         assert_eq!(source.live_segments(), 1);
         assert!(matches!(
             source.allocate_segment(usize::MAX),

@@ -177,7 +177,7 @@ impl Walks {
             .collect();
         Walks {
             reduced: Walk::new(&red_shape, [input.layout.strides()]),
-            count: red_shape.iter().product(),
+            count: cartage_core::checked_numel(&red_shape).unwrap_or(0),
             kept: Walk::new(out.layout.shape(), [input.layout.strides(), out.layout.strides()]),
         }
     }

@@ -2,11 +2,12 @@
 //! runs of the innermost dimension, and the rule deciding when work goes to rayon.
 //!
 //! [`Walk`] merges adjacent dimensions that are contiguous for *every* operand and drops size-1
-//! dimensions (the joint form of `Layout::coalesced`), so a strided kernel runs a tight inner
+//! dimensions (core's `layout::coalesce`), so a strided kernel runs a tight inner
 //! loop with fixed strides and touches index arithmetic once per run, not per element.
 //! Broadcast operands have stride 0 and are read in place.
 
 use cartage_core::Dims;
+use cartage_core::layout::coalesce;
 use rayon::prelude::*;
 
 /// Element-wise work below this many elements runs on the calling thread, with no rayon call.
@@ -85,30 +86,14 @@ pub struct Walk<const N: usize> {
 }
 
 impl<const N: usize> Walk<N> {
-    /// Merge what can be merged; a rank-0 or all-ones shape becomes one dimension of size 1.
+    /// Merge what can be merged ([`cartage_core::layout::coalesce`]); a rank-0 or all-ones
+    /// shape becomes one dimension of size 1, an empty one a dimension of size 0.
+    #[inline]
     pub fn new(shape: &[usize], strides: [&[usize]; N]) -> Self {
-        let mut merged: Dims = Dims::new();
-        let mut merged_strides: [Dims; N] = std::array::from_fn(|_| Dims::new());
-        for (d, &size) in shape.iter().enumerate() {
-            if size == 1 {
-                continue;
-            }
-            if let Some(last) = merged.last_mut()
-                && (0..N).all(|k| merged_strides[k].last().copied() == strides[k][d].checked_mul(size))
-            {
-                *last *= size;
-                for k in 0..N {
-                    if let Some(s) = merged_strides[k].last_mut() {
-                        *s = strides[k][d];
-                    }
-                }
-                continue;
-            }
-            merged.push(size);
-            for k in 0..N {
-                merged_strides[k].push(strides[k][d]);
-            }
-        }
+        let coalesced = coalesce(shape, &strides);
+        let mut merged = coalesced.shape;
+        let mut per_operand = coalesced.strides.into_iter();
+        let mut merged_strides: [Dims; N] = std::array::from_fn(|_| per_operand.next().unwrap_or_default());
         if merged.is_empty() {
             merged.push(1);
             for s in &mut merged_strides {
@@ -201,28 +186,9 @@ impl<const N: usize> Walk<N> {
     }
 }
 
-/// True when no two positions of the layout share memory (safe to write from several threads).
-/// Cheap: sorts the dimensions by stride and checks each stride clears the extent inside it.
-pub fn is_non_overlapping(shape: &[usize], strides: &[usize]) -> bool {
-    let mut order: smallvec::SmallVec<[(usize, usize); 6]> = smallvec::SmallVec::new();
-    for (&n, &s) in shape.iter().zip(strides) {
-        if n == 0 {
-            return true;
-        }
-        if n > 1 {
-            order.push((s, n));
-        }
-    }
-    order.sort_unstable();
-    let mut extent = 1usize;
-    for &(s, n) in &order {
-        if s < extent {
-            return false;
-        }
-        extent = s.saturating_mul(n - 1).saturating_add(extent);
-    }
-    true
-}
+/// True when no two positions of the layout share memory (safe to write from several threads):
+/// core's [`cartage_core::layout::is_non_overlapping`].
+pub use cartage_core::layout::is_non_overlapping;
 
 #[cfg(test)]
 mod tests {
@@ -286,12 +252,12 @@ mod tests {
     }
 
     #[test]
-    fn overlap_detection() {
-        assert!(is_non_overlapping(&[3, 4], &[4, 1]));
-        assert!(is_non_overlapping(&[3, 4], &[1, 3]));
-        assert!(!is_non_overlapping(&[3, 4], &[0, 1]));
-        assert!(!is_non_overlapping(&[3, 3], &[1, 1]));
-        assert!(is_non_overlapping(&[3, 1], &[1, 0]));
+    fn empty_walks_have_no_runs() {
+        let walk = Walk::new(&[3, 0, 2], [&[0, 2, 1], &[2, 2, 1]]);
+        assert_eq!(walk.numel(), 0);
+        assert_eq!(walk.inner_len(), 0);
+        assert!(collect(&walk, 0, 0).is_empty());
         assert!(is_non_overlapping(&[0, 5], &[0, 0]));
+        assert!(!is_non_overlapping(&[3, 4], &[0, 1]));
     }
 }

@@ -8,9 +8,10 @@ use std::any::Any;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cartage_core::raw::BufferSlice;
 use cartage_core::{
-    AllocatorConfig, Backend, BufferSlice, CachingAllocator, Capabilities, CopyHandle, DType, Device, DeviceInfo,
-    Error, Event, Kernel, MatmulPrecision, Op, PinnedBuffer, Result,
+    AllocatorConfig, Backend, CachingAllocator, Capabilities, CopyHandle, DType, Device, DeviceInfo, Error, Event,
+    HostStaging, Kernel, MatmulPrecision, Op, PinnedBuffer, Result, StagingBuffer,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -195,24 +196,42 @@ impl Backend for CudaBackend {
         &self.allocator
     }
 
-    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
-        copies::write(self, dst, src)
+    /// # Safety
+    /// `dst` lies in a live allocation of this backend (the trait's contract).
+    unsafe fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
+        // SAFETY: the caller guarantees `dst` is a live block of this device.
+        unsafe { copies::write(self, dst, src) }
     }
 
-    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
-        copies::read(self, src, dst)
+    /// # Safety
+    /// `src` lies in a live allocation of this backend (the trait's contract).
+    unsafe fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: the caller guarantees `src` is a live block of this device.
+        unsafe { copies::read(self, src, dst) }
     }
 
-    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
-        copies::copy_within(self, src, dst)
+    /// # Safety
+    /// `src` and `dst` lie in live allocations of this backend (the trait's contract).
+    unsafe fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
+        // SAFETY: the caller guarantees both ranges are live blocks of this device.
+        unsafe { copies::copy_within(self, src, dst) }
     }
 
-    fn launch(&self, kernel: &Kernel) -> Result<()> {
-        kernel.check_bounds()?;
+    /// Capability check, then [`Kernel::validate`] (every structural rule), then the kernel;
+    /// the launch code checks only CUDA's own limits (rank, grid, 32-bit cuBLAS sizes).
+    ///
+    /// # Safety
+    /// Every operand lies in a live allocation of this backend, freed only in stream order
+    /// afterwards (the trait's contract).
+    #[inline]
+    unsafe fn launch(&self, kernel: &Kernel) -> Result<()> {
         self.check_supported(kernel)?;
+        kernel.validate()?;
         // Kernel launches bind the context themselves (cudarc); the paths that call the driver
         // directly (memset, memcpy, cuBLAS) bind first.
-        launch::launch(self, kernel)
+        // SAFETY: the caller guarantees every operand is a live block of this device; the
+        // kernel's structure (bounds, alignment, aliasing) was validated above.
+        unsafe { launch::launch(self, kernel) }
     }
 
     fn synchronize(&self) -> Result<()> {
@@ -231,16 +250,36 @@ impl Backend for CudaBackend {
         copies::alloc_pinned(self, bytes)
     }
 
-    fn write_async<'a>(&self, dst: BufferSlice, src: &'a PinnedBuffer) -> Result<CopyHandle<'a>> {
-        copies::write_async(self, dst, src)
+    fn alloc_staging(&self, bytes: usize) -> Result<StagingBuffer> {
+        Ok(StagingBuffer::Pinned(self.alloc_pinned(bytes)?))
     }
 
-    fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut PinnedBuffer) -> Result<CopyHandle<'a>> {
-        copies::read_async(self, src, dst)
+    /// Memory pinned for this device is copied on the copy stream and tracked by the buffer;
+    /// pageable memory is copied synchronously; memory pinned for another device is refused.
+    ///
+    /// # Safety
+    /// `dst` lies in a live allocation of this backend, freed only in stream order (the trait's
+    /// contract).
+    unsafe fn write_async<'a>(&self, dst: BufferSlice, src: &'a dyn HostStaging) -> Result<CopyHandle<'a>> {
+        // SAFETY: the caller guarantees `dst` is a live block of this device.
+        unsafe { copies::write_async(self, dst, src) }
     }
 
-    fn copy_to_peer(&self, src: BufferSlice, dst_backend: &dyn Backend, dst: BufferSlice) -> Result<bool> {
-        copies::copy_to_peer(self, src, dst_backend, dst)
+    /// As [`Backend::write_async`], device to host.
+    ///
+    /// # Safety
+    /// `src` lies in a live allocation of this backend (the trait's contract).
+    unsafe fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut dyn HostStaging) -> Result<CopyHandle<'a>> {
+        // SAFETY: the caller guarantees `src` is a live block of this device.
+        unsafe { copies::read_async(self, src, dst) }
+    }
+
+    /// # Safety
+    /// `src` lies in a live allocation of this backend and `dst` in one of `dst_backend` (the
+    /// trait's contract).
+    unsafe fn copy_to_peer(&self, src: BufferSlice, dst_backend: &dyn Backend, dst: BufferSlice) -> Result<bool> {
+        // SAFETY: the caller guarantees both ranges are live blocks of their backends.
+        unsafe { copies::copy_to_peer(self, src, dst_backend, dst) }
     }
 
     fn matmul_precision(&self) -> MatmulPrecision {

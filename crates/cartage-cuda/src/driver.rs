@@ -7,6 +7,7 @@
 //! address is an `unsafe fn` whose caller proves the range is one it owns.
 
 use std::ffi::c_void;
+use std::ptr::NonNull;
 
 use cartage_core::{Device, Error};
 use cudarc::driver::result::{self, DriverError};
@@ -63,14 +64,27 @@ pub(crate) fn mem_info() -> Result<(usize, usize), DriverError> {
     result::mem_get_info()
 }
 
-/// Page-locked host memory (`cuMemHostAlloc`, portable to every context), zeroed.
-pub(crate) fn host_alloc(bytes: usize) -> Result<*mut u8, DriverError> {
+/// Page-locked host memory (`cuMemHostAlloc`, portable to every context), zeroed; `None` when
+/// the driver reported success but returned no memory.
+pub(crate) fn host_alloc(bytes: usize) -> Result<Option<NonNull<u8>>, DriverError> {
     let bytes = bytes.max(1);
     // SAFETY: allocates fresh host memory; the caller binds a context first.
     let ptr = unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) }? as *mut u8;
-    // SAFETY: `ptr` is valid for `bytes` bytes just allocated and not yet shared.
-    unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
-    Ok(ptr)
+    let Some(ptr) = NonNull::new(ptr) else {
+        return Ok(None);
+    };
+    // SAFETY: `ptr` is non-null and valid for `bytes` bytes just allocated and not yet shared.
+    unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
+    Ok(Some(ptr))
+}
+
+/// True when `e` from `cuMemHostAlloc` means the size cannot be pinned (no memory, or a size the
+/// driver refuses outright), as opposed to a broken driver or context.
+pub(crate) fn is_host_alloc_refusal(e: &DriverError) -> bool {
+    matches!(
+        e.0,
+        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY | sys::CUresult::CUDA_ERROR_INVALID_VALUE
+    )
 }
 
 /// `cuMemFreeHost`.

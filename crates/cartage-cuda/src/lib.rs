@@ -20,6 +20,7 @@ use cartage_core::{Backend, Device, Error, Result};
 mod backend;
 mod blas;
 mod copies;
+mod disk_cache;
 mod driver;
 mod events;
 mod launch;

@@ -11,8 +11,13 @@
 //!
 //! f32 uses true f32 arithmetic unless the device's precision is `High` (TF32, R32); f16 and
 //! bf16 accumulate in f32; f64 in f64.
+//!
+//! Shapes, dtypes, alignment and a contiguous, non-overlapping output are core's
+//! [`cartage_core::Kernel::validate`]; this module checks only cuBLAS's limits: 32-bit sizes,
+//! leading dimensions and batch counts, and float dtypes.
 
-use cartage_core::{Allocation, Backend, DType, Error, Layout, MatmulPrecision, Result, TensorArg};
+use cartage_core::raw::Allocation;
+use cartage_core::{Backend, DType, Error, Layout, MatmulPrecision, Result, TensorArg};
 
 use crate::backend::CudaBackend;
 use crate::blas::{BlasOperand, Gemm, GemmKind};
@@ -48,7 +53,9 @@ struct Prepared {
     scratch: Option<Allocation>,
 }
 
-fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
+/// # Safety
+/// `arg` is a validated operand in a live block of `backend`.
+unsafe fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
     let (shape, strides) = (arg.layout.shape(), arg.layout.strides());
     let (batch, rows, cols) = (shape[0], shape[1], shape[2]);
     let batch_stride = if batch == 1 { 0 } else { strides[0] };
@@ -71,16 +78,20 @@ fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
         strides = ?strides,
         "matmul: operand strides are not BLAS-compatible; copying it to a contiguous scratch"
     );
+    let ld = to_i32("leading dimension", cols.max(1))?;
+    let layout = Layout::contiguous(shape)?;
     let scratch = backend.allocator.alloc(bytes)?;
     let copy = cartage_core::Kernel::Copy {
         input: arg.clone(),
         out: TensorArg {
             buffer: scratch.slice(),
-            layout: Layout::contiguous(shape)?,
+            layout,
             dtype: arg.dtype,
         },
     };
-    if let Err(e) = launch(backend, &copy) {
+    // SAFETY: `arg` is a validated operand in a live block (this function's contract) and the
+    // scratch a fresh dense block of its shape and dtype, apart from it.
+    if let Err(e) = unsafe { launch(backend, &copy) } {
         backend.allocator.free(scratch);
         return Err(e);
     }
@@ -88,7 +99,7 @@ fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
         operand: BlasOperand {
             addr: scratch.slice().addr(),
             transpose: false,
-            ld: to_i32("leading dimension", cols.max(1))?,
+            ld,
             batch_stride: (rows * cols) as i64,
         },
         scratch: Some(scratch),
@@ -96,28 +107,12 @@ fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
 }
 
 /// Run Kernel::Matmul.
-pub(crate) fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
-    if lhs.dtype != rhs.dtype || out.dtype != lhs.dtype {
-        return Err(Error::invalid(
-            "matmul",
-            format!(
-                "operands must share a dtype ({}, {}, {})",
-                lhs.dtype, rhs.dtype, out.dtype
-            ),
-        ));
-    }
-    let (l, r, o) = (lhs.layout.shape(), rhs.layout.shape(), out.layout.shape());
-    if l.len() != 3 || r.len() != 3 || o.len() != 3 || l[0] != r[0] || l[2] != r[1] || o != [l[0], l[1], r[2]] {
-        return Err(Error::ShapeMismatch {
-            op: "matmul",
-            lhs: l.to_vec(),
-            rhs: r.to_vec(),
-            reason: format!("expected [B, M, K] × [B, K, N] → [B, M, N], got an output of {o:?}"),
-        });
-    }
-    if !out.layout.is_contiguous() {
-        return Err(Error::invalid("matmul", "the output must be contiguous"));
-    }
+///
+/// # Safety
+/// The kernel passed [`cartage_core::Kernel::validate`] and every operand lies in a live block of
+/// `backend`, freed only in stream order afterwards.
+pub(crate) unsafe fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
     let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
@@ -127,7 +122,8 @@ pub(crate) fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, ou
             out: out.clone(),
             value: cartage_core::Scalar::Float(0.0),
         };
-        return launch(backend, &zero);
+        // SAFETY: `out` is a validated operand in a live block (this function's contract).
+        return unsafe { launch(backend, &zero) };
     }
     let kind = match (out.dtype, backend.matmul_precision()) {
         (DType::F32, MatmulPrecision::Highest) => GemmKind::F32,
@@ -144,8 +140,17 @@ pub(crate) fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, ou
             ));
         }
     };
-    let a = prepare(backend, rhs)?;
-    let b = match prepare(backend, lhs) {
+    // cuBLAS takes 32-bit sizes: checked before any scratch memory is taken.
+    let (m32, n32, k32, batch32) = (
+        to_i32("M", m)?,
+        to_i32("N", n)?,
+        to_i32("K", k)?,
+        to_i32("batch", batch)?,
+    );
+    // SAFETY: validated operands in live blocks (this function's contract).
+    let a = unsafe { prepare(backend, rhs) }?;
+    // SAFETY: as above.
+    let b = match unsafe { prepare(backend, lhs) } {
         Ok(b) => b,
         Err(e) => {
             if let Some(s) = a.scratch {
@@ -156,32 +161,34 @@ pub(crate) fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, ou
     };
     let gemm = Gemm {
         kind,
-        m: to_i32("N", n)?,
-        n: to_i32("M", m)?,
-        k: to_i32("K", k)?,
+        m: n32,
+        n: m32,
+        k: k32,
         a: a.operand,
         b: b.operand,
         c: device_ptr(out),
-        ldc: to_i32("N", n)?,
+        ldc: n32,
         stride_c: (m * n) as i64,
-        batch: to_i32("batch", batch)?,
+        batch: batch32,
     };
-    backend.bind()?;
     let mut slices = vec![lhs.buffer, rhs.buffer, out.buffer];
     slices.extend(a.scratch.iter().chain(b.scratch.iter()).map(|s| s.slice()));
-    let outcome = backend.order.before_compute(&backend.compute, &slices).and_then(|()| {
-        backend.with_blas(|blas| {
-            // SAFETY: every address is a live block of this device: `lhs`/`rhs` within their
-            // bounds-checked buffers under the strides `blas_view` accepted (or a dense scratch
-            // copy), `out` dense [B, M, N]; the call is queued on the compute stream (the
-            // handle's stream) after the operands' earlier users.
-            unsafe { blas.gemm(&gemm) }.map_err(|e| Error::Driver {
-                device: backend.device,
-                op: "cublasGemmEx",
-                message: e.to_string(),
+    let outcome = backend
+        .bind()
+        .and_then(|()| backend.order.before_compute(&backend.compute, &slices))
+        .and_then(|()| {
+            backend.with_blas(|blas| {
+                // SAFETY: every address is a live block of this device: `lhs`/`rhs` within their
+                // validated buffers under the strides `blas_view` accepted (or a dense scratch
+                // copy), `out` dense [B, M, N]; the call is queued on the compute stream (the
+                // handle's stream) after the operands' earlier users.
+                unsafe { blas.gemm(&gemm) }.map_err(|e| Error::Driver {
+                    device: backend.device,
+                    op: "cublasGemmEx",
+                    message: e.to_string(),
+                })
             })
-        })
-    });
+        });
     // Scratch copies go back in stream order: later users are queued after the product.
     for scratch in [a.scratch, b.scratch].into_iter().flatten() {
         backend.allocator.free(scratch);

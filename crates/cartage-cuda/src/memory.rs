@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cartage_core::{Device, MemoryInfo, SegmentError, SegmentHandle, SegmentSource};
+use cartage_core::raw::{SegmentError, SegmentHandle, SegmentSource};
+use cartage_core::{Device, MemoryInfo};
 use cudarc::driver::CudaContext;
 
 use crate::driver;
@@ -56,7 +57,10 @@ impl SegmentSource for DeviceMemory {
         }
     }
 
-    fn release_segment(&self, segment: SegmentHandle) {
+    /// # Safety
+    /// `segment` came from [`DeviceMemory::allocate_segment`], is released once, and no live
+    /// block refers to it (the trait's contract; queued work is waited for below).
+    unsafe fn release_segment(&self, segment: SegmentHandle) {
         self.order.forget_segment(segment.id);
         if let Err(e) = self.ctx.bind_to_thread() {
             tracing::error!(device = %self.device, error = %e, "could not bind the context to free a segment");
@@ -68,9 +72,9 @@ impl SegmentSource for DeviceMemory {
         if let Err(e) = self.ctx.synchronize() {
             tracing::error!(device = %self.device, error = %e, "synchronize before cuMemFree failed");
         }
-        // SAFETY: the allocator releases a segment only when none of its blocks is live, the
-        // device has finished all queued work (above), and the address came from `mem_alloc` in
-        // this context.
+        // SAFETY: the caller releases a segment once and only when none of its blocks is live
+        // (the trait's contract), the device has finished all queued work (above), and the
+        // address came from `mem_alloc` in this context.
         if let Err(e) = unsafe { driver::mem_free(segment.addr) } {
             tracing::error!(device = %self.device, error = %e, "cuMemFree failed");
         }

@@ -4,9 +4,12 @@
 //! Each file in `kernels/` is one module, compiled as a whole the first time one of its kernels
 //! is launched (`common.cuh` is prepended; no CUDA header is needed). The machine code is written
 //! to `$XDG_CACHE_HOME/cartage/kernels` (else `~/.cache/cartage/kernels`) under a name holding
-//! the file, a hash of the source and options, the architecture and the NVRTC version, so a
-//! second process loads it instead of compiling, and a changed source or toolkit never loads a
-//! stale image. Functions are looked up once per device and kept.
+//! the file, a hash of the cache key, the architecture and the NVRTC version, so a second process
+//! loads it instead of compiling. Each entry carries a magic, a format version, the SHA-256 of
+//! its key (source, architecture, image kind, NVRTC options and version) and a SHA-256 over the
+//! key and the image, all checked before the image reaches the driver; a changed source or
+//! toolkit, a damaged file or one not private to this user is a miss and is recompiled
+//! ([`crate::disk_cache`]). Functions are looked up once per device and kept.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,10 +20,8 @@ use cartage_core::{Device, Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
+use crate::disk_cache::{CacheKey, DiskCache};
 use crate::nvrtc::{self, ImageKind};
-
-/// Bumped when the cache's file format or compile options change.
-const CACHE_FORMAT: u32 = 1;
 
 const COMMON: &str = include_str!("../kernels/common.cuh");
 const REDUCE_COMMON: &str = include_str!("../kernels/reduce_common.cuh");
@@ -173,7 +174,7 @@ pub struct KernelModules {
     ctx: Arc<CudaContext>,
     target: Target,
     nvrtc_version: (i32, i32),
-    cache_dir: Option<PathBuf>,
+    disk: Option<DiskCache>,
     modules: [Mutex<Option<Arc<CudaModule>>>; SourceFile::ALL.len()],
     functions: RwLock<HashMap<KernelName, LoadedKernel>>,
     stats: Mutex<ModuleStats>,
@@ -195,19 +196,6 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
     Some(base.join("cartage").join("kernels"))
-}
-
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    for part in parts {
-        for &byte in *part {
-            hash ^= byte as u64;
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-        hash ^= 0xff;
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
 }
 
 impl KernelModules {
@@ -237,7 +225,7 @@ impl KernelModules {
             ctx,
             target,
             nvrtc_version,
-            cache_dir: default_cache_dir(),
+            disk: default_cache_dir().and_then(DiskCache::open),
             modules: Default::default(),
             functions: RwLock::new(HashMap::new()),
             stats: Mutex::new(ModuleStats::default()),
@@ -259,23 +247,36 @@ impl KernelModules {
         *self.stats.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Where `file`'s compiled image is cached on disk (whether or not it exists yet).
+    /// Where `file`'s compiled image is cached on disk (whether or not it exists yet); `None`
+    /// when there is no cache folder or it is not private to this user.
     pub fn cache_path(&self, file: SourceFile) -> Option<PathBuf> {
-        let dir = self.cache_dir.as_ref()?;
-        let source = file.source();
+        let disk = self.disk.as_ref()?;
+        Some(disk.path(&self.cache_file_name(file, &self.cache_key(file))))
+    }
+
+    /// Everything `file`'s image depends on.
+    fn cache_key(&self, file: SourceFile) -> CacheKey {
         let version = format!("{}.{}", self.nvrtc_version.0, self.nvrtc_version.1);
-        let hash = fnv1a(&[
-            source.as_bytes(),
-            self.target.arch.as_bytes(),
-            version.as_bytes(),
-            &CACHE_FORMAT.to_le_bytes(),
-        ]);
+        let options = nvrtc::options(&self.target.arch).join("\0");
+        CacheKey::new(&[
+            ("source", file.source().as_bytes()),
+            ("arch", self.target.arch.as_bytes()),
+            ("kind", self.target.kind.name().as_bytes()),
+            ("options", options.as_bytes()),
+            ("nvrtc", version.as_bytes()),
+        ])
+    }
+
+    fn cache_file_name(&self, file: SourceFile, key: &CacheKey) -> String {
         let stem = file.file_name().trim_end_matches(".cu");
-        let ext = match self.target.kind {
-            ImageKind::Cubin => "cubin",
-            ImageKind::Ptx => "ptx",
-        };
-        Some(dir.join(format!("{stem}-{hash:016x}-{}-nvrtc{version}.{ext}", self.target.arch)))
+        format!(
+            "{stem}-{}-{}-nvrtc{}.{}.{}",
+            key.short_hex(),
+            self.target.arch,
+            self.nvrtc_version.0,
+            self.nvrtc_version.1,
+            self.target.kind.name()
+        )
     }
 
     /// The function `name`, compiling or loading its module on first use.
@@ -321,26 +322,29 @@ impl KernelModules {
         Ok(module)
     }
 
+    /// Load `image` into the device's context, after [`nvrtc::driver_image`] has checked it
+    /// (and NUL-terminated PTX): the driver is given only a pointer.
     fn load_image(&self, image: Vec<u8>) -> std::result::Result<Arc<CudaModule>, String> {
+        let image = nvrtc::driver_image(self.target.kind, image)?;
         self.ctx.load_module(Ptx::from_binary(image)).map_err(|e| e.to_string())
     }
 
     fn load_or_compile(&self, file: SourceFile) -> Result<Arc<CudaModule>> {
-        let path = self.cache_path(file);
-        if let Some(path) = &path {
+        let key = self.cache_key(file);
+        let name = self.cache_file_name(file, &key);
+        if let Some(disk) = &self.disk {
             let started = Instant::now();
-            if let Ok(image) = std::fs::read(path) {
+            if let Some(image) = disk.read(&name, &key) {
                 match self.load_image(image) {
                     Ok(module) => {
                         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
                         stats.disk_hits += 1;
                         stats.load_time += started.elapsed();
-                        tracing::debug!(device = %self.device, path = %path.display(), "kernel module from the disk cache");
+                        tracing::debug!(device = %self.device, path = %disk.path(&name).display(), "kernel module from the disk cache");
                         return Ok(module);
                     }
                     Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "cached kernel image did not load; recompiling");
-                        let _ = std::fs::remove_file(path);
+                        tracing::warn!(path = %disk.path(&name).display(), error = %e, "cached kernel image did not load; recompiling");
                     }
                 }
             }
@@ -356,8 +360,11 @@ impl KernelModules {
             })?;
         let elapsed = started.elapsed();
         tracing::info!(device = %self.device, file = file.file_name(), arch = %self.target.arch, ms = elapsed.as_millis() as u64, "compiled kernels with NVRTC");
-        if let Some(path) = &path {
-            write_atomically(path, &image);
+        if let Some(disk) = &self.disk
+            && let Err(e) = disk.write(&name, &key, &image)
+        {
+            // Only the next process pays for this: it compiles again.
+            tracing::warn!(path = %disk.path(&name).display(), error = %e, "could not write the kernel disk cache");
         }
         let started = Instant::now();
         let module = self.load_image(image).map_err(|message| Error::Driver {
@@ -373,22 +380,6 @@ impl KernelModules {
     }
 }
 
-/// Write `bytes` to `path` through a temporary file and a rename, so a reader never sees half a
-/// file; failures only cost the next process a compile, so they are logged, not returned.
-fn write_atomically(path: &Path, bytes: &[u8]) {
-    let Some(dir) = path.parent() else { return };
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        tracing::debug!(dir = %dir.display(), error = %e, "no kernel cache folder");
-        return;
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        tracing::debug!(path = %path.display(), error = %e, "could not write the kernel cache");
-        let _ = std::fs::remove_file(&tmp);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,14 +390,6 @@ mod tests {
         assert_eq!(name.symbol(), "unary_neg_f32_contig");
         let short = KernelName::new(SourceFile::Construct, ["arange", "bf16", "", ""]);
         assert_eq!(short.symbol(), "arange_bf16");
-    }
-
-    #[test]
-    fn the_cache_key_follows_the_inputs() {
-        let a = fnv1a(&[b"source", b"sm_90"]);
-        assert_ne!(a, fnv1a(&[b"source", b"sm_80"]));
-        assert_ne!(a, fnv1a(&[b"sourc", b"esm_90"]));
-        assert_eq!(a, fnv1a(&[b"source", b"sm_90"]));
     }
 
     /// Every kernel file compiles with NVRTC (no GPU needed, only libnvrtc); skipped loudly

@@ -14,7 +14,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use cartage_core::{BufferSlice, Device, Result};
+use cartage_core::raw::BufferSlice;
+use cartage_core::{Device, Result};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use crate::driver;
@@ -75,7 +76,7 @@ impl StreamOrder {
         state.submissions += 1;
         let now = state.submissions;
         for slice in slices {
-            let entry = state.segment(slice.segment.id);
+            let entry = state.segment(slice.segment().id);
             entry.last_compute = now;
             if let Some(event) = entry.pending_copy.take() {
                 compute
@@ -96,7 +97,7 @@ impl StreamOrder {
         slice: BufferSlice,
     ) -> Result<()> {
         let mut state = self.lock();
-        let needed = state.segment(slice.segment.id).last_compute;
+        let needed = state.segment(slice.segment().id).last_compute;
         if needed == 0 {
             return Ok(());
         }
@@ -123,7 +124,7 @@ impl StreamOrder {
 
     /// Call after queuing an asynchronous copy of `slice` whose completion `event` records.
     pub fn after_copy(&self, slice: BufferSlice, event: Arc<CudaEvent>) {
-        self.lock().segment(slice.segment.id).pending_copy = Some(event);
+        self.lock().segment(slice.segment().id).pending_copy = Some(event);
     }
 
     /// Forget a segment returned to the driver.

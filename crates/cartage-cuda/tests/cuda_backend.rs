@@ -1,19 +1,22 @@
 //! CUDA-specific behaviour beyond the conformance suite: out-of-memory and recovery, the on-disk
-//! kernel cache seen from a second process, pinned asynchronous copies ordered against compute,
-//! device-side index checks, the matmul precision switch, device timing, and two devices.
+//! kernel cache seen from a second process, pinned asynchronous copies ordered against compute
+//! (and guarded when their handle is forgotten), pinned memory of impossible sizes and of another
+//! device, malformed kernels refused before launch, device-side index checks, the matmul precision
+//! switch, device timing, and two devices.
 //!
-//! Without a CUDA device each test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
+//! Every test goes through the sound path (`DeviceBuffer`, `Kernel::run`). Without a CUDA device
+//! each test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cartage_core::{
-    Backend, BinaryOp, DType, Error, Kernel, Layout, MatmulPrecision, Scalar, TensorArg, pinned_bytes_in_use,
+    Backend, BinaryOp, DType, DeviceBuffer, Error, HostStaging, Kernel, Layout, MatmulPrecision, PageableBuffer,
+    Scalar, TensorArg, pinned_bytes_in_use,
 };
 use cartage_cuda::CudaBackend;
 
 const CHILD_VAR: &str = "CARTAGE_CUDA_TEST_CHILD";
 
-/// The backend for `cuda:ordinal`, or `None` after a loud skip (a panic under CARTAGE_REQUIRE).
 /// Tests of this binary share one device and compare its memory counters: they run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -21,15 +24,19 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn required() -> bool {
+    std::env::var("CARTAGE_REQUIRE")
+        .map(|v| v.split(',').any(|k| k.trim() == "cuda"))
+        .unwrap_or(false)
+}
+
+/// The backend for `cuda:ordinal`, or `None` after a loud skip (a panic under CARTAGE_REQUIRE).
 fn backend(test: &str, ordinal: usize) -> Option<Arc<CudaBackend>> {
     match cartage_cuda::open_cuda(ordinal) {
         Ok(b) => Some(b),
         Err(e) => {
-            let required = std::env::var("CARTAGE_REQUIRE")
-                .map(|v| v.split(',').any(|k| k.trim() == "cuda"))
-                .unwrap_or(false);
             assert!(
-                !required,
+                !required(),
                 "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:{ordinal}: {e}"
             );
             eprintln!("SKIP cuda/{test}: cuda:{ordinal}: {e}");
@@ -38,30 +45,40 @@ fn backend(test: &str, ordinal: usize) -> Option<Arc<CudaBackend>> {
     }
 }
 
-fn arg(buffer: cartage_core::BufferSlice, shape: &[usize], dtype: DType) -> TensorArg {
-    TensorArg {
-        buffer,
-        layout: Layout::contiguous(shape).expect("layout"),
-        dtype,
-    }
+/// The same backend as core's `Arc<dyn Backend>`, which `DeviceBuffer` holds.
+fn dyn_backend(b: &Arc<CudaBackend>) -> Arc<dyn Backend> {
+    b.clone()
 }
 
-fn upload_f32(b: &CudaBackend, values: &[f32]) -> cartage_core::Allocation {
-    let a = b
-        .alloc(values.len() * 4, std::panic::Location::caller())
-        .expect("alloc");
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    b.write(a.slice(), &bytes).expect("write");
-    a
+fn buffer(b: &Arc<dyn Backend>, bytes: usize) -> DeviceBuffer {
+    DeviceBuffer::new(b, bytes).expect("alloc")
 }
 
-fn download_f32(b: &CudaBackend, slice: cartage_core::BufferSlice, n: usize) -> Vec<f32> {
-    let mut bytes = vec![0u8; n * 4];
-    b.read(slice.slice(0, n * 4).expect("slice"), &mut bytes).expect("read");
+fn arg(buf: &DeviceBuffer, shape: &[usize], dtype: DType) -> TensorArg {
+    buf.arg(Layout::contiguous(shape).expect("layout"), dtype)
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn f32_values(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+fn upload_f32(b: &Arc<dyn Backend>, values: &[f32]) -> DeviceBuffer {
+    let buf = buffer(b, values.len() * 4);
+    buf.write(0, &f32_bytes(values)).expect("write");
+    buf
+}
+
+fn download_f32(buf: &DeviceBuffer, n: usize) -> Vec<f32> {
+    let mut bytes = vec![0u8; n * 4];
+    buf.read(0, &mut bytes).expect("read");
+    f32_values(&bytes)
 }
 
 #[test]
@@ -78,13 +95,12 @@ fn device_count_never_panics() {
 #[test]
 fn out_of_memory_is_typed_and_recoverable() {
     let _serial = serial();
-    let Some(b) = backend("out_of_memory_is_typed_and_recoverable", 0) else {
+    let Some(cuda) = backend("out_of_memory_is_typed_and_recoverable", 0) else {
         return;
     };
+    let b = dyn_backend(&cuda);
     let before = b.memory_stats();
-    let err = b
-        .alloc(500 << 30, std::panic::Location::caller())
-        .expect_err("500 GiB must not fit");
+    let err = DeviceBuffer::new(&b, 500 << 30).expect_err("500 GiB must not fit");
     let Error::OutOfMemory(report) = &err else {
         panic!("expected OutOfMemory, got {err}");
     };
@@ -102,26 +118,24 @@ fn out_of_memory_is_typed_and_recoverable() {
     let n = 1 << 20;
     let x = upload_f32(&b, &vec![1.5; n]);
     let y = upload_f32(&b, &vec![2.0; n]);
-    let out = b.alloc(n * 4, std::panic::Location::caller()).expect("alloc after OOM");
-    b.launch(&Kernel::Binary {
+    let out = DeviceBuffer::new(&b, n * 4).expect("alloc after OOM");
+    Kernel::Binary {
         op: BinaryOp::Add,
-        lhs: arg(x.slice(), &[n], DType::F32),
-        rhs: arg(y.slice(), &[n], DType::F32),
-        out: arg(out.slice(), &[n], DType::F32),
-    })
-    .expect("add after OOM");
-    assert!(download_f32(&b, out.slice(), n).iter().all(|&v| v == 3.5));
-    for a in [x, y, out] {
-        b.free(a);
+        lhs: arg(&x, &[n], DType::F32),
+        rhs: arg(&y, &[n], DType::F32),
+        out: arg(&out, &[n], DType::F32),
     }
+    .run(&[&x, &y, &out])
+    .expect("add after OOM");
+    assert!(download_f32(&out, n).iter().all(|&v| v == 3.5));
 }
 
 /// Launch one kernel of every source file so that every module is compiled (or loaded).
-fn touch_every_module(b: &CudaBackend) {
+fn touch_every_module(b: &Arc<dyn Backend>) {
     let n = 64;
     let x = upload_f32(b, &vec![0.25; n]);
-    let out = b.alloc(n * 8, std::panic::Location::caller()).expect("alloc");
-    let v = |a: &cartage_core::Allocation, dtype| arg(a.slice(), &[n], dtype);
+    let out = buffer(b, n * 8);
+    let v = |buf: &DeviceBuffer, dtype| arg(buf, &[n], dtype);
     let kernels = [
         Kernel::Unary {
             op: cartage_core::UnaryOp::Exp,
@@ -153,13 +167,13 @@ fn touch_every_module(b: &CudaBackend) {
             op: cartage_core::ReduceOp::Sum,
             input: v(&x, DType::F32),
             dims: [0].into_iter().collect(),
-            out: arg(out.slice(), &[1], DType::F32),
+            out: arg(&out, &[1], DType::F32),
         },
         Kernel::Reduce {
             op: cartage_core::ReduceOp::Max,
             input: v(&x, DType::F32),
             dims: [0].into_iter().collect(),
-            out: arg(out.slice(), &[1], DType::F32),
+            out: arg(&out, &[1], DType::F32),
         },
         Kernel::Softmax {
             input: v(&x, DType::F32),
@@ -169,21 +183,19 @@ fn touch_every_module(b: &CudaBackend) {
         },
     ];
     for k in &kernels {
-        b.launch(k).expect("launch");
+        k.run(&[&x, &out]).expect("launch");
     }
     b.synchronize().expect("sync");
-    b.free(x);
-    b.free(out);
 }
 
 #[test]
 fn kernels_are_cached_on_disk_for_the_next_process() {
     let _serial = serial();
-    let Some(b) = backend("kernels_are_cached_on_disk_for_the_next_process", 0) else {
+    let Some(cuda) = backend("kernels_are_cached_on_disk_for_the_next_process", 0) else {
         return;
     };
-    touch_every_module(&b);
-    let path = b
+    touch_every_module(&dyn_backend(&cuda));
+    let path = cuda
         .modules()
         .cache_path(cartage_cuda::modules::SourceFile::Unary)
         .expect("a cache folder (XDG_CACHE_HOME or HOME)");
@@ -224,10 +236,10 @@ fn second_process_loads_kernels_from_disk() {
         Ok("1"),
         "only meaningful as a child process"
     );
-    let b = cartage_cuda::open_cuda(0).expect("open in the child");
+    let cuda = cartage_cuda::open_cuda(0).expect("open in the child");
     let started = std::time::Instant::now();
-    touch_every_module(&b);
-    let stats = b.modules().stats();
+    touch_every_module(&dyn_backend(&cuda));
+    let stats = cuda.modules().stats();
     println!(
         "child: compiled {} disk hits {} load {:?} first calls {:?}",
         stats.compiled,
@@ -240,101 +252,337 @@ fn second_process_loads_kernels_from_disk() {
 #[test]
 fn pinned_async_copies_round_trip_in_order() {
     let _serial = serial();
-    let Some(b) = backend("pinned_async_copies_round_trip_in_order", 0) else {
+    let Some(cuda) = backend("pinned_async_copies_round_trip_in_order", 0) else {
         return;
     };
+    let b = dyn_backend(&cuda);
     let n = 64 << 20; // 64 Mi f32 = 256 MiB: each fill below takes a while on the device.
     let bytes = n * 4;
     let pinned_before = pinned_bytes_in_use();
     let mut src = b.alloc_pinned(bytes).expect("pinned");
+    assert_eq!(src.pinned_for(), Some(b.device()));
     assert!(pinned_bytes_in_use() >= pinned_before + bytes as u64);
     for (i, chunk) in src.as_mut_slice().chunks_mut(4).enumerate() {
         chunk.copy_from_slice(&(i as f32).to_le_bytes());
     }
-    let dst = b.alloc(bytes, std::panic::Location::caller()).expect("alloc");
+    let dst = buffer(&b, bytes);
     // Queue compute work on the block first: the copy must land after it, not under it.
     for _ in 0..8 {
-        b.launch(&Kernel::Fill {
-            out: arg(dst.slice(), &[n], DType::F32),
+        Kernel::Fill {
+            out: arg(&dst, &[n], DType::F32),
             value: Scalar::Float(-1.0),
-        })
+        }
+        .run(&[&dst])
         .expect("fill");
     }
-    let copy = b.write_async(dst.slice(), &src).expect("write_async");
+    let copy = dst.write_async(0, &src, bytes).expect("write_async");
     copy.wait().expect("wait");
-    // And compute queued after the copy sees its data: double it, then read back asynchronously.
-    b.launch(&Kernel::Binary {
+    // And compute queued after the copy sees its data: double it in place, then read back
+    // asynchronously.
+    Kernel::Binary {
         op: BinaryOp::Add,
-        lhs: arg(dst.slice(), &[n], DType::F32),
-        rhs: arg(dst.slice(), &[n], DType::F32),
-        out: arg(dst.slice(), &[n], DType::F32),
-    })
+        lhs: arg(&dst, &[n], DType::F32),
+        rhs: arg(&dst, &[n], DType::F32),
+        out: arg(&dst, &[n], DType::F32),
+    }
+    .run(&[&dst])
     .expect("add");
     let mut back = b.alloc_pinned(bytes).expect("pinned");
-    let read = b.read_async(dst.slice(), &mut back).expect("read_async");
+    let read = dst.read_async(0, &mut back, bytes).expect("read_async");
     read.wait().expect("wait");
     for (i, chunk) in back.as_slice().chunks(4).enumerate().step_by(9973) {
         let v = f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
         assert_eq!(v, 2.0 * i as f32, "element {i}");
     }
-    b.free(dst);
+}
+
+/// 64 Mi i32 (256 MiB) holding 0, 1, 2, …, with `fills` more aranges queued behind the first so
+/// that an asynchronous copy issued next has to wait for the device a while.
+fn busy_arange(b: &Arc<dyn Backend>, n: usize, fills: usize) -> DeviceBuffer {
+    let buf = buffer(b, n * 4);
+    for _ in 0..fills {
+        Kernel::Arange {
+            out: arg(&buf, &[n], DType::I32),
+            start: 0.0,
+            step: 1.0,
+        }
+        .run(&[&buf])
+        .expect("arange");
+    }
+    buf
+}
+
+#[test]
+fn a_forgotten_copy_handle_still_guards_the_pinned_buffer() {
+    let _serial = serial();
+    let Some(cuda) = backend("a_forgotten_copy_handle_still_guards_the_pinned_buffer", 0) else {
+        return;
+    };
+    let b = dyn_backend(&cuda);
+    let n = 64 << 20;
+    let bytes = n * 4;
+    let expect_arange = |data: &[u8], what: &str| {
+        let count = data.len() / 4;
+        for i in (0..count).step_by(4099).chain([count - 1]) {
+            let v = i32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]);
+            assert_eq!(v, i as i32, "{what}: element {i}");
+        }
+    };
+
+    // Device → host: forget the handle, then touch the bytes at once. `as_mut_slice` must wait
+    // for the copy, so it sees the device's data, and what is written next is not overwritten.
+    let dev = busy_arange(&b, n, 64);
+    let mut pinned = b.alloc_pinned(bytes).expect("pinned");
+    let handle = dev.read_async(0, &mut pinned, bytes).expect("read_async");
+    let in_flight = !handle.is_done();
+    std::mem::forget(handle);
+    let host = pinned.as_mut_slice();
+    expect_arange(host, "read_async, handle forgotten");
+    host[..4].copy_from_slice(&(-7i32).to_le_bytes());
+    cuda.synchronize().expect("sync");
+    assert_eq!(
+        &pinned.as_slice()[..4],
+        &(-7i32).to_le_bytes(),
+        "a late copy overwrote the host write"
+    );
+    eprintln!("read_async still in flight when its handle was forgotten: {in_flight}");
+
+    // Host → device: forget the handle, then overwrite the source at once. The device must get
+    // the bytes as they were when the copy was issued.
+    let target = busy_arange(&b, n, 64);
+    let mut source = b.alloc_pinned(bytes).expect("pinned");
+    for (i, chunk) in source.as_mut_slice().chunks_mut(4).enumerate() {
+        chunk.copy_from_slice(&(i as i32).to_le_bytes());
+    }
+    Kernel::Fill {
+        out: arg(&target, &[n], DType::I32),
+        value: Scalar::Int(-1),
+    }
+    .run(&[&target])
+    .expect("fill");
+    std::mem::forget(target.write_async(0, &source, bytes).expect("write_async"));
+    source.as_mut_slice().fill(0xAB);
+    let mut back = vec![0u8; bytes];
+    target.read(0, &mut back).expect("read");
+    expect_arange(&back, "write_async, handle forgotten, source overwritten");
+
+    // Forgetting the handle and dropping the buffer: the drop waits before freeing the memory.
+    let mut doomed = b.alloc_pinned(bytes).expect("pinned");
+    std::mem::forget(dev.read_async(0, &mut doomed, bytes).expect("read_async"));
+    drop(doomed);
+    cuda.synchronize()
+        .expect("sync after dropping a buffer with a copy in flight");
+}
+
+#[test]
+fn pinned_memory_of_an_impossible_size_is_out_of_memory() {
+    let _serial = serial();
+    let Some(cuda) = backend("pinned_memory_of_an_impossible_size_is_out_of_memory", 0) else {
+        return;
+    };
+    let b = dyn_backend(&cuda);
+    let before = pinned_bytes_in_use();
+    for bytes in [1usize << 45, usize::MAX] {
+        match b.alloc_pinned(bytes) {
+            Err(Error::OutOfMemory(report)) => {
+                assert_eq!(report.requested, bytes);
+                eprintln!("alloc_pinned({bytes}): {}", Error::OutOfMemory(report));
+            }
+            other => panic!("alloc_pinned({bytes}) must be OutOfMemory, got {other:?}"),
+        }
+        assert!(
+            matches!(b.alloc_staging(bytes), Err(Error::OutOfMemory(_))),
+            "alloc_staging({bytes})"
+        );
+    }
+    assert_eq!(pinned_bytes_in_use(), before);
+    // The device still pins ordinary sizes afterwards.
+    let staging = b.alloc_staging(4096).expect("staging");
+    assert!(staging.is_pinned() && staging.pinned_for() == Some(b.device()));
+}
+
+#[test]
+fn pageable_memory_copies_synchronously_and_foreign_pinned_memory_is_refused() {
+    let _serial = serial();
+    let Some(cuda) = backend("pageable_memory_copies_synchronously", 0) else {
+        return;
+    };
+    let b = dyn_backend(&cuda);
+    // Pageable memory through the asynchronous API: a correct copy, done when it returns.
+    let len = (3 << 20) + 5;
+    let mut host = PageableBuffer::new(len).expect("pageable");
+    for (i, byte) in host.as_mut_slice().iter_mut().enumerate() {
+        *byte = (i * 13 + 1) as u8;
+    }
+    let dev = buffer(&b, len);
+    let handle = dev
+        .write_async(0, &host, len)
+        .expect("write_async from pageable memory");
+    assert!(handle.is_done(), "a pageable copy completes before write_async returns");
+    handle.wait().expect("wait");
+    let mut back = PageableBuffer::new(len).expect("pageable");
+    dev.read_async(0, &mut back, len)
+        .expect("read_async into pageable memory")
+        .wait()
+        .expect("wait");
+    assert!(back.as_slice() == host.as_slice(), "pageable round trip differs");
+
+    // Memory pinned for cuda:0 used with cuda:1: a typed error naming both devices.
+    let count = cartage_cuda::device_count().unwrap_or(0);
+    if count < 2 {
+        eprintln!(
+            "SKIP cuda/pinned_memory_of_another_device_is_refused: {count} CUDA device(s); needs 2 \
+             (the pageable part above ran)"
+        );
+        return;
+    }
+    let Some(cuda1) = backend("pinned_memory_of_another_device_is_refused", 1) else {
+        return;
+    };
+    let b1 = dyn_backend(&cuda1);
+    let mut pinned0 = b.alloc_pinned(4096).expect("pinned on cuda:0");
+    let dev1 = buffer(&b1, 4096);
+    let refusals = [
+        dev1.write_async(0, &pinned0, 4096).map(|_| ()),
+        dev1.read_async(0, &mut pinned0, 4096).map(|_| ()),
+    ];
+    for result in refusals {
+        let err = result.expect_err("pinned memory of cuda:0 used with cuda:1");
+        assert_eq!(err.kind_name(), "invalid-argument", "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("pinned for cuda:0, used with cuda:1") && message.contains("alloc_pinned"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn malformed_kernels_are_refused_before_launch() {
+    let _serial = serial();
+    let Some(cuda) = backend("malformed_kernels_are_refused_before_launch", 0) else {
+        return;
+    };
+    let b = dyn_backend(&cuda);
+    let n = 8;
+    let x = upload_f32(&b, &(0..n + 1).map(|i| i as f32).collect::<Vec<_>>());
+    let view = |offset: usize, len: usize, shape: &[usize], strides: Option<&[usize]>| TensorArg {
+        buffer: x.range(offset, len).expect("range"),
+        layout: match strides {
+            Some(s) => Layout::from_parts(shape, s, 0).expect("layout"),
+            None => Layout::contiguous(shape).expect("layout"),
+        },
+        dtype: DType::F32,
+    };
+    let add = |lhs, rhs, out| Kernel::Binary {
+        op: BinaryOp::Add,
+        lhs,
+        rhs,
+        out,
+    };
+    let cases = [
+        (
+            "a misaligned operand",
+            add(
+                view(2, n * 4, &[n], None),
+                view(0, n * 4, &[n], None),
+                view(0, n * 4, &[n], None),
+            ),
+            "aligned",
+        ),
+        (
+            "an output overlapping an input",
+            add(
+                view(0, n * 4, &[n], None),
+                view(0, n * 4, &[n], None),
+                view(4, n * 4, &[n], None),
+            ),
+            "shares memory",
+        ),
+        (
+            "a broadcast output",
+            add(
+                view(0, n * 4, &[n], None),
+                view(0, n * 4, &[n], None),
+                view(0, 4, &[n], Some(&[0])),
+            ),
+            "several elements to one address",
+        ),
+    ];
+    for (what, kernel, needle) in cases {
+        let err = kernel.run(&[&x]).expect_err(what);
+        assert_eq!(err.kind_name(), "invalid-argument", "{what}: {err}");
+        assert!(err.to_string().contains(needle), "{what}: {err}");
+    }
+    let shapes = add(
+        view(0, n * 4, &[n], None),
+        view(0, 16, &[4], None),
+        view(0, n * 4, &[n], None),
+    );
+    let err = shapes.run(&[&x]).expect_err("mismatched shapes");
+    assert_eq!(err.kind_name(), "shape-mismatch", "{err}");
+    // Nothing was launched: the buffer is as written.
+    assert_eq!(
+        download_f32(&x, n + 1),
+        (0..n + 1).map(|i| i as f32).collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn pageable_copies_of_every_size_round_trip() {
     let _serial = serial();
-    let Some(b) = backend("pageable_copies_of_every_size_round_trip", 0) else {
+    let Some(cuda) = backend("pageable_copies_of_every_size_round_trip", 0) else {
         return;
     };
+    let b = dyn_backend(&cuda);
     // Below, at and above the staging chunk (16 MiB), odd lengths included.
     for len in [1usize, 4097, (1 << 20) + 3, (40 << 20) + 5] {
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
-        let a = b.alloc(len, std::panic::Location::caller()).expect("alloc");
-        b.write(a.slice(), &data).expect("write");
+        let a = buffer(&b, len);
+        a.write(0, &data).expect("write");
         let mut back = vec![0u8; len];
-        b.read(a.slice(), &mut back).expect("read");
+        a.read(0, &mut back).expect("read");
         assert!(back == data, "round trip of {len} bytes differs");
-        b.free(a);
     }
 }
 
 #[test]
 fn out_of_range_indices_are_found_on_the_device() {
     let _serial = serial();
-    let Some(b) = backend("out_of_range_indices_are_found_on_the_device", 0) else {
+    let Some(cuda) = backend("out_of_range_indices_are_found_on_the_device", 0) else {
         return;
     };
+    let b = dyn_backend(&cuda);
     let input = upload_f32(&b, &[10.0, 20.0, 30.0]);
-    let index = b.alloc(16, std::panic::Location::caller()).expect("alloc");
-    let out = b.alloc(8, std::panic::Location::caller()).expect("alloc");
+    let index = buffer(&b, 16);
+    let out = buffer(&b, 8);
     for (values, bad) in [([2i64, 5], Some(5)), ([-1, 0], Some(-1)), ([2, 0], None)] {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        b.write(index.slice(), &bytes).expect("write");
-        let result = b.launch(&Kernel::IndexSelect {
-            input: arg(input.slice(), &[3], DType::F32),
-            index: arg(index.slice(), &[2], DType::I64),
+        index.write(0, &bytes).expect("write");
+        let result = Kernel::IndexSelect {
+            input: arg(&input, &[3], DType::F32),
+            index: arg(&index, &[2], DType::I64),
             dim: 0,
-            out: arg(out.slice(), &[2], DType::F32),
-        });
+            out: arg(&out, &[2], DType::F32),
+        }
+        .run(&[&input, &index, &out]);
         match (result, bad) {
             (Err(Error::IndexOutOfRange { index, size, .. }), Some(want)) => {
                 assert_eq!((index, size), (want, 3));
             }
-            (Ok(()), None) => assert_eq!(download_f32(&b, out.slice(), 2), vec![30.0, 10.0]),
+            (Ok(()), None) => assert_eq!(download_f32(&out, 2), vec![30.0, 10.0]),
             (other, want) => panic!("indices {values:?}: got {other:?}, wanted {want:?}"),
         }
-    }
-    for a in [input, index, out] {
-        b.free(a);
     }
 }
 
 #[test]
 fn matmul_precision_switches_between_f32_and_tf32() {
     let _serial = serial();
-    let Some(b) = backend("matmul_precision_switches_between_f32_and_tf32", 0) else {
+    let Some(cuda) = backend("matmul_precision_switches_between_f32_and_tf32", 0) else {
         return;
     };
+    let b = dyn_backend(&cuda);
     let (m, k, n) = (64, 512, 64);
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {
@@ -352,16 +600,17 @@ fn matmul_precision_switches_between_f32_and_tf32() {
         })
         .collect();
     let (l, r) = (upload_f32(&b, &lhs), upload_f32(&b, &rhs));
-    let out = b.alloc(m * n * 4, std::panic::Location::caller()).expect("alloc");
+    let out = buffer(&b, m * n * 4);
     let error = |precision| {
         b.set_matmul_precision(precision).expect("set precision");
-        b.launch(&Kernel::Matmul {
-            lhs: arg(l.slice(), &[1, m, k], DType::F32),
-            rhs: arg(r.slice(), &[1, k, n], DType::F32),
-            out: arg(out.slice(), &[1, m, n], DType::F32),
-        })
+        Kernel::Matmul {
+            lhs: arg(&l, &[1, m, k], DType::F32),
+            rhs: arg(&r, &[1, k, n], DType::F32),
+            out: arg(&out, &[1, m, n], DType::F32),
+        }
+        .run(&[&l, &r, &out])
         .expect("matmul");
-        let got = download_f32(&b, out.slice(), m * n);
+        let got = download_f32(&out, m * n);
         let num: f64 = got.iter().zip(&want).map(|(g, w)| (*g as f64 - w).powi(2)).sum();
         let den: f64 = want.iter().map(|w| w * w).sum();
         (num / den).sqrt()
@@ -372,33 +621,31 @@ fn matmul_precision_switches_between_f32_and_tf32() {
     eprintln!("matmul relative error: highest {highest:.2e}, high (tf32) {high:.2e}");
     assert!(highest < 1e-6, "true f32 error {highest}");
     assert!(high > 10.0 * highest, "TF32 should lose precision: {high} vs {highest}");
-    for a in [l, r, out] {
-        b.free(a);
-    }
 }
 
 #[test]
 fn events_time_device_work() {
     let _serial = serial();
-    let Some(b) = backend("events_time_device_work", 0) else {
+    let Some(cuda) = backend("events_time_device_work", 0) else {
         return;
     };
+    let b = dyn_backend(&cuda);
     let n = 16 << 20;
-    let a = b.alloc(n * 4, std::panic::Location::caller()).expect("alloc");
+    let a = buffer(&b, n * 4);
     let start = b.record_event().expect("event");
     for _ in 0..4 {
-        b.launch(&Kernel::Arange {
-            out: arg(a.slice(), &[n], DType::F32),
+        Kernel::Arange {
+            out: arg(&a, &[n], DType::F32),
             start: 0.0,
             step: 1.0,
-        })
+        }
+        .run(&[&a])
         .expect("arange");
     }
     let end = b.record_event().expect("event");
     let elapsed = b.elapsed(&start, &end).expect("elapsed");
     assert!(elapsed.as_nanos() > 0, "{elapsed:?}");
     eprintln!("4 × arange of 16 Mi f32: {elapsed:?} on the device");
-    b.free(a);
 }
 
 #[test]
@@ -409,21 +656,17 @@ fn two_devices_are_distinct_and_copy_peer_to_peer() {
         eprintln!("SKIP cuda/two_devices_are_distinct_and_copy_peer_to_peer: {count} CUDA device(s); needs 2");
         return;
     }
-    let (Some(b0), Some(b1)) = (backend("two_devices", 0), backend("two_devices", 1)) else {
+    let (Some(c0), Some(c1)) = (backend("two_devices", 0), backend("two_devices", 1)) else {
         return;
     };
+    let (b0, b1) = (dyn_backend(&c0), dyn_backend(&c1));
     assert_eq!(b0.device().to_string(), "cuda:0");
     assert_eq!(b1.device().to_string(), "cuda:1");
     assert_ne!(b0.device(), b1.device());
     let n = (3 << 20) + 1;
     let values: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
     let src = upload_f32(&b0, &values);
-    let dst = b1
-        .alloc(n * 4, std::panic::Location::caller())
-        .expect("alloc on cuda:1");
-    let peer: &dyn Backend = b1.as_ref();
-    assert!(b0.copy_to_peer(src.slice(), peer, dst.slice()).expect("peer copy"));
-    assert_eq!(download_f32(&b1, dst.slice(), n), values);
-    b0.free(src);
-    b1.free(dst);
+    let dst = DeviceBuffer::new(&b1, n * 4).expect("alloc on cuda:1");
+    assert!(src.copy_to_peer(0, &dst, 0, n * 4).expect("peer copy"));
+    assert_eq!(download_f32(&dst, n), values);
 }

@@ -1,13 +1,19 @@
 //! [`WgpuBackend`]: the [`Backend`] trait on a wgpu device — memory through core's caching
 //! allocator, ops recorded into a shared encoder, copies, read-back, synchronisation and timing.
+//!
+//! A kernel's structure is checked once, by core's [`Kernel::validate`], right after the
+//! capability check; the backend itself checks only what the adapter limits (binding sizes,
+//! dispatch sizes, f64 and 16-bit support) and that every range it binds or copies lies inside
+//! its segment. Host staging is ordinary memory: wgpu cannot page-lock host memory, so
+//! `alloc_pinned` keeps core's refusal and `alloc_staging` core's pageable buffers.
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cartage_core::raw::{Allocation, BufferSlice, SegmentError};
 use cartage_core::{
-    Backend, BufferSlice, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel, Layout,
-    Result, TensorArg,
+    Backend, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel, Layout, Result, TensorArg,
 };
 
 use crate::bindings::{BindGroupCache, BindKey, Window};
@@ -174,7 +180,7 @@ impl WgpuBackend {
 
     /// Allocate device scratch memory through the caching allocator (freed by the caller once
     /// the work using it is recorded: the single queue keeps later reuse in order).
-    pub(crate) fn scratch(&self, bytes: usize) -> Result<cartage_core::Allocation> {
+    pub(crate) fn scratch(&self, bytes: usize) -> Result<Allocation> {
         self.allocator.alloc(bytes)
     }
 
@@ -183,37 +189,37 @@ impl WgpuBackend {
         self.lock_recorder().submit(&self.ctx)
     }
 
+    /// The segment buffer `slice` lies in, checked to hold the slice's bytes (a slice this
+    /// device's allocator did not make, or one of a released segment, is an error).
     fn buffer(&self, slice: &BufferSlice, op: &'static str) -> Result<wgpu::Buffer> {
-        self.table.get(slice.segment.id).ok_or_else(|| {
-            Error::invalid(
-                op,
-                format!(
-                    "segment {} is not held by {} (freed, or memory of another device)",
-                    slice.segment.id, self.ctx.cartage_device
-                ),
-            )
-        })
-    }
-
-    fn check_range(slice: &BufferSlice, buffer: &wgpu::Buffer, op: &'static str) -> Result<()> {
-        if (slice.offset + slice.len) as u64 > buffer.size() {
+        let id = slice.segment().id;
+        let Some(buffer) = self.table.get(id) else {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "bytes {}..{} lie outside a segment of {} bytes",
-                    slice.offset,
-                    slice.offset + slice.len,
+                    "segment {id} is not held by {} (freed, or memory of another device)",
+                    self.ctx.cartage_device
+                ),
+            ));
+        };
+        let end = slice.offset() as u64 + slice.len() as u64;
+        if end > buffer.size() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "bytes {}..{end} lie outside a segment of {} bytes",
+                    slice.offset(),
                     buffer.size()
                 ),
             ));
         }
-        Ok(())
+        Ok(buffer)
     }
 
-    /// A contiguous byte view of `slice` as a kernel operand of `dtype`.
+    /// The first `len` bytes of `slice` as a contiguous kernel operand of `dtype`.
     fn bytes_arg(slice: BufferSlice, len: usize, dtype: DType) -> Result<TensorArg> {
         Ok(TensorArg {
-            buffer: BufferSlice { len, ..slice },
+            buffer: slice.prefix(len)?,
             layout: Layout::contiguous(&[len / dtype.size_in_bytes()])?,
             dtype,
         })
@@ -257,13 +263,18 @@ impl WgpuBackend {
         checks.check(self)
     }
 
-    /// Record a copy of `len` bytes from `src` into `staging` and submit.
-    pub(crate) fn read_into(&self, src: &BufferSlice, dst: &mut [u8], op: &'static str) -> Result<()> {
+    /// Copy `dst.len()` bytes of `buffer` from byte `start` into `dst`: record a copy into a
+    /// staging buffer, submit, wait and map it.
+    pub(crate) fn read_buffer(
+        &self,
+        buffer: &wgpu::Buffer,
+        start: u64,
+        dst: &mut [u8],
+        op: &'static str,
+    ) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
-        let buffer = self.buffer(src, op)?;
-        let start = src.offset as u64;
         let lo = start / 4 * 4;
         let hi = (start + dst.len() as u64).div_ceil(4) * 4;
         if hi > buffer.size() {
@@ -273,8 +284,8 @@ impl WgpuBackend {
             ));
         }
         let staging = self.staging.take(&self.ctx, hi - lo).map_err(|e| match e {
-            cartage_core::SegmentError::Failed(e) => e,
-            cartage_core::SegmentError::OutOfMemory => Error::Driver {
+            SegmentError::Failed(e) => e,
+            SegmentError::OutOfMemory => Error::Driver {
                 device: self.ctx.cartage_device,
                 op,
                 message: format!("no host-visible memory for a {}-byte read-back staging buffer", hi - lo),
@@ -282,13 +293,22 @@ impl WgpuBackend {
         })?;
         let submission = {
             let mut recorder = self.lock_recorder();
-            recorder.copy(&self.ctx, &buffer, lo, &staging, 0, hi - lo);
+            recorder.copy(&self.ctx, buffer, lo, &staging, 0, hi - lo);
             recorder.submit(&self.ctx)
         };
         let result = map_and_copy(&self.ctx, &staging, submission, hi - lo, (start - lo) as usize, dst);
         self.staging.give_back(staging);
         result
     }
+}
+
+/// The error of a copy that moves more bytes than its device range holds.
+#[cold]
+fn length_error(op: &'static str, needed: usize, available: usize) -> Error {
+    Error::invalid(
+        op,
+        format!("the copy moves {needed} bytes but its device range holds only {available}; pass a range long enough"),
+    )
 }
 
 impl Backend for WgpuBackend {
@@ -335,16 +355,19 @@ impl Backend for WgpuBackend {
         &self.allocator
     }
 
-    fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
-        let n = src.len().min(dst.len);
+    unsafe fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
+        if src.len() > dst.len() {
+            return Err(length_error("write", src.len(), dst.len()));
+        }
+        let n = src.len();
         if n == 0 {
             return Ok(());
         }
+        let dst = dst.prefix(n)?;
         let buffer = self.buffer(&dst, "write")?;
-        Self::check_range(&BufferSlice { len: n, ..dst }, &buffer, "write")?;
         // Work recorded before this write runs before it.
         self.flush();
-        let start = dst.offset as u64;
+        let start = dst.offset() as u64;
         let end = start + n as u64;
         let (lo4, hi4) = (start.div_ceil(4) * 4, end / 4 * 4);
         if lo4 < hi4 {
@@ -373,43 +396,60 @@ impl Backend for WgpuBackend {
             add_byte(pos, src[(pos - start) as usize]);
         }
         if !edges.is_empty() {
-            ops::patch::patch_words(self, dst.segment.id, &buffer, &edges)?;
+            ops::patch::patch_words(self, dst.segment().id, &buffer, &edges)?;
         }
         Ok(())
     }
 
-    fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
-        let n = dst.len().min(src.len);
-        self.read_into(&src, &mut dst[..n], "read")?;
+    unsafe fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
+        if dst.len() > src.len() {
+            return Err(length_error("read", dst.len(), src.len()));
+        }
+        if !dst.is_empty() {
+            let buffer = self.buffer(&src.prefix(dst.len())?, "read")?;
+            self.read_buffer(&buffer, src.offset() as u64, dst, "read")?;
+        }
         self.check_indices()?;
         self.ctx.take_errors("read")
     }
 
-    fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
-        let n = src.len.min(dst.len);
+    unsafe fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
+        if src.len() > dst.len() {
+            return Err(length_error("copy_within", src.len(), dst.len()));
+        }
+        let n = src.len();
         if n == 0 {
             return Ok(());
         }
+        let dst = dst.prefix(n)?;
         let from = self.buffer(&src, "copy_within")?;
         let to = self.buffer(&dst, "copy_within")?;
-        Self::check_range(&BufferSlice { len: n, ..src }, &from, "copy_within")?;
-        Self::check_range(&BufferSlice { len: n, ..dst }, &to, "copy_within")?;
-        let aligned = src.offset.is_multiple_of(4) && dst.offset.is_multiple_of(4) && n.is_multiple_of(4);
-        if aligned && src.segment.id != dst.segment.id {
-            self.lock_recorder()
-                .copy(&self.ctx, &from, src.offset as u64, &to, dst.offset as u64, n as u64);
+        let aligned = src.offset().is_multiple_of(4) && dst.offset().is_multiple_of(4) && n.is_multiple_of(4);
+        if aligned && src.segment().id != dst.segment().id {
+            self.lock_recorder().copy(
+                &self.ctx,
+                &from,
+                src.offset() as u64,
+                &to,
+                dst.offset() as u64,
+                n as u64,
+            );
             return Ok(());
         }
+        // Within one segment (or off word boundaries) a copy kernel moves the bytes; `validate`
+        // refuses overlapping ranges, which the kernel could not copy without a race.
         let dtype = if aligned { DType::I32 } else { DType::U8 };
-        let input = Self::bytes_arg(src, n, dtype)?;
-        let out = Self::bytes_arg(dst, n, dtype)?;
-        ops::elementwise::copy(self, &input, &out)
+        let copy = Kernel::Copy {
+            input: Self::bytes_arg(src, n, dtype)?,
+            out: Self::bytes_arg(dst, n, dtype)?,
+        };
+        copy.validate()?;
+        ops::launch(self, &copy)
     }
 
-    fn launch(&self, kernel: &Kernel) -> Result<()> {
-        kernel.check_bounds()?;
+    unsafe fn launch(&self, kernel: &Kernel) -> Result<()> {
         self.check_supported(kernel)?;
-        crate::validate::check(kernel)?;
+        kernel.validate()?;
         ops::launch(self, kernel)
     }
 

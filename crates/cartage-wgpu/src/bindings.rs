@@ -50,6 +50,10 @@ pub(crate) fn align_up(n: u64, to: u64) -> u64 {
 /// The window to bind for `arg` on `op`. `range` restricts it to a byte range of the segment
 /// (a chunk of a contiguous operand); then `element_offset` counts from the range's first byte,
 /// otherwise from the view's first element.
+///
+/// The bound range never leaves the segment: the operand's buffer and the byte range the kernel
+/// addresses are checked against the segment's size here, on every build (shaders are compiled
+/// without wgpu's own bounds checks unless `CARTAGE_WGPU_CHECKED=1`).
 pub(crate) fn bind_operand(
     ctx: &GpuContext,
     table: &SegmentTable,
@@ -57,20 +61,28 @@ pub(crate) fn bind_operand(
     op: &str,
     range: Option<(u64, u64)>,
 ) -> Result<Bound> {
-    let segment = arg.buffer.segment.id;
-    let buffer = table.get(segment).ok_or_else(|| {
-        Error::invalid(
-            "launch",
-            format!("`{op}`: operand refers to segment {segment}, which this wgpu device does not hold (freed, or from another device)"),
-        )
-    })?;
-    let seg_size = buffer.size();
+    let segment = arg.buffer.segment().id;
+    let Some(seg_size) = table.size(segment) else {
+        return Err(unknown_segment(op, segment));
+    };
     let es = arg.dtype.size_in_bytes() as u64;
+    let buffer_start = arg.buffer.offset() as u64;
     let view_start = arg.byte_offset() as u64;
-    let (lo, hi) = range.unwrap_or_else(|| {
-        let extent = arg.layout.extent() as u64;
-        (view_start, arg.buffer.offset as u64 + extent * es)
+    let (lo, hi) = range.unwrap_or_else(|| match arg.layout.extent() as u64 {
+        // No element is read or written: bind the buffer's start, whatever the view's offset.
+        0 => (buffer_start, buffer_start),
+        extent => (view_start, buffer_start.saturating_add(extent.saturating_mul(es))),
     });
+    let buffer_end = buffer_start.saturating_add(arg.buffer.len() as u64);
+    if buffer_end > seg_size || lo > seg_size || hi > seg_size {
+        return Err(outside_segment(
+            op,
+            segment,
+            seg_size,
+            lo.min(buffer_start),
+            hi.max(buffer_end),
+        ));
+    }
     let max = ctx.max_binding();
     let window = if seg_size <= max {
         Window {
@@ -81,19 +93,41 @@ pub(crate) fn bind_operand(
     } else {
         let start = align_down(lo, ctx.binding_alignment());
         let end = align_up(hi.max(start + 4), 16).min(seg_size);
-        if end - start > max {
-            return Err(binding_limit_error(ctx, arg, op, end - start));
+        let size = end.saturating_sub(start);
+        if size > max {
+            return Err(binding_limit_error(ctx, arg, op, size));
         }
         Window {
             segment,
             offset: start,
-            size: end - start,
+            size,
         }
     };
     Ok(Bound {
         window,
         element_offset: (lo - window.offset) / es,
     })
+}
+
+#[cold]
+fn unknown_segment(op: &str, segment: u64) -> Error {
+    Error::invalid(
+        "launch",
+        format!(
+            "`{op}`: operand refers to segment {segment}, which this wgpu device does not hold (freed, or from another device)"
+        ),
+    )
+}
+
+#[cold]
+fn outside_segment(op: &str, segment: u64, size: u64, lo: u64, hi: u64) -> Error {
+    Error::invalid(
+        "launch",
+        format!(
+            "`{op}`: an operand addresses bytes {lo}..{hi} of segment {segment}, which holds {size} bytes; \
+             its buffer does not come from this device's allocator"
+        ),
+    )
 }
 
 /// The typed error for an operand too large for one storage binding.

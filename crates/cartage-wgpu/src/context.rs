@@ -8,7 +8,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use cartage_core::{Device, Error, Result, SegmentError};
+use cartage_core::raw::SegmentError;
+use cartage_core::{Device, Error, Result};
 use wgpu::{Adapter, AdapterInfo, Features, Limits};
 
 /// The optional features cartage asks for when the adapter has them.

@@ -24,7 +24,6 @@ mod ops;
 mod pipelines;
 mod readback;
 mod timing;
-mod validate;
 mod wgsl;
 
 use std::collections::HashMap;

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use cartage_core::{AllocatorConfig, MemoryInfo, SegmentError, SegmentHandle, SegmentSource};
+use cartage_core::raw::{SegmentError, SegmentHandle, SegmentSource};
+use cartage_core::{AllocatorConfig, MemoryInfo};
 
 use crate::bindings::BindGroupCache;
 use crate::context::GpuContext;
@@ -29,6 +30,15 @@ impl SegmentTable {
     /// The buffer of segment `id` (a cheap handle clone), if it exists.
     pub fn get(&self, id: u64) -> Option<wgpu::Buffer> {
         self.buffers.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    /// The size in bytes of segment `id`, if it exists.
+    pub fn size(&self, id: u64) -> Option<u64> {
+        self.buffers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(wgpu::Buffer::size)
     }
 
     /// Register a buffer under a fresh id (segments, and internal buffers kernels bind).
@@ -77,8 +87,11 @@ impl SegmentSource for BufferSource {
         Ok(SegmentHandle { id, addr: 0 })
     }
 
-    fn release_segment(&self, segment: SegmentHandle) {
-        // Work already submitted keeps the buffer alive inside wgpu until it completes.
+    /// # Safety
+    /// As the trait says: `segment` came from this source, is released once, and nothing in use
+    /// refers to it. Work already submitted keeps the buffer alive inside wgpu until it
+    /// completes, so dropping our handle here never frees memory a queued kernel reads.
+    unsafe fn release_segment(&self, segment: SegmentHandle) {
         self.bind_groups.forget_segment(segment.id);
         if self.table.remove(segment.id).is_none() {
             tracing::error!(id = segment.id, "release of an unknown wgpu segment (ignored)");

@@ -118,7 +118,7 @@ impl PipelineCache {
             ctx.device.create_shader_module(descriptor)
         } else {
             // SAFETY: every cartage shader guards its buffer indices against the element counts
-            // it is given (which `Kernel::check_bounds` and the binding windows make consistent)
+            // it is given (which `Kernel::validate` and the binding windows make consistent)
             // and has loops bounded by uniform counts, so dropping wgpu's own bounds checks and
             // loop bounding does not allow out-of-bounds access. CARTAGE_WGPU_CHECKED=1 restores them.
             unsafe {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::mpsc;
 
+use cartage_core::raw::SegmentError;
 use cartage_core::{Error, Result};
 
 use crate::context::GpuContext;
@@ -25,7 +26,7 @@ pub(crate) struct StagingPool {
 
 impl StagingPool {
     /// A staging buffer of at least `bytes` bytes.
-    pub fn take(&self, ctx: &GpuContext, bytes: u64) -> std::result::Result<wgpu::Buffer, cartage_core::SegmentError> {
+    pub fn take(&self, ctx: &GpuContext, bytes: u64) -> std::result::Result<wgpu::Buffer, SegmentError> {
         let class = bytes.max(MIN_STAGING).next_power_of_two();
         if let Some(buffer) = self
             .idle

@@ -1,12 +1,16 @@
 //! The wgpu backend's own contract beyond the conformance suite: typed out-of-memory and
 //! binding-limit errors, index errors found on the device, f64 refusals that name device, dtype
-//! and op, batched recording across batch boundaries, chunked dispatch, timing, and the stable
-//! adapter order.
+//! and op, malformed kernels refused before any work, host staging without page-locking, batched
+//! recording across batch boundaries, chunked dispatch, timing, and the stable adapter order.
 
 mod common;
 
-use cartage_core::{Backend, BinaryOp, DType, Device, Error, Kernel, Layout, Op, ReduceOp, Scalar, TensorArg, UnaryOp};
-use common::{backend, download, empty, upload};
+use cartage_core::allocator::testing::MockSource;
+use cartage_core::{
+    Backend, BinaryOp, CachingAllocator, DType, Device, DeviceBuffer, Error, HostStaging, Kernel, Layout, Op, ReduceOp,
+    Scalar, TensorArg, UnaryOp,
+};
+use common::{backend, device, download, empty, upload};
 
 #[test]
 fn opening_twice_gives_the_same_device_and_bad_ordinals_are_typed() {
@@ -48,8 +52,8 @@ fn device_exhaustion_is_a_typed_out_of_memory() {
         Ok(_) => panic!("allocating {too_big} bytes succeeded"),
     }
     // The device is still usable afterwards.
-    let (_a, x) = upload(&b, &[1.0f32, 2.0], &[2]);
-    assert_eq!(download::<f32>(&b, &x), vec![1.0, 2.0]);
+    let (xb, x) = upload(&b, &[1.0f32, 2.0], &[2]);
+    assert_eq!(download::<f32>(&xb, &x), vec![1.0, 2.0]);
     assert!(b.memory_stats().oom_count >= 1);
 }
 
@@ -58,16 +62,17 @@ fn bad_indices_are_index_errors_at_the_next_sync() {
     let Some(b) = backend("bad_indices_are_index_errors_at_the_next_sync") else {
         return;
     };
-    let (_x, input) = upload(&b, &[10.0f32, 20.0, 30.0, 40.0, 50.0, 60.0], &[2, 3]);
+    let (xb, input) = upload(&b, &[10.0f32, 20.0, 30.0, 40.0, 50.0, 60.0], &[2, 3]);
     for (index_values, bad) in [(vec![0i64, 3], 3i64), (vec![-1, 0], -1), (vec![1 << 40, 0], 1 << 40)] {
-        let (_i, index) = upload(&b, &index_values, &[2]);
-        let (_o, out) = empty::<f32>(&b, &[2, 2]);
-        b.launch(&Kernel::IndexSelect {
+        let (ib, index) = upload(&b, &index_values, &[2]);
+        let (ob, out) = empty::<f32>(&b, &[2, 2]);
+        Kernel::IndexSelect {
             input: input.clone(),
             index,
             dim: 1,
             out,
-        })
+        }
+        .run(&[&xb, &ib, &ob])
         .unwrap();
         match b.synchronize() {
             Err(Error::IndexOutOfRange {
@@ -86,29 +91,31 @@ fn bad_indices_are_index_errors_at_the_next_sync() {
         }
     }
     // i32 indices through gather; the error surfaces at a read too, and clears afterwards.
-    let (_i, index) = upload(&b, &[0i32, 1, 2, 0, 1, 7], &[2, 3]);
-    let (_o, out) = empty::<f32>(&b, &[2, 3]);
-    b.launch(&Kernel::Gather {
+    let (ib, index) = upload(&b, &[0i32, 1, 2, 0, 1, 7], &[2, 3]);
+    let (ob, out) = empty::<f32>(&b, &[2, 3]);
+    Kernel::Gather {
         input: input.clone(),
         index,
         dim: 1,
         out: out.clone(),
-    })
+    }
+    .run(&[&xb, &ib, &ob])
     .unwrap();
     let mut bytes = vec![0u8; 24];
-    let err = b.read(out.buffer, &mut bytes).unwrap_err();
+    let err = ob.read(0, &mut bytes).unwrap_err();
     assert!(matches!(err, Error::IndexOutOfRange { index: 7, .. }), "{err}");
     b.synchronize().unwrap();
     // Valid indices gather the right values.
-    let (_i, index) = upload(&b, &[2i32, 0, 1, 1, 2, 0], &[2, 3]);
-    b.launch(&Kernel::Gather {
+    let (ib, index) = upload(&b, &[2i32, 0, 1, 1, 2, 0], &[2, 3]);
+    Kernel::Gather {
         input,
         index,
         dim: 1,
         out: out.clone(),
-    })
+    }
+    .run(&[&xb, &ib, &ob])
     .unwrap();
-    assert_eq!(download::<f32>(&b, &out), vec![30.0, 10.0, 20.0, 50.0, 60.0, 40.0]);
+    assert_eq!(download::<f32>(&ob, &out), vec![30.0, 10.0, 20.0, 50.0, 60.0, 40.0]);
 }
 
 #[test]
@@ -121,14 +128,14 @@ fn refused_ops_name_device_dtype_and_op() {
         b.capabilities().supports(Op::Binary(BinaryOp::Add), DType::F64),
         has_f64
     );
-    let (_x, x) = upload(&b, &[1.0f64, 2.0], &[2]);
-    let (_o, out) = empty::<f64>(&b, &[2]);
+    let (xb, x) = upload(&b, &[1.0f64, 2.0], &[2]);
+    let (ob, out) = empty::<f64>(&b, &[2]);
     let exp = Kernel::Unary {
         op: UnaryOp::Exp,
         input: x.clone(),
         out: out.clone(),
     };
-    match b.launch(&exp) {
+    match exp.run(&[&xb, &ob]) {
         Err(Error::Unsupported {
             op,
             dtype,
@@ -150,14 +157,14 @@ fn refused_ops_name_device_dtype_and_op() {
         out: out.clone(),
     };
     if has_f64 {
-        b.launch(&add).unwrap();
-        assert_eq!(download::<f64>(&b, &out), vec![2.0, 4.0]);
+        add.run(&[&xb, &ob]).unwrap();
+        assert_eq!(download::<f64>(&ob, &out), vec![2.0, 4.0]);
     } else {
-        assert!(matches!(b.launch(&add), Err(Error::Unsupported { .. })));
+        assert!(matches!(add.run(&[&xb, &ob]), Err(Error::Unsupported { .. })));
     }
     // i64 arithmetic is refused, i64 data movement is not.
-    let (_i, i) = upload(&b, &[5i64, -7], &[2]);
-    let (_j, j) = empty::<i64>(&b, &[2]);
+    let (ib, i) = upload(&b, &[5i64, -7], &[2]);
+    let (jb, j) = empty::<i64>(&b, &[2]);
     let sum = Kernel::Binary {
         op: BinaryOp::Add,
         lhs: i.clone(),
@@ -165,15 +172,16 @@ fn refused_ops_name_device_dtype_and_op() {
         out: j.clone(),
     };
     assert!(matches!(
-        b.launch(&sum),
+        sum.run(&[&ib, &jb]),
         Err(Error::Unsupported { dtype: DType::I64, .. })
     ));
-    b.launch(&Kernel::Copy {
+    Kernel::Copy {
         input: i,
         out: j.clone(),
-    })
+    }
+    .run(&[&ib, &jb])
     .unwrap();
-    assert_eq!(download::<i64>(&b, &j), vec![5, -7]);
+    assert_eq!(download::<i64>(&jb, &j), vec![5, -7]);
 }
 
 #[test]
@@ -182,8 +190,8 @@ fn a_long_chain_between_syncs_crosses_batches_correctly() {
         return;
     };
     let n = 1000;
-    let (_x, x) = upload(&b, &vec![0.0f32; n], &[n]);
-    let (_o, one) = upload(&b, &[1.0f32], &[1]);
+    let (xb, x) = upload(&b, &vec![0.0f32; n], &[n]);
+    let (oneb, one) = upload(&b, &[1.0f32], &[1]);
     let one = TensorArg {
         layout: one.layout.broadcast_to(&[n]).unwrap(),
         ..one
@@ -191,12 +199,13 @@ fn a_long_chain_between_syncs_crosses_batches_correctly() {
     let (dispatches, submits) = b.dispatch_counters();
     let steps = 2500;
     for _ in 0..steps {
-        b.launch(&Kernel::Binary {
+        Kernel::Binary {
             op: BinaryOp::Add,
             lhs: x.clone(),
             rhs: one.clone(),
             out: x.clone(),
-        })
+        }
+        .run(&[&xb, &oneb])
         .unwrap();
     }
     let (d, s) = b.dispatch_counters();
@@ -208,7 +217,7 @@ fn a_long_chain_between_syncs_crosses_batches_correctly() {
         "{} submits for {steps} ops",
         s - submits
     );
-    assert_eq!(download::<f32>(&b, &x), vec![steps as f32; n]);
+    assert_eq!(download::<f32>(&xb, &x), vec![steps as f32; n]);
 }
 
 #[test]
@@ -224,43 +233,45 @@ fn operands_beyond_one_binding_are_chunked_or_refused_by_name() {
         return;
     }
     let n = limit / 4 + 1000;
-    let alloc = |shape: &[usize]| -> (cartage_core::Allocation, TensorArg) { empty::<f32>(&b, shape) };
-    let (_a, x) = alloc(&[n]);
-    let (_b, y) = alloc(&[n]);
-    let (_c, z) = alloc(&[n]);
-    b.launch(&Kernel::Arange {
+    let (xb, x) = empty::<f32>(&b, &[n]);
+    let (yb, y) = empty::<f32>(&b, &[n]);
+    let (zb, z) = empty::<f32>(&b, &[n]);
+    Kernel::Arange {
         out: x.clone(),
         start: 0.0,
         step: 1.0,
-    })
+    }
+    .run(&[&xb])
     .unwrap();
-    b.launch(&Kernel::Fill {
+    Kernel::Fill {
         out: y.clone(),
         value: Scalar::Float(0.5),
-    })
+    }
+    .run(&[&yb])
     .unwrap();
-    b.launch(&Kernel::Binary {
+    Kernel::Binary {
         op: BinaryOp::Add,
         lhs: x.clone(),
         rhs: y,
-        out: z.clone(),
-    })
+        out: z,
+    }
+    .run(&[&xb, &yb, &zb])
     .unwrap();
     for i in [0usize, 1, limit / 4 - 1, limit / 4, n - 1] {
         let mut bytes = [0u8; 4];
-        b.read(z.buffer.slice(i * 4, 4).unwrap(), &mut bytes).unwrap();
+        zb.read(i * 4, &mut bytes).unwrap();
         assert_eq!(f32::from_le_bytes(bytes), i as f32 + 0.5, "element {i}");
     }
     // A reduction has no chunked form: it says the binding limit is the cause.
-    let (_o, out) = empty::<f32>(&b, &[1]);
-    let err = b
-        .launch(&Kernel::Reduce {
-            op: ReduceOp::Sum,
-            input: x,
-            dims: [0usize].into_iter().collect(),
-            out,
-        })
-        .unwrap_err();
+    let (ob, out) = empty::<f32>(&b, &[1]);
+    let err = Kernel::Reduce {
+        op: ReduceOp::Sum,
+        input: x,
+        dims: [0usize].into_iter().collect(),
+        out,
+    }
+    .run(&[&xb, &ob])
+    .unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("max_storage_buffer_binding_size"), "{err}");
 }
@@ -271,13 +282,14 @@ fn events_time_device_work() {
         return;
     };
     let n = 1 << 20;
-    let (_x, x) = empty::<f32>(&b, &[n]);
+    let (xb, x) = empty::<f32>(&b, &[n]);
     let start = b.record_event().unwrap();
     for _ in 0..10 {
-        b.launch(&Kernel::Fill {
+        Kernel::Fill {
             out: x.clone(),
             value: Scalar::Float(1.0),
-        })
+        }
+        .run(&[&xb])
         .unwrap();
     }
     let end = b.record_event().unwrap();
@@ -297,17 +309,169 @@ fn strided_packed_outputs_do_not_race() {
     // invocations, which must not lose each other's bytes.
     let (rows, cols) = (37, 29);
     let values: Vec<u8> = (0..rows * cols).map(|i| (i * 7 % 251) as u8).collect();
-    let (_s, src) = upload(&b, &values, &[rows, cols]);
-    let (_d, dst) = empty::<u8>(&b, &[cols, rows]);
+    let (sb, src) = upload(&b, &values, &[rows, cols]);
+    let (db, dst) = empty::<u8>(&b, &[cols, rows]);
     let dst_t = TensorArg {
         layout: Layout::contiguous(&[cols, rows]).unwrap().transpose(0, 1).unwrap(),
         ..dst.clone()
     };
-    b.launch(&Kernel::Copy { input: src, out: dst_t }).unwrap();
-    let got = download::<u8>(&b, &dst);
+    Kernel::Copy { input: src, out: dst_t }.run(&[&sb, &db]).unwrap();
+    let got = download::<u8>(&db, &dst);
     for r in 0..rows {
         for c in 0..cols {
             assert_eq!(got[c * rows + r], values[r * cols + c], "({r}, {c})");
         }
     }
+}
+
+#[test]
+fn misaligned_and_overlapping_operands_are_refused_before_any_work() {
+    let Some(b) = backend("misaligned_and_overlapping_operands_are_refused") else {
+        return;
+    };
+    let values: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let (xb, x) = upload(&b, &values, &[16]);
+    let refused = |kernel: Kernel, what: &str| {
+        let err = kernel.run(&[&xb]).expect_err(what);
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{what}: {err}");
+        err.to_string()
+    };
+    // Views of 8 elements starting `elements` elements into the buffer.
+    let shifted = |elements: usize| TensorArg {
+        buffer: xb.range(4 * elements, 32).unwrap(),
+        layout: Layout::contiguous(&[8]).unwrap(),
+        dtype: DType::F32,
+    };
+    // An f32 operand two bytes into its buffer: inside the buffer, but not on an element.
+    let misaligned = TensorArg {
+        buffer: xb.range(2, 32).unwrap(),
+        ..shifted(0)
+    };
+    let message = refused(
+        Kernel::Unary {
+            op: UnaryOp::Neg,
+            input: misaligned.clone(),
+            out: shifted(8),
+        },
+        "misaligned input",
+    );
+    assert!(message.contains("aligned"), "{message}");
+    refused(
+        Kernel::Fill {
+            out: misaligned,
+            value: Scalar::Float(1.0),
+        },
+        "misaligned fill",
+    );
+    // An output one element past the input, over the same bytes: a race, not an in-place op.
+    let message = refused(
+        Kernel::Binary {
+            op: BinaryOp::Add,
+            lhs: shifted(0),
+            rhs: shifted(0),
+            out: shifted(1),
+        },
+        "overlapping output",
+    );
+    assert!(message.contains("shares memory"), "{message}");
+    // Softmax reads a whole row: even the exact same view cannot be its output.
+    refused(
+        Kernel::Softmax {
+            input: shifted(0),
+            dim: 0,
+            log: false,
+            out: shifted(0),
+        },
+        "softmax in place",
+    );
+    // A broadcast output maps several elements to one address.
+    refused(
+        Kernel::Fill {
+            out: TensorArg {
+                layout: Layout::contiguous(&[1]).unwrap().broadcast_to(&[4]).unwrap(),
+                ..shifted(0)
+            },
+            value: Scalar::Float(1.0),
+        },
+        "broadcast output",
+    );
+    // Nothing ran: the buffer still holds what was uploaded.
+    assert_eq!(download::<f32>(&xb, &x), values);
+    // The exact same view is an element-wise op in place, which is allowed.
+    Kernel::Binary {
+        op: BinaryOp::Add,
+        lhs: x.clone(),
+        rhs: x.clone(),
+        out: x.clone(),
+    }
+    .run(&[&xb])
+    .unwrap();
+    let doubled: Vec<f32> = values.iter().map(|v| v * 2.0).collect();
+    assert_eq!(download::<f32>(&xb, &x), doubled);
+    // Overlapping ranges of one buffer are not copied either (a copy kernel would race).
+    let (from, to) = (xb.range(0, 32).unwrap(), xb.range(4, 32).unwrap());
+    // SAFETY: both ranges lie inside `xb`, which is alive and borrowed for the call.
+    let copied = unsafe { b.copy_within(from, to) };
+    assert!(matches!(copied, Err(Error::InvalidArgument { .. })), "{copied:?}");
+    assert_eq!(download::<f32>(&xb, &x), doubled);
+}
+
+#[test]
+fn slices_of_foreign_memory_never_reach_the_device() {
+    let Some(b) = backend("slices_of_foreign_memory_never_reach_the_device") else {
+        return;
+    };
+    // A block of another allocator: its segment id also names a (small) segment of this device,
+    // its byte range lies far outside it.
+    let foreign = CachingAllocator::new(Device::wgpu(0), Box::new(MockSource::new(4 << 30)), Default::default());
+    let block = foreign.alloc(3 << 30).unwrap();
+    let far = block.slice().slice(2 << 30, 64).unwrap();
+    let fill = Kernel::Fill {
+        out: TensorArg {
+            buffer: far,
+            layout: Layout::contiguous(&[16]).unwrap(),
+            dtype: DType::F32,
+        },
+        value: Scalar::Float(1.0),
+    };
+    // SAFETY: the contract is broken on purpose (the slice is not memory of this backend). The
+    // wgpu backend checks every range against its segment before it records or copies anything,
+    // so each call returns an error and touches no memory; this test keeps that check in place.
+    let launched = unsafe { b.launch(&fill) };
+    let err = launched.expect_err("a launch on foreign memory");
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("segment"), "{err}");
+    // SAFETY: as above.
+    let written = unsafe { b.write(far, &[0u8; 64]) };
+    assert!(written.is_err());
+    let mut bytes = [0u8; 64];
+    // SAFETY: as above.
+    let read = unsafe { b.read(far, &mut bytes) };
+    assert!(read.is_err());
+    foreign.free(block);
+    b.synchronize().unwrap();
+}
+
+#[test]
+fn host_staging_is_pageable_and_pinning_is_unsupported() {
+    let Some(b) = backend("host_staging_is_pageable_and_pinning_is_unsupported") else {
+        return;
+    };
+    match b.alloc_pinned(64) {
+        Err(Error::Unsupported { device, .. }) => assert_eq!(device, Device::wgpu(0)),
+        other => panic!("expected Unsupported, got {:?}", other.map(|p| p.len())),
+    }
+    let mut staging = b.alloc_staging(64).unwrap();
+    assert!(!staging.is_pinned());
+    assert_eq!(staging.pinned_for(), None);
+    assert_eq!(staging.len(), 64);
+    let data: Vec<u8> = (0..64).map(|i| i * 3).collect();
+    staging.as_mut_slice().copy_from_slice(&data);
+    let buffer = DeviceBuffer::new(&device(&b), 64).unwrap();
+    buffer.write_async(0, &staging, 64).unwrap().wait().unwrap();
+    let mut back = b.alloc_staging(64).unwrap();
+    buffer.read_async(0, &mut back, 64).unwrap().wait().unwrap();
+    assert_eq!(back.as_slice(), data.as_slice());
+    // A copy larger than the host buffer is an error, not a short copy.
+    assert!(buffer.write_async(0, &b.alloc_staging(16).unwrap(), 32).is_err());
 }

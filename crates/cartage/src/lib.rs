@@ -29,23 +29,26 @@
 pub mod bench;
 pub mod loader;
 pub mod memory;
+pub mod raw;
 pub mod runtime;
 pub mod safetensors_io;
 pub mod tensor;
 
-pub use cartage_core::{
-    Allocation, BinaryOp, BufferSlice, CompareOp, CopyHandle, Dims, Distribution, Event, Kernel, LiveBlock, MemoryInfo,
-    OomReport, Op, PinnedBuffer, ReduceOp, Site, TensorArg, UnaryOp, pinned_bytes_in_use, pinned_bytes_peak,
-};
+pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{
     Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,
     Result, Scalar, format_bytes,
 };
+pub use cartage_core::{
+    BinaryOp, CompareOp, CopyHandle, DeviceBuffer, Dims, Distribution, Event, HostStaging, Kernel, LiveBlock,
+    MemoryInfo, OomReport, Op, PageableBuffer, PinnedBuffer, ReduceOp, Site, StagingBuffer, TensorArg, UnaryOp,
+    pinned_bytes_in_use, pinned_bytes_peak,
+};
 pub use loader::{HostBatch, PrefetchLoader};
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use runtime::{
-    DevicePick, RuntimeStats, alloc_pinned, backend, devices, empty_cache, memory_stats, reset_peak_memory_stats,
-    reset_stats, set_matmul_precision, stats, synchronize,
+    DevicePick, RuntimeStats, alloc_pinned, alloc_staging, backend, devices, empty_cache, memory_stats,
+    reset_peak_memory_stats, reset_stats, set_matmul_precision, stats, synchronize,
 };
 pub use safetensors_io::{load_safetensors, save_safetensors};
 pub use tensor::{Storage, Tensor};

@@ -2,7 +2,7 @@
 //!
 //! The loader takes an iterator of host batches ([`HostBatch`]: bytes, shape, dtype) and yields
 //! device tensors in the same order. Pipelined, a worker thread stages each batch in one of two
-//! pinned host buffers and moves it with an asynchronous copy (`copy_from_pinned_async`) while it
+//! host staging buffers (pinned where the driver can lock memory) and moves it with an asynchronous copy (`copy_from_pinned_async`) while it
 //! stages the next batch in the other buffer, and hands finished tensors over a one-slot channel,
 //! so copies and host-side preparation overlap the caller's compute on the previous batch. Device
 //! memory holds at most three batches at once: the caller's, one waiting in the channel and one
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use cartage_core::{Backend, DType, Device, Element, Error, PinnedBuffer, Result, checked_numel};
+use cartage_core::{Backend, DType, Device, Element, Error, Result, StagingBuffer, checked_numel};
 
 use crate::{Tensor, runtime};
 
@@ -112,7 +112,6 @@ type Source = Box<dyn Iterator<Item = HostBatch> + Send>;
 enum Inner {
     Plain {
         source: Source,
-        backend: Arc<dyn Backend>,
         device: Device,
     },
     Pipelined {
@@ -162,7 +161,6 @@ impl PrefetchLoader {
             return Ok(PrefetchLoader {
                 inner: Inner::Plain {
                     source,
-                    backend,
                     device: *device,
                 },
             });
@@ -196,11 +194,7 @@ impl Iterator for PrefetchLoader {
 
     fn next(&mut self) -> Option<Result<Tensor>> {
         match &mut self.inner {
-            Inner::Plain {
-                source,
-                backend,
-                device,
-            } => source.next().map(|batch| write_now(backend, device, &batch)),
+            Inner::Plain { source, device } => source.next().map(|batch| write_now(device, &batch)),
             Inner::Pipelined { receiver, worker } => {
                 let item = receiver.as_ref()?.recv().ok();
                 if item.is_none() {
@@ -231,21 +225,21 @@ impl Drop for PrefetchLoader {
 }
 
 /// The plain path: allocate on the device and write the batch synchronously.
-fn write_now(backend: &Arc<dyn Backend>, device: &Device, batch: &HostBatch) -> Result<Tensor> {
+fn write_now(device: &Device, batch: &HostBatch) -> Result<Tensor> {
     batch.check()?;
     let tensor = Tensor::empty(&batch.shape, batch.dtype, device)?;
     if !batch.bytes.is_empty() {
-        backend.write(tensor.storage().buffer().slice(0, batch.bytes.len())?, &batch.bytes)?;
+        tensor.storage().device_buffer().write(0, &batch.bytes)?;
     }
     Ok(tensor)
 }
 
 /// Copy `batch` into `buffer`, growing it (through `backend`) when the batch is larger.
-fn fill_pinned(backend: &Arc<dyn Backend>, buffer: &mut Option<PinnedBuffer>, batch: &HostBatch) -> Result<()> {
+fn fill_pinned(backend: &Arc<dyn Backend>, buffer: &mut Option<StagingBuffer>, batch: &HostBatch) -> Result<()> {
     batch.check()?;
     let needed = batch.bytes.len();
     if buffer.as_ref().is_none_or(|b| b.len() < needed) {
-        *buffer = Some(backend.alloc_pinned(needed.max(1))?);
+        *buffer = Some(backend.alloc_staging(needed.max(1))?);
     }
     if let Some(b) = buffer.as_mut() {
         b.as_mut_slice()[..needed].copy_from_slice(&batch.bytes);
@@ -256,7 +250,7 @@ fn fill_pinned(backend: &Arc<dyn Backend>, buffer: &mut Option<PinnedBuffer>, ba
 /// The worker: batch k is copied from one pinned buffer while batch k+1 is staged in the other;
 /// each finished tensor goes to the caller through the one-slot channel.
 fn stage_batches(mut source: Source, backend: Arc<dyn Backend>, device: Device, sender: SyncSender<Result<Tensor>>) {
-    let mut buffers: [Option<PinnedBuffer>; 2] = [None, None];
+    let mut buffers: [Option<StagingBuffer>; 2] = [None, None];
     let mut current = 0;
     let mut staged: Option<(Result<()>, HostBatch)> = source.next().map(|batch| {
         let filled = fill_pinned(&backend, &mut buffers[0], &batch);
@@ -288,7 +282,7 @@ fn stage_batches(mut source: Source, backend: Arc<dyn Backend>, device: Device, 
 
 /// Allocate the batch's tensor on the device and start the asynchronous copy into it.
 fn start_copy<'a>(
-    buffer: &'a Option<PinnedBuffer>,
+    buffer: &'a Option<StagingBuffer>,
     device: &Device,
     batch: &HostBatch,
 ) -> Result<(Tensor, cartage_core::CopyHandle<'a>)> {

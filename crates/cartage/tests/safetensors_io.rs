@@ -1,11 +1,14 @@
 //! Safetensors onto a device (R18): every dtype round-trips on every device under test (and
 //! across devices), strided views save their elements, large tensors stream through staging,
-//! bad files are typed errors, and files interoperate with the Python `safetensors` package.
+//! bad and hostile files are typed errors, saving replaces a file only once the new one is
+//! complete, metadata round-trips, subsets load by name, and files interoperate with the Python
+//! `safetensors` package.
 
 mod memory_support;
 
 use std::collections::HashMap;
 
+use cartage::safetensors_io::{SafetensorsFile, save_safetensors_with_metadata};
 use cartage::{DType, Device, Error, Op, Tensor, backend, load_safetensors, save_safetensors};
 use half::{bf16, f16};
 use memory_support::{TempFile, devices_under_test, serial, skip, temp_path};
@@ -129,6 +132,239 @@ fn duplicate_names_are_refused() {
     let t = Tensor::zeros(&[2], DType::F32, &Device::cpu()).unwrap();
     let err = save_safetensors(temp_path("dup.safetensors"), &[("a", &t), ("a", &t)]).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+}
+
+#[test]
+fn the_metadata_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reserved.safetensors");
+    let t = Tensor::zeros(&[2], DType::F32, &Device::cpu()).unwrap();
+    let err = save_safetensors(&path, &[("w", &t), ("__metadata__", &t)]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("reserves"), "{err}");
+    assert!(!path.exists(), "nothing is written for a refused save");
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn saving_replaces_the_file_only_once_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let cpu = Device::cpu();
+    let old = Tensor::from_slice(&[1.0f32, 2.0], &[2], &cpu).unwrap();
+    save_safetensors(&path, &[("w", &old)]).unwrap();
+    let old_bytes = std::fs::read(&path).unwrap();
+    // A second name for the old file: writing in place would change what it reads too.
+    let link = dir.path().join("old.safetensors");
+    std::fs::hard_link(&path, &link).unwrap();
+
+    let new = Tensor::from_slice(&[3.0f32, 4.0, 5.0], &[3], &cpu).unwrap();
+    save_safetensors(&path, &[("w", &new)]).unwrap();
+    assert_eq!(
+        std::fs::read(&link).unwrap(),
+        old_bytes,
+        "the old file was overwritten in place"
+    );
+    assert_eq!(
+        load_safetensors(&path, &cpu).unwrap()["w"].to_vec::<f32>().unwrap(),
+        [3.0, 4.0, 5.0]
+    );
+    assert_eq!(
+        names_in(dir.path()),
+        ["model.safetensors", "old.safetensors"],
+        "a temporary file was left"
+    );
+
+    // A save that fails at the end (a folder is in the way) leaves the folder as it was.
+    let blocked = dir.path().join("blocked.safetensors");
+    std::fs::create_dir(&blocked).unwrap();
+    std::fs::write(blocked.join("keep"), b"x").unwrap();
+    let err = save_safetensors(&blocked, &[("w", &new)]).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert_eq!(names_in(&blocked), ["keep"]);
+    assert_eq!(
+        names_in(dir.path()),
+        ["blocked.safetensors", "model.safetensors", "old.safetensors"],
+        "a temporary file was left"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_replaced_file_keeps_its_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.safetensors");
+    let t = Tensor::zeros(&[2], DType::F32, &Device::cpu()).unwrap();
+    save_safetensors(&path, &[("w", &t)]).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    save_safetensors(&path, &[("w", &t)]).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
+}
+
+#[test]
+fn metadata_round_trips_and_subsets_load_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.safetensors");
+    let cpu = Device::cpu();
+    let a = Tensor::from_slice(&[1.0f32, 2.0], &[2], &cpu).unwrap();
+    let b = Tensor::from_slice(&[7i64, 8, 9], &[3], &cpu).unwrap();
+    let c = Tensor::from_slice(&[true], &[1], &cpu).unwrap();
+    let metadata = HashMap::from([
+        ("format".to_string(), "pt".to_string()),
+        ("step".to_string(), "1200".to_string()),
+    ]);
+    save_safetensors_with_metadata(&path, &[("a", &a), ("b", &b), ("c", &c)], &metadata).unwrap();
+
+    let file = SafetensorsFile::open(&path).unwrap();
+    assert_eq!(file.metadata(), &metadata);
+    assert_eq!(file.len(), 3);
+    assert_eq!(file.dtype_and_shape("b"), Some((DType::I64, [3usize].as_slice())));
+    let mut names: Vec<&str> = file.names().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b", "c"]);
+
+    let some = file.load_only(&["c", "b", "c"], &cpu).unwrap();
+    assert_eq!(some.len(), 2);
+    assert_eq!(some["b"].to_vec::<i64>().unwrap(), [7, 8, 9]);
+    assert_eq!(some["c"].to_vec::<bool>().unwrap(), [true]);
+    assert!(file.load_only::<&str>(&[], &cpu).unwrap().is_empty());
+    // Everything still loads, and a file without metadata has an empty map.
+    assert_eq!(load_safetensors(&path, &cpu).unwrap().len(), 3);
+    save_safetensors(&path, &[("a", &a)]).unwrap();
+    assert!(SafetensorsFile::open(&path).unwrap().metadata().is_empty());
+}
+
+#[test]
+fn an_unknown_name_lists_some_that_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.safetensors");
+    let cpu = Device::cpu();
+    let t = Tensor::zeros(&[1], DType::F32, &cpu).unwrap();
+    let names: Vec<String> = (0..8).map(|i| format!("layer{i}.weight")).collect();
+    let named: Vec<(&str, &Tensor)> = names.iter().map(|n| (n.as_str(), &t)).collect();
+    save_safetensors(&path, &named).unwrap();
+    let err = SafetensorsFile::open(&path)
+        .unwrap()
+        .load_only(&["layer0.weight", "layer9.weight"], &cpu)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("`layer9.weight`"), "{text}");
+    assert!(text.contains("`layer0.weight`") && text.contains("3 more"), "{text}");
+    assert!(!text.contains("`layer7.weight`"), "lists only a few: {text}");
+}
+
+/// A file holding `json` as its header (padded to 8 bytes) and then `data`, in its own folder.
+fn hostile(json: &str, data: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.safetensors");
+    let mut header = json.as_bytes().to_vec();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(&header);
+    bytes.extend(data);
+    std::fs::write(&path, bytes).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn hostile_headers_are_format_errors() {
+    let cases = [
+        (
+            "elements overflow usize",
+            r#"{"x":{"dtype":"U8","shape":[1099511627776,1099511627776],"data_offsets":[0,0]}}"#,
+            vec![],
+            "tensor `x`",
+        ),
+        (
+            "bytes overflow usize",
+            r#"{"x":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}}"#,
+            vec![],
+            "tensor `x`",
+        ),
+        (
+            "offsets disagree with the shape",
+            r#"{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
+            vec![0; 4],
+            "takes 8",
+        ),
+        (
+            "offsets past the end of the file",
+            r#"{"x":{"dtype":"U8","shape":[576460752303423488],"data_offsets":[0,576460752303423488]}}"#,
+            vec![0; 8],
+            "reach past",
+        ),
+        (
+            "offsets at u64::MAX",
+            r#"{"x":{"dtype":"U8","shape":[0],"data_offsets":[18446744073709551615,18446744073709551615]}}"#,
+            vec![0; 8],
+            "reach past",
+        ),
+        (
+            "offsets backwards",
+            r#"{"x":{"dtype":"U8","shape":[4],"data_offsets":[8,4]}}"#,
+            vec![0; 8],
+            "end before",
+        ),
+        (
+            "overlapping tensors",
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
+            vec![0; 12],
+            "overlap",
+        ),
+        (
+            "a name twice",
+            r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}"#,
+            vec![0; 2],
+            "twice",
+        ),
+        (
+            "metadata that is not strings",
+            r#"{"__metadata__":{"step":12},"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#,
+            vec![0; 1],
+            "`step`",
+        ),
+        (
+            "a shape of floats",
+            r#"{"x":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}}"#,
+            vec![0; 1],
+            "`shape`",
+        ),
+    ];
+    for (what, json, data, expected) in cases {
+        let (_dir, path) = hostile(json, &data);
+        let err = load_safetensors(&path, &Device::cpu()).unwrap_err();
+        assert!(matches!(err, Error::Format { .. }), "{what}: {err}");
+        assert!(err.to_string().contains(expected), "{what}: {err}");
+        assert!(SafetensorsFile::open(&path).is_err(), "{what}");
+        println!("{what}: {err}");
+    }
+}
+
+#[test]
+fn an_empty_tensor_with_huge_sizes_loads() {
+    let (_dir, path) = hostile(
+        r#"{"e":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}}"#,
+        &[],
+    );
+    let file = SafetensorsFile::open(&path).unwrap();
+    assert_eq!(
+        file.dtype_and_shape("e"),
+        Some((DType::F32, [0, 1 << 40, 1 << 40].as_slice()))
+    );
+    let loaded = file.load(&Device::cpu()).unwrap();
+    assert_eq!(loaded["e"].numel(), 0);
+    assert_eq!(loaded["e"].shape(), &[0, 1 << 40, 1 << 40]);
 }
 
 #[test]

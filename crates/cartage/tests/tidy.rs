@@ -230,3 +230,70 @@ fn the_checks_catch_what_they_look_for() {
     assert_eq!(dependencies(&manifest), vec!["cartage-core", "wgpu", "cudarc"]);
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Source files of `crate_dir` (its `src/`), relative to the workspace root.
+fn sources_of(root: &Path, crate_dir: &str) -> Vec<PathBuf> {
+    rust_files(root)
+        .into_iter()
+        .filter(|p| relative(root, p).starts_with(&format!("crates/{crate_dir}/src/")))
+        .collect()
+}
+
+/// Shape and dtype rules live in core's `Kernel::validate`; a backend that builds one of these
+/// errors is repeating a structural rule.
+#[test]
+fn no_backend_crate_repeats_a_structural_rule() {
+    let root = workspace_root();
+    let forbidden = [concat!("Error::Shape", "Mismatch"), concat!("Error::Wrong", "DType")];
+    let mut offenders = Vec::new();
+    for backend in BACKENDS {
+        let files = sources_of(&root, backend);
+        assert!(!files.is_empty(), "no sources found for {backend}");
+        for file in files {
+            let text = fs::read_to_string(&file).expect("readable source");
+            for (n, line) in text.lines().enumerate() {
+                // Construction, not a pattern (`Error::WrongDType { .. }` in a match is fine).
+                let builds = forbidden
+                    .iter()
+                    .any(|f| line.contains(f) && !line.contains(&format!("{f} {{ .. }}")));
+                if builds {
+                    offenders.push(format!("{}:{}: {}", relative(&root, &file), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "backend crates build structural errors (move the rule into Kernel::validate):\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The frontend names backend crates in one place only: the runtime registry, which opens them.
+#[test]
+fn only_the_registry_names_backend_crates() {
+    let root = workspace_root();
+    let names = [
+        concat!("cartage", "_cpu"),
+        concat!("cartage", "_cuda"),
+        concat!("cartage", "_wgpu"),
+    ];
+    let mut offenders = Vec::new();
+    for file in sources_of(&root, "cartage") {
+        let rel = relative(&root, &file);
+        if rel == "crates/cartage/src/runtime/registry.rs" {
+            continue;
+        }
+        let text = fs::read_to_string(&file).expect("readable source");
+        for (n, line) in text.lines().enumerate() {
+            if names.iter().any(|name| line.contains(name)) {
+                offenders.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "the frontend names backend crates outside runtime/registry.rs:\n{}",
+        offenders.join("\n")
+    );
+}

@@ -1,16 +1,17 @@
-//! Host-side data of the suite: how random inputs are drawn ([`Spec`]), device allocations that
-//! free themselves ([`DeviceBuffer`]), operands with their views and logical values
-//! ([`Operand`]), and the byte encodings of every dtype.
+//! Host-side data of the suite: how random inputs are drawn ([`Spec`], and NaN/±inf sprinkled
+//! into float inputs by [`sprinkle_specials`]), device allocations that free themselves
+//! ([`DeviceBuffer`]), operands with their views and logical values ([`Operand`]), and the byte
+//! encodings of every dtype.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use crate::allocator::{Allocation, BufferSlice};
-use crate::backend::Backend;
+use crate::allocator::BufferSlice;
 use crate::dtype::DType;
 use crate::kernel::TensorArg;
 use crate::layout::Layout;
 
-use super::views::ViewKind;
+use super::harness::Harness;
+use super::views::{ViewKind, view};
 
 /// How to draw random input values: floats uniform in `float` (optionally on a grid of `step`
 /// and with a random sign), integers uniform in `int` (clamped to the dtype), bools fair.
@@ -55,10 +56,45 @@ impl Spec {
     }
 }
 
-/// An allocation on the backend under test, freed when dropped.
+/// The float values whose semantics are special cased (NaN propagation, infinities as extremes).
+pub const SPECIAL_FLOATS: [f64; 3] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+
+/// Replace each of `values` (already drawn for `dtype`) with NaN, +inf or −inf (one of
+/// [`SPECIAL_FLOATS`], uniformly) with probability `1 / one_in`. Integer and bool dtypes, which
+/// hold none of them, are left alone; so is everything when `one_in` is 0.
+pub fn sprinkle_specials(h: &Harness, dtype: DType, values: &mut [f64], one_in: usize) {
+    if !dtype.is_float() || one_in == 0 {
+        return;
+    }
+    for v in values {
+        if h.below(one_in) == 0 {
+            *v = SPECIAL_FLOATS[h.below(SPECIAL_FLOATS.len())];
+        }
+    }
+}
+
+/// An operand like [`Harness::operand`] whose float values are NaN, +inf or −inf with
+/// probability `1 / one_in` each (see [`sprinkle_specials`]).
+#[track_caller]
+pub fn operand_with_specials(
+    h: &Harness,
+    dtype: DType,
+    kind: ViewKind,
+    shape: &[usize],
+    spec: Spec,
+    one_in: usize,
+) -> Operand {
+    let v = view(kind, shape);
+    let mut base = h.random_values(dtype, v.base_len, spec);
+    sprinkle_specials(h, dtype, &mut base, one_in);
+    h.operand_from(dtype, v, &base)
+}
+
+/// An allocation on the backend under test, freed when dropped: core's sound
+/// [`crate::DeviceBuffer`] (shared, so the harness can borrow it for a launch) with the element
+/// type and count the suite reads it as.
 pub struct DeviceBuffer {
-    backend: Arc<dyn Backend>,
-    allocation: Option<Allocation>,
+    inner: Arc<crate::DeviceBuffer>,
     /// The element type.
     pub dtype: DType,
     /// Elements in the buffer.
@@ -66,22 +102,24 @@ pub struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
-    /// Wrap a live allocation of `len` elements of `dtype` made by `backend`.
-    pub fn new(backend: Arc<dyn Backend>, allocation: Allocation, dtype: DType, len: usize) -> Self {
-        DeviceBuffer {
-            backend,
-            allocation: Some(allocation),
-            dtype,
-            len,
-        }
+    /// Wrap a device buffer holding `len` elements of `dtype`.
+    pub fn new(inner: Arc<crate::DeviceBuffer>, dtype: DType, len: usize) -> Self {
+        DeviceBuffer { inner, dtype, len }
     }
 
     /// The whole buffer.
     pub fn slice(&self) -> BufferSlice {
-        self.allocation
-            .as_ref()
-            .map(Allocation::slice)
-            .expect("live until dropped")
+        self.inner.slice()
+    }
+
+    /// The owned device buffer (for the sound copy methods).
+    pub fn raw(&self) -> &crate::DeviceBuffer {
+        &self.inner
+    }
+
+    /// A weak reference the harness keeps to find the owner of a kernel's operands.
+    pub(crate) fn weak(&self) -> Weak<crate::DeviceBuffer> {
+        Arc::downgrade(&self.inner)
     }
 
     /// An operand viewing this buffer through `layout`.
@@ -96,14 +134,6 @@ impl DeviceBuffer {
     /// An operand viewing this buffer as a contiguous tensor of `shape`.
     pub fn contiguous(&self, shape: &[usize]) -> TensorArg {
         self.arg(&Layout::contiguous(shape).expect("suite shapes are small"))
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        if let Some(allocation) = self.allocation.take() {
-            self.backend.free(allocation);
-        }
     }
 }
 

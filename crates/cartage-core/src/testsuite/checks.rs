@@ -15,10 +15,7 @@ impl Harness {
     /// Require `kernel` to be refused with [`Error::Unsupported`] naming its op, dtype and device.
     pub fn expect_unsupported(&self, what: &str, kernel: &Kernel) {
         self.count_check();
-        let result = self
-            .backend()
-            .launch(kernel)
-            .and_then(|()| self.backend().synchronize());
+        let result = self.run(kernel).and_then(|()| self.backend().synchronize());
         match result {
             Err(Error::Unsupported { op, dtype, device, .. }) => {
                 if op != kernel.op().name() || dtype != kernel.dtype() || device != self.device() {
@@ -149,8 +146,8 @@ impl Harness {
 
     pub(super) fn read_raw(&self, buf: &DeviceBuffer) -> std::result::Result<Vec<u8>, String> {
         let mut bytes = vec![0u8; buf.len * buf.dtype.size_in_bytes()];
-        self.backend()
-            .read(buf.slice(), &mut bytes)
+        buf.raw()
+            .read(0, &mut bytes)
             .map_err(|e| format!("reading the result failed: {e}"))?;
         Ok(bytes)
     }

@@ -1,14 +1,15 @@
 //! `Unary`, `Binary`, `Compare` and `Where` over the element-wise table (every dtype the backend
 //! lists, empty to large, strided and broadcast operands), plus exact integer wrapping at the
-//! edges of i32, i64 and u8.
+//! edges of i32, i64 and u8. Float maximum/minimum get operands holding NaN and ±inf (NaN
+//! propagates); integer powers get bases and exponents whose powers overflow (they wrap).
 
 use crate::dtype::DType;
 use crate::kernel::{BinaryOp, CompareOp, Kernel, Op, ReduceOp, UnaryOp};
 use crate::layout::Layout;
 
-use super::buffers::{Spec, decode_ints, encode_ints};
+use super::buffers::{Spec, decode_ints, encode_ints, operand_with_specials};
 use super::harness::Harness;
-use super::reference::{self, Tolerance, int_pow};
+use super::reference::{self, Tolerance, int_pow, wrap_int};
 use super::views::{Case, ViewKind, elementwise_cases, large_cases};
 
 fn contiguous(shape: &[usize]) -> Layout {
@@ -82,8 +83,19 @@ fn unary_case(h: &Harness, op: UnaryOp, dtype: DType, case: &Case) {
 fn binary_specs(op: BinaryOp) -> (Spec, Spec) {
     match op {
         BinaryOp::Div => (Spec::standard(), Spec::new((0.5, 4.0), (-20, 20)).signed()),
-        BinaryOp::Pow => (Spec::new((0.1, 4.0), (-6, 6)), Spec::new((-2.0, 2.0), (-3, 6))),
+        // Integer powers overflow most of the time (300^4 > 2^32, 2^80 > 2^64) and must wrap;
+        // negative exponents follow the kernel rules.
+        BinaryOp::Pow => (Spec::new((0.1, 4.0), (-300, 300)), Spec::new((-2.0, 2.0), (-3, 80))),
         _ => (Spec::standard(), Spec::standard()),
+    }
+}
+
+/// One float operand value in this many is NaN, +inf or −inf, for the ops whose semantics single
+/// them out (0: none).
+fn binary_specials(op: BinaryOp) -> usize {
+    match op {
+        BinaryOp::Maximum | BinaryOp::Minimum => 4,
+        _ => 0,
     }
 }
 
@@ -130,8 +142,9 @@ pub fn binary(h: &Harness) {
 
 fn binary_case(h: &Harness, op: BinaryOp, dtype: DType, case: &Case) {
     let (lspec, rspec) = binary_specs(op);
-    let lhs = h.operand(dtype, case.kinds[0], &case.shape, lspec);
-    let rhs = h.operand(dtype, case.kinds[1], &case.shape, rspec);
+    let specials = binary_specials(op);
+    let lhs = operand_with_specials(h, dtype, case.kinds[0], &case.shape, lspec, specials);
+    let rhs = operand_with_specials(h, dtype, case.kinds[1], &case.shape, rspec, specials);
     let layout = contiguous(&case.shape);
     let out = h.poisoned(dtype, layout.numel());
     let what = format!("{} {dtype}, {}", op.name(), case.describe(2));
@@ -154,11 +167,43 @@ fn binary_case(h: &Harness, op: BinaryOp, dtype: DType, case: &Case) {
 
 /// The exact result of an integer op at full i64 precision, stored as `dtype` (wrapping).
 fn exact(dtype: DType, v: i64) -> i64 {
-    match dtype {
-        DType::I32 => v as i32 as i64,
-        DType::U8 => v as u8 as i64,
-        _ => v,
+    wrap_int(dtype, v)
+}
+
+/// Bases and exponents of integer powers for `dtype` (the dtype's `min` and `max`): every base
+/// against every exponent, so most powers overflow — by a little, by a lot, and with exponents
+/// up to the dtype's maximum (a backend must not loop `exp` times, nor clamp the exponent).
+fn pow_pairs(dtype: DType, min: i64, max: i64) -> (Vec<i64>, Vec<i64>) {
+    let bases = [max, min, max - 1, min + 1, 2, -2, 3, -3, 7, 12_345, -1, 0, 1, 255, 16];
+    let exps: Vec<i64> = match dtype {
+        DType::I32 => vec![max, max - 1, (1 << 20) + 3, 31, 32, 33, 63, 64, 2, 0, -1, -2, min],
+        DType::I64 => vec![
+            max,
+            max - 1,
+            (1 << 40) + 5,
+            1 << 32,
+            (1 << 32) + 1,
+            u32::MAX as i64,
+            63,
+            64,
+            65,
+            2,
+            0,
+            -1,
+            -2,
+            min,
+        ],
+        _ => vec![255, 254, 128, 9, 8, 7, 2, 1, 0],
+    };
+    let mut lhs = Vec::new();
+    let mut rhs = Vec::new();
+    for &b in &bases {
+        for &e in &exps {
+            lhs.push(exact(dtype, b));
+            rhs.push(exact(dtype, e));
+        }
     }
+    (lhs, rhs)
 }
 
 fn exact_binary(op: BinaryOp, a: i64, b: i64) -> i64 {
@@ -205,15 +250,7 @@ pub fn integer_wrapping(h: &Harness) {
             h.upload_bytes(dtype, &encode_ints(dtype, &lhs)),
             h.upload_bytes(dtype, &encode_ints(dtype, &rhs)),
         );
-        // Powers get exponents a wrapping power can be computed for exactly.
-        let pow_lhs: Vec<i64> = [2, 3, -2, -1, -1, 1, 5, 0, 0, 7, 2]
-            .iter()
-            .map(|&v| exact(dtype, v))
-            .collect();
-        let pow_rhs: Vec<i64> = [31, 40, 63, -3, -2, -7, -1, 0, 5, 25, 64]
-            .iter()
-            .map(|&v| exact(dtype, v))
-            .collect();
+        let (pow_lhs, pow_rhs) = pow_pairs(dtype, min, max);
         let (pa, pb) = (
             h.upload_bytes(dtype, &encode_ints(dtype, &pow_lhs)),
             h.upload_bytes(dtype, &encode_ints(dtype, &pow_rhs)),

@@ -1,11 +1,13 @@
 //! Malformed kernels are errors, never panics or out-of-bounds accesses (DESIGN invariant 8):
 //! layouts beyond their buffers, operands whose shapes or dtypes do not fit the op, dimensions
-//! out of range, float indices (R27).
+//! out of range, float indices (R27), and operands whose buffer starts at a byte offset that is
+//! not a multiple of their element size (a misaligned access is undefined behaviour on the host
+//! and a fault or a wrong answer on a GPU).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::dtype::{DType, Scalar};
-use crate::kernel::{BinaryOp, CompareOp, Kernel, Op, ReduceOp, UnaryOp};
+use crate::kernel::{BinaryOp, CompareOp, Kernel, Op, ReduceOp, TensorArg, UnaryOp};
 use crate::layout::{Dims, Layout};
 
 use super::buffers::DeviceBuffer;
@@ -15,9 +17,7 @@ use super::harness::Harness;
 fn expect_error(h: &Harness, what: &str, kernel: Kernel) {
     h.count_check();
     let backend = h.backend();
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        backend.launch(&kernel).and_then(|()| backend.synchronize())
-    }));
+    let outcome = catch_unwind(AssertUnwindSafe(|| h.run(&kernel).and_then(|()| backend.synchronize())));
     match outcome {
         Ok(Err(_)) => {}
         Ok(Ok(())) => h.fail(format!("{what}: the malformed kernel was accepted")),
@@ -54,6 +54,141 @@ pub fn malformed_kernels(h: &Harness) {
     bounds(h);
     shapes_and_dtypes(h);
     reductions_and_selections(h);
+    misaligned(h);
+}
+
+/// A contiguous `[n]` operand over `buf` whose buffer slice starts `byte_offset` bytes into the
+/// allocation (`buf` holds at least `n + 1` elements, so the slice fits).
+fn shifted(buf: &DeviceBuffer, byte_offset: usize, n: usize) -> TensorArg {
+    let buffer = buf
+        .slice()
+        .slice(byte_offset, n * buf.dtype.size_in_bytes())
+        .expect("suite bug: the shifted slice fits its allocation");
+    TensorArg {
+        buffer,
+        layout: layout(&[n]),
+        dtype: buf.dtype,
+    }
+}
+
+/// Operands of 4- and 8-byte dtypes whose buffer starts at a byte offset that is not a multiple
+/// of the element size, as input, output or index, must be refused with an error, never run.
+fn misaligned(h: &Harness) {
+    const N: usize = 8;
+    for (dtype, offsets) in [
+        (DType::F32, &[1usize, 2][..]),
+        (DType::I64, &[1, 4][..]),
+        (DType::F64, &[1, 4][..]),
+    ] {
+        for &at in offsets {
+            let (raw, ok, out) = (buf(h, dtype, N + 1), buf(h, dtype, N), buf(h, dtype, N));
+            let bad = shifted(&raw, at, N);
+            let name = |what: &str| format!("{what} with a {dtype} operand at byte offset {at}");
+            if h.supports(Op::Fill, dtype) {
+                let kernel = Kernel::Fill {
+                    out: bad.clone(),
+                    value: Scalar::Int(1),
+                };
+                expect_error(h, &name("fill into it"), kernel);
+            }
+            if h.supports(Op::Copy, dtype) {
+                let kernel = Kernel::Copy {
+                    input: bad.clone(),
+                    out: out.contiguous(&[N]),
+                };
+                expect_error(h, &name("copy from it"), kernel);
+                let kernel = Kernel::Copy {
+                    input: ok.contiguous(&[N]),
+                    out: bad.clone(),
+                };
+                expect_error(h, &name("copy into it"), kernel);
+            }
+            if h.supports(Op::Unary(UnaryOp::Neg), dtype) {
+                let kernel = Kernel::Unary {
+                    op: UnaryOp::Neg,
+                    input: bad.clone(),
+                    out: out.contiguous(&[N]),
+                };
+                expect_error(h, &name("neg of it"), kernel);
+            }
+            if h.supports(Op::Binary(BinaryOp::Add), dtype) {
+                let kernel = Kernel::Binary {
+                    op: BinaryOp::Add,
+                    lhs: ok.contiguous(&[N]),
+                    rhs: bad.clone(),
+                    out: out.contiguous(&[N]),
+                };
+                expect_error(h, &name("add of it"), kernel);
+            }
+            if h.supports(Op::Reduce(ReduceOp::Max), dtype) {
+                let kernel = Kernel::Reduce {
+                    op: ReduceOp::Max,
+                    input: bad.clone(),
+                    dims: [0].into_iter().collect(),
+                    out: out.contiguous(&[1]),
+                };
+                expect_error(h, &name("max of it"), kernel);
+            }
+            if h.supports(Op::Matmul, dtype) {
+                let kernel = Kernel::Matmul {
+                    lhs: TensorArg {
+                        layout: layout(&[1, 2, 4]),
+                        ..bad.clone()
+                    },
+                    rhs: ok.arg(&layout(&[1, 4, 2])),
+                    out: out.arg(&layout(&[1, 2, 2])),
+                };
+                expect_error(h, &name("matmul of it"), kernel);
+            }
+            if dtype == DType::I64 {
+                misaligned_index_and_arg_output(h, &bad, at);
+            }
+        }
+    }
+}
+
+/// A misaligned i64 operand as the index of `Gather`/`IndexSelect` and as the output of
+/// `ArgMax` (`bad`: `[8]` i64 at byte offset `at`).
+fn misaligned_index_and_arg_output(h: &Harness, bad: &TensorArg, at: usize) {
+    let Some(f) = float_for(h, Op::IndexSelect) else { return };
+    let (input, out) = (buf(h, f, 8), buf(h, f, 8));
+    let zeros = h.upload(DType::I64, &[0.0; 9]);
+    let bad_zeros = shifted(&zeros, at, 8);
+    let name = |what: &str| format!("{what} by an i64 index at byte offset {at}");
+    let kernel = Kernel::IndexSelect {
+        input: input.arg(&layout(&[2, 4])),
+        index: TensorArg {
+            layout: layout(&[2]),
+            ..bad_zeros.clone()
+        },
+        dim: 0,
+        out: out.arg(&layout(&[2, 4])),
+    };
+    expect_error(h, &name("index_select"), kernel);
+    if h.supports(Op::Gather, f) {
+        let kernel = Kernel::Gather {
+            input: input.arg(&layout(&[2, 4])),
+            index: TensorArg {
+                layout: layout(&[2, 4]),
+                ..bad_zeros
+            },
+            dim: 1,
+            out: out.arg(&layout(&[2, 4])),
+        };
+        expect_error(h, &name("gather"), kernel);
+    }
+    if h.supports(Op::Reduce(ReduceOp::ArgMax), f) {
+        let kernel = Kernel::Reduce {
+            op: ReduceOp::ArgMax,
+            input: input.arg(&layout(&[8])),
+            dims: [0].into_iter().collect(),
+            out: TensorArg {
+                layout: layout(&[1]),
+                ..bad.clone()
+            },
+        };
+        expect_error(h, &format!("argmax into an i64 output at byte offset {at}"), kernel);
+    }
 }
 
 fn bounds(h: &Harness) {

@@ -6,7 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::panic::Location;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backend::Backend;
@@ -147,6 +147,9 @@ pub struct Harness {
     state: Cell<u64>,
     checks: Cell<usize>,
     failures: RefCell<Vec<String>>,
+    /// Every buffer the harness allocated, so that `launch` can borrow the owners of a kernel's
+    /// operands (the sound path, `Kernel::run`).
+    buffers: RefCell<Vec<Weak<crate::DeviceBuffer>>>,
 }
 
 impl Harness {
@@ -174,6 +177,7 @@ impl Harness {
             state: Cell::new(seed),
             checks: Cell::new(0),
             failures: RefCell::new(Vec::new()),
+            buffers: RefCell::new(Vec::new()),
         }
     }
 
@@ -269,19 +273,21 @@ impl Harness {
     #[track_caller]
     pub fn alloc(&self, dtype: DType, len: usize) -> DeviceBuffer {
         let bytes = len * dtype.size_in_bytes();
-        let allocation = self
-            .backend
-            .alloc(bytes, Location::caller())
+        let inner = crate::DeviceBuffer::new_at(&self.backend, bytes, Location::caller())
             .unwrap_or_else(|e| panic!("{}: allocating {bytes} bytes failed: {e}", self.name()));
-        DeviceBuffer::new(self.backend.clone(), allocation, dtype, len)
+        let buf = DeviceBuffer::new(Arc::new(inner), dtype, len);
+        let mut known = self.buffers.borrow_mut();
+        known.retain(|w| w.strong_count() > 0);
+        known.push(buf.weak());
+        buf
     }
 
     /// Upload `bytes` (already encoded) into a fresh allocation.
     #[track_caller]
     pub fn upload_bytes(&self, dtype: DType, bytes: &[u8]) -> DeviceBuffer {
         let buf = self.alloc(dtype, bytes.len() / dtype.size_in_bytes());
-        self.backend
-            .write(buf.slice(), bytes)
+        buf.raw()
+            .write(0, bytes)
             .unwrap_or_else(|e| panic!("{}: writing {} bytes failed: {e}", self.name(), bytes.len()));
         buf
     }
@@ -333,7 +339,7 @@ impl Harness {
     /// All bytes of `buf`, or a recorded failure.
     pub fn read_bytes(&self, what: &str, buf: &DeviceBuffer) -> Option<Vec<u8>> {
         let mut bytes = vec![0u8; buf.len * buf.dtype.size_in_bytes()];
-        match self.backend.read(buf.slice(), &mut bytes) {
+        match buf.raw().read(0, &mut bytes) {
             Ok(()) => Some(bytes),
             Err(e) => {
                 self.fail(format!("{what}: reading the result failed: {e}"));
@@ -351,9 +357,30 @@ impl Harness {
 
     // ---- launches and checks ----
 
+    /// Run `kernel` soundly: the buffers the harness allocated that hold its operands are
+    /// borrowed for the call ([`Kernel::run`]).
+    pub fn run(&self, kernel: &Kernel) -> Result<()> {
+        let owners: Vec<Arc<crate::DeviceBuffer>> = {
+            let known = self.buffers.borrow();
+            let operands = kernel.operands();
+            known
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|b| operands.iter().any(|a| b.slice().contains(&a.buffer)))
+                .collect()
+        };
+        let borrowed: Vec<&crate::DeviceBuffer> = owners.iter().map(|b| b.as_ref()).collect();
+        if borrowed.is_empty() {
+            // No owner: let `run` give its error for an operand outside every buffer.
+            let empty = self.alloc(DType::U8, 0);
+            return kernel.run(&[empty.raw()]);
+        }
+        kernel.run(&borrowed)
+    }
+
     /// Launch `kernel`; a failure is recorded (and `false` returned) instead of a panic.
     pub fn launch(&self, what: &str, kernel: &Kernel) -> bool {
-        match self.backend.launch(kernel) {
+        match self.run(kernel) {
             Ok(()) => true,
             Err(e) => {
                 self.fail(format!("{what}: launch failed with {} error: {e}", e.kind_name()));

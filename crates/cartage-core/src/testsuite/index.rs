@@ -169,10 +169,9 @@ fn expect_out_of_range(
     h.count_check();
     let mut bytes = vec![0u8; out.len * out.dtype.size_in_bytes()];
     let result = h
-        .backend()
-        .launch(kernel)
+        .run(kernel)
         .and_then(|()| h.backend().synchronize())
-        .and_then(|()| h.backend().read(out.slice(), &mut bytes));
+        .and_then(|()| out.raw().read(0, &mut bytes));
     match result {
         Err(Error::IndexOutOfRange {
             index,

@@ -140,9 +140,7 @@ fn copy_through(h: &Harness, dtype: DType, shape: &[usize], from: &ViewRecipe, t
         input: input.arg(&src.layout),
         out: out.arg(&dst.layout),
     };
-    h.backend()
-        .launch(&kernel)
-        .map_err(|e| format!("copy launch failed: {e}"))?;
+    h.run(&kernel).map_err(|e| format!("copy launch failed: {e}"))?;
     h.compare_bytes(&out, &dst.layout, &want)
         .map_err(|e| format!("copy {:?} → {:?}: {e}", src.layout, dst.layout))
 }
@@ -160,9 +158,7 @@ fn add_through(h: &Harness, dtype: DType, shape: &[usize], lhs: &ViewRecipe, rhs
         rhs: b.arg(),
         out: out.arg(&layout),
     };
-    h.backend()
-        .launch(&kernel)
-        .map_err(|e| format!("add launch failed: {e}"))?;
+    h.run(&kernel).map_err(|e| format!("add launch failed: {e}"))?;
     let want: Vec<f64> = a
         .values
         .iter()

@@ -1,13 +1,15 @@
 //! `Reduce` (every op × dtype over one, several, all or no dimensions of contiguous, strided and
-//! broadcast inputs; NaN propagation; first-index ties) and `Softmax` / log-softmax (any
-//! dimension, max-subtracted so large inputs do not overflow). The large reductions use
-//! integer-valued inputs, whose sums are exact in any order, so one lost element shows.
+//! broadcast inputs; first-index ties; float max/min/argmax/argmin again over inputs holding NaN
+//! and ±inf: NaN propagates, and the arg-reductions pick the first NaN) and `Softmax` /
+//! log-softmax (any dimension, max-subtracted so large inputs do not overflow). The large
+//! reductions use integer-valued inputs, whose sums are exact in any order, so one lost element
+//! shows.
 
 use crate::dtype::DType;
 use crate::kernel::{Kernel, Op, ReduceOp};
 use crate::layout::{Dims, Layout};
 
-use super::buffers::{Operand, Spec};
+use super::buffers::{Operand, Spec, operand_with_specials};
 use super::harness::Harness;
 use super::reference::{self, Tolerance, accumulation_eps, reduced_shape};
 use super::views::{LARGE, ViewKind, view};
@@ -103,7 +105,14 @@ fn reduce_case(
     }
 }
 
-/// `Reduce`: every op × dtype the backend lists over the case table, plus NaN propagation.
+/// True for the reductions whose semantics single out NaN and ±inf (NaN propagates through
+/// max/min; argmax/argmin pick the first NaN; infinities are ordinary extremes).
+fn nan_sensitive(op: ReduceOp) -> bool {
+    matches!(op, ReduceOp::Max | ReduceOp::Min | ReduceOp::ArgMax | ReduceOp::ArgMin)
+}
+
+/// `Reduce`: every op × dtype the backend lists over the case table; for float max, min,
+/// argmax and argmin the table again with NaN and ±inf in the input, plus NaN in chosen rows.
 pub fn reduce(h: &Harness) {
     for op in ReduceOp::ALL {
         for dtype in DType::ALL {
@@ -118,19 +127,36 @@ pub fn reduce(h: &Harness) {
                 h.expect_unsupported(&format!("{} {dtype}", op.name()), &kernel);
                 continue;
             }
+            let specials = dtype.is_float() && nan_sensitive(op);
             for (shape, dims, kind) in reduce_cases() {
                 if applies(op, &shape, &dims) {
                     let input = h.operand(dtype, kind, &shape, reduce_spec(op));
                     reduce_case(h, op, dtype, &input, &dims, false, "");
+                    if specials {
+                        // About one special per reduced slice: some slices hold a NaN, some an
+                        // infinity, some both, some neither.
+                        let per_output: usize = dims.iter().map(|&d| shape[d]).product();
+                        let input = operand_with_specials(h, dtype, kind, &shape, reduce_spec(op), per_output.max(4));
+                        reduce_case(h, op, dtype, &input, &dims, false, " with NaN and ±inf");
+                    }
                 }
             }
-            if dtype.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+            if specials {
+                // Rows 1 and 3 hold one or two NaNs (argmax/argmin: the first of them), row 2
+                // +inf in its first half and −inf in its second.
                 let v = view(ViewKind::Contiguous, &[4, 6]);
                 let mut base = h.random_values(dtype, 24, Spec::standard());
-                base[6 + h.below(6)] = f64::NAN;
-                base[18 + h.below(6)] = f64::NAN;
+                for row in [1, 3] {
+                    let (a, b) = (h.below(6), h.below(6));
+                    base[row * 6 + a] = f64::NAN;
+                    base[row * 6 + b] = f64::NAN;
+                }
+                base[12 + h.below(3)] = f64::INFINITY;
+                base[15 + h.below(3)] = f64::NEG_INFINITY;
                 let input = h.operand_from(dtype, v, &base);
                 reduce_case(h, op, dtype, &input, &[1], false, " with NaN in rows 1 and 3");
+                let input = h.operand_from(dtype, view(ViewKind::Transposed, &[6, 4]), &base);
+                reduce_case(h, op, dtype, &input, &[0], false, " with NaN in columns 1 and 3");
             }
         }
     }
@@ -167,6 +193,21 @@ pub fn reduce_large(h: &Harness) {
         base[LARGE - 1 - h.below(LARGE / 10)] = 5000.0;
         let input = h.operand_from(f32, v, &base);
         reduce_case(h, ReduceOp::ArgMax, f32, &input, &[0], true, " (one late maximum)");
+    }
+    // Infinities early and two NaNs late, in different parts of a split reduction: max and min
+    // are NaN, argmax and argmin the first NaN, whatever order the partial results combine in.
+    let v = view(ViewKind::Contiguous, &[LARGE]);
+    let mut base = h.random_values(f32, LARGE, integral);
+    base[h.below(LARGE / 8)] = f64::INFINITY;
+    base[LARGE / 8 + h.below(LARGE / 8)] = f64::NEG_INFINITY;
+    let first_nan = LARGE / 2 + h.below(LARGE / 4);
+    base[first_nan] = f64::NAN;
+    base[first_nan + 1 + h.below(LARGE - first_nan - 1)] = f64::NAN;
+    for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin] {
+        if h.supports(Op::Reduce(op), f32) {
+            let input = h.operand_from(f32, v.clone(), &base);
+            reduce_case(h, op, f32, &input, &[0], true, " (±inf early, NaN late)");
+        }
     }
 }
 

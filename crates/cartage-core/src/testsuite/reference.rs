@@ -84,6 +84,26 @@ pub fn wrap(dtype: DType, v: f64) -> f64 {
     }
 }
 
+/// The exact 64-bit result `v` of integer arithmetic stored as the integer `dtype`: its low
+/// bits, two's complement (wrapping happens before any conversion to f64, which would lose them).
+pub fn wrap_int(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I32 => v as i32 as i64,
+        DType::U8 => v as u8 as i64,
+        _ => v,
+    }
+}
+
+/// NaN-propagating maximum (PyTorch's `maximum`, not IEEE `fmax`).
+pub fn maximum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
+}
+
+/// NaN-propagating minimum (PyTorch's `minimum`, not IEEE `fmin`).
+pub fn minimum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }
+}
+
 /// The error function (for exact GELU).
 pub fn erf(x: f64) -> f64 {
     libm::erf(x)
@@ -119,8 +139,11 @@ pub fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
     }
 }
 
-/// Integer power with the kernel's rules: wrapping for exponents ≥ 0; for a negative exponent 0
-/// unless the base is 1 (1) or −1 (±1).
+/// Integer power with the kernel's rules, in 64-bit two's complement (store the result with
+/// [`wrap_int`]: the low bits of a wrapping product are those of the narrower product, so this
+/// is the dtype's own wrapping power for bases and exponents of i32 and u8 too). An exponent
+/// ≥ 0 gives `base.wrapping_pow(exp)` — every exponent, not only those below 2^32; a negative
+/// exponent gives 0 unless the base is 1 (1) or −1 (±1).
 pub fn int_pow(base: i64, exp: i64) -> i64 {
     if exp < 0 {
         return match base {
@@ -130,7 +153,10 @@ pub fn int_pow(base: i64, exp: i64) -> i64 {
             _ => 0,
         };
     }
-    base.wrapping_pow(exp.min(u32::MAX as i64) as u32)
+    // exp = high · 2^32 + low, and base^(2^32) = base^(2^32 - 1) · base.
+    let (high, low) = ((exp >> 32) as u32, exp as u32);
+    let base_2_32 = base.wrapping_pow(u32::MAX).wrapping_mul(base);
+    base_2_32.wrapping_pow(high).wrapping_mul(base.wrapping_pow(low))
 }
 
 /// A binary op on two values of `dtype`.
@@ -154,7 +180,7 @@ pub fn binary(op: BinaryOp, dtype: DType, a: f64, b: f64) -> f64 {
             BinaryOp::Maximum => x.max(y),
             BinaryOp::Minimum => x.min(y),
         };
-        return wrap(dtype, v as f64);
+        return wrap_int(dtype, v) as f64;
     }
     match op {
         BinaryOp::Add => a + b,
@@ -162,8 +188,8 @@ pub fn binary(op: BinaryOp, dtype: DType, a: f64, b: f64) -> f64 {
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
         BinaryOp::Pow => a.powf(b),
-        BinaryOp::Maximum => a.max(b),
-        BinaryOp::Minimum => a.min(b),
+        BinaryOp::Maximum => maximum(a, b),
+        BinaryOp::Minimum => minimum(a, b),
     }
 }
 
@@ -307,8 +333,12 @@ fn extreme(g: &[f64], better: impl Fn(f64, f64) -> bool) -> f64 {
     best
 }
 
-/// The index of the first extreme element.
+/// The index of the first extreme element; NaN counts as the extreme, so the first NaN wins
+/// (PyTorch's argmax/argmin).
 fn arg_extreme(g: &[f64], better: impl Fn(f64, f64) -> bool) -> f64 {
+    if let Some(first_nan) = g.iter().position(|x| x.is_nan()) {
+        return first_nan as f64;
+    }
     let mut best = 0;
     for (i, &x) in g.iter().enumerate() {
         if better(x, g[best]) {
@@ -410,6 +440,88 @@ mod tests {
         assert_eq!(binary(BinaryOp::Pow, DType::I32, 0.0, 0.0), 1.0);
         assert_eq!(unary(UnaryOp::Neg, DType::U8, 5.0), 251.0);
         assert_eq!(unary(UnaryOp::Abs, DType::I32, i32::MIN as f64), i32::MIN as f64);
+    }
+
+    /// Square and multiply with a 64-bit exponent, modulo 2^64 (an oracle independent of
+    /// `int_pow`'s split of the exponent).
+    fn pow_mod_2_64(base: i64, mut exp: u64) -> i64 {
+        let (mut acc, mut b) = (1u64, base as u64);
+        while exp > 0 {
+            if exp & 1 == 1 {
+                acc = acc.wrapping_mul(b);
+            }
+            b = b.wrapping_mul(b);
+            exp >>= 1;
+        }
+        acc as i64
+    }
+
+    #[test]
+    fn integer_pow_wraps_for_every_exponent() {
+        assert_eq!(int_pow(2, 64), 0);
+        assert_eq!(int_pow(2, 63), i64::MIN);
+        assert_eq!(int_pow(2, i64::MAX), 0);
+        assert_eq!(int_pow(-1, i64::MAX), -1);
+        assert_eq!(int_pow(-1, i64::MAX - 1), 1);
+        assert_eq!(int_pow(0, 0), 1);
+        for (base, exp) in [
+            (3i64, 1i64 << 32),
+            (3, (1 << 40) + 5),
+            (-7, i64::MAX),
+            (i64::MAX, u32::MAX as i64 + 2),
+            (12_345, 987_654_321_012),
+        ] {
+            assert_eq!(int_pow(base, exp), pow_mod_2_64(base, exp as u64), "{base}^{exp}");
+        }
+        // Stored as i32 and u8: the dtype's own wrapping power.
+        assert_eq!(
+            binary(BinaryOp::Pow, DType::I32, 3.0, 40.0),
+            3i32.wrapping_pow(40) as f64
+        );
+        assert_eq!(
+            binary(BinaryOp::Pow, DType::I32, -123.0, i32::MAX as f64),
+            (-123i32).wrapping_pow(i32::MAX as u32) as f64
+        );
+        assert_eq!(
+            binary(BinaryOp::Pow, DType::U8, 3.0, 255.0),
+            3u8.wrapping_pow(255) as f64
+        );
+        // Wrapped in integers before any f64 conversion: (2^31 - 1)^2 = 2^62 - 2^32 + 1.
+        let max = i32::MAX as f64;
+        assert_eq!(binary(BinaryOp::Mul, DType::I32, max, max), 1.0);
+    }
+
+    #[test]
+    fn maximum_and_minimum_propagate_nan() {
+        for (a, b) in [
+            (f64::NAN, 1.0),
+            (1.0, f64::NAN),
+            (f64::NAN, f64::INFINITY),
+            (f64::NEG_INFINITY, f64::NAN),
+        ] {
+            assert!(binary(BinaryOp::Maximum, DType::F32, a, b).is_nan(), "max({a}, {b})");
+            assert!(binary(BinaryOp::Minimum, DType::F64, a, b).is_nan(), "min({a}, {b})");
+        }
+        let inf = f64::INFINITY;
+        assert_eq!(binary(BinaryOp::Maximum, DType::F32, -inf, 3.0), 3.0);
+        assert_eq!(binary(BinaryOp::Minimum, DType::F32, -inf, 3.0), -inf);
+        assert_eq!(binary(BinaryOp::Maximum, DType::Bool, 0.0, 1.0), 1.0);
+    }
+
+    #[test]
+    fn arg_reductions_pick_the_first_nan() {
+        let nan = f64::NAN;
+        let values = [1.0, nan, f64::INFINITY, nan, -2.0, f64::NEG_INFINITY];
+        for op in [ReduceOp::ArgMax, ReduceOp::ArgMin] {
+            let (want, _) = reduce(op, DType::F32, &[6], &values, &[0]);
+            assert_eq!(want, vec![1.0], "{}", op.name());
+        }
+        // Without NaN, infinities are ordinary extremes and ties keep the first.
+        let values = [1.0, f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY];
+        assert_eq!(reduce(ReduceOp::ArgMax, DType::F32, &[5], &values, &[0]).0, vec![1.0]);
+        assert_eq!(reduce(ReduceOp::ArgMin, DType::F32, &[5], &values, &[0]).0, vec![2.0]);
+        let (want, _) = reduce(ReduceOp::Min, DType::F32, &[2, 2], &[nan, 1.0, 2.0, 3.0], &[1]);
+        assert!(want[0].is_nan() && want[1] == 2.0, "{want:?}");
     }
 
     #[test]

@@ -14,12 +14,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cartage_core::{
-    Allocation, Backend, BinaryOp, DType, Distribution, Kernel, Layout, MatmulPrecision, ReduceOp, TensorArg,
+    Backend, BinaryOp, DType, DeviceBuffer, Distribution, Kernel, Layout, MatmulPrecision, ReduceOp, TensorArg,
 };
 use cartage_cuda::CudaBackend;
 use cartage_cuda::modules::{KernelName, SourceFile};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The backend as core's trait object, which [`DeviceBuffer`] holds.
+type Dyn = Arc<dyn Backend>;
 
 const MIB: usize = 1 << 20;
 
@@ -27,12 +30,8 @@ fn result(case: &str, value: f64, unit: &str) {
     println!("RESULT\t{case}\t{value:.4}\t{unit}");
 }
 
-fn tensor(a: &Allocation, shape: &[usize], dtype: DType) -> TensorArg {
-    TensorArg {
-        buffer: a.slice(),
-        layout: Layout::contiguous(shape).expect("layout"),
-        dtype,
-    }
+fn tensor(a: &DeviceBuffer, shape: &[usize], dtype: DType) -> TensorArg {
+    a.arg(Layout::contiguous(shape).expect("layout"), dtype)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -41,7 +40,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median device seconds of `f` over `reps` runs after `warmup`.
-fn device_time(b: &CudaBackend, warmup: usize, reps: usize, mut f: impl FnMut()) -> Res<f64> {
+fn device_time(b: &Dyn, warmup: usize, reps: usize, mut f: impl FnMut()) -> Res<f64> {
     for _ in 0..warmup {
         f();
     }
@@ -60,7 +59,7 @@ fn device_time(b: &CudaBackend, warmup: usize, reps: usize, mut f: impl FnMut())
 }
 
 /// Host seconds per call of `f`, over `iters` calls ended by a synchronisation.
-fn host_time(b: &CudaBackend, iters: usize, mut f: impl FnMut()) -> Res<f64> {
+fn host_time(b: &Dyn, iters: usize, mut f: impl FnMut()) -> Res<f64> {
     for _ in 0..iters.min(100) {
         f();
     }
@@ -85,19 +84,20 @@ fn wall_time(reps: usize, mut f: impl FnMut() -> Res<()>) -> Res<f64> {
     Ok(median(times))
 }
 
-fn alloc_random(b: &CudaBackend, shape: &[usize], dtype: DType, seed: u64) -> Res<Allocation> {
+fn alloc_random(b: &Dyn, shape: &[usize], dtype: DType, seed: u64) -> Res<DeviceBuffer> {
     let n: usize = shape.iter().product();
-    let a = b.alloc(n * dtype.size_in_bytes(), std::panic::Location::caller())?;
-    b.launch(&Kernel::Random {
+    let a = DeviceBuffer::new(b, n * dtype.size_in_bytes())?;
+    Kernel::Random {
         out: tensor(&a, shape, dtype),
         distribution: Distribution::Normal { mean: 0.0, std: 1.0 },
         seed,
         offset: 0,
-    })?;
+    }
+    .run(&[&a])?;
     Ok(a)
 }
 
-fn matmul(b: &CudaBackend, quick: bool) -> Res<()> {
+fn matmul(b: &Dyn, quick: bool) -> Res<()> {
     let sizes: &[usize] = if quick {
         &[1024, 4096]
     } else {
@@ -116,22 +116,19 @@ fn matmul(b: &CudaBackend, quick: bool) -> Res<()> {
                 alloc_random(b, &[1, n, n], dtype, 1)?,
                 alloc_random(b, &[1, n, n], dtype, 2)?,
             );
-            let out = b.alloc(n * n * dtype.size_in_bytes(), std::panic::Location::caller())?;
+            let out = DeviceBuffer::new(b, n * n * dtype.size_in_bytes())?;
             let k = Kernel::Matmul {
                 lhs: tensor(&x, &[1, n, n], dtype),
                 rhs: tensor(&y, &[1, n, n], dtype),
                 out: tensor(&out, &[1, n, n], dtype),
             };
             let reps = if n >= 4096 { 20 } else { 50 };
-            let t = device_time(b, 5, reps, || b.launch(&k).expect("matmul"))?;
+            let t = device_time(b, 5, reps, || k.run(&[&x, &y, &out]).expect("matmul"))?;
             result(
                 &format!("matmul_{name}_{n}"),
                 2.0 * (n as f64).powi(3) / t / 1e12,
                 "TFLOP/s",
             );
-            for a in [x, y, out] {
-                b.free(a);
-            }
         }
     }
     b.set_matmul_precision(MatmulPrecision::Highest)?;
@@ -141,64 +138,59 @@ fn matmul(b: &CudaBackend, quick: bool) -> Res<()> {
             alloc_random(b, &[1, n, n], dtype, 3)?,
             alloc_random(b, &[1, n, n], dtype, 4)?,
         );
-        let out = b.alloc(n * n * 4, std::panic::Location::caller())?;
+        let out = DeviceBuffer::new(b, n * n * 4)?;
         let k = Kernel::Matmul {
             lhs: tensor(&x, &[1, n, n], dtype),
             rhs: tensor(&y, &[1, n, n], dtype),
             out: tensor(&out, &[1, n, n], dtype),
         };
-        let t = host_time(b, 2000, || b.launch(&k).expect("matmul"))?;
+        let t = host_time(b, 2000, || k.run(&[&x, &y, &out]).expect("matmul"))?;
         result(&format!("small_matmul_f32_{n}"), t * 1e6, "us/call");
-        for a in [x, y, out] {
-            b.free(a);
-        }
     }
     Ok(())
 }
 
-fn tiny_ops(b: &CudaBackend) -> Res<()> {
+fn tiny_ops(b: &Dyn, cuda: &CudaBackend) -> Res<()> {
     let n = 4usize;
     let (x, y) = (
         alloc_random(b, &[n], DType::F32, 5)?,
         alloc_random(b, &[n], DType::F32, 6)?,
     );
-    let site = std::panic::Location::caller();
     // Through the backend as the frontend drives it: a cached allocation, a launch, a free.
     let t = host_time(b, 20000, || {
-        let out = b.alloc(n * 4, site).expect("alloc");
-        b.launch(&Kernel::Binary {
+        let out = DeviceBuffer::new(b, n * 4).expect("alloc");
+        Kernel::Binary {
             op: BinaryOp::Add,
             lhs: tensor(&x, &[n], DType::F32),
             rhs: tensor(&y, &[n], DType::F32),
             out: tensor(&out, &[n], DType::F32),
-        })
+        }
+        .run(&[&x, &y, &out])
         .expect("add");
-        b.free(out);
     })?;
     result("tiny_add_f32", t * 1e6, "us/op");
     // Its parts: the cached allocation and free alone, and the launch of a prebuilt kernel value.
     let t = host_time(b, 20000, || {
-        let out = b.alloc(n * 4, site).expect("alloc");
-        b.free(out);
+        drop(DeviceBuffer::new(b, n * 4).expect("alloc"));
     })?;
     result("tiny_alloc_free", t * 1e6, "us/op");
-    let fixed = b.alloc(n * 4, site)?;
+    let fixed = DeviceBuffer::new(b, n * 4)?;
     let prebuilt = Kernel::Binary {
         op: BinaryOp::Add,
         lhs: tensor(&x, &[n], DType::F32),
         rhs: tensor(&y, &[n], DType::F32),
         out: tensor(&fixed, &[n], DType::F32),
     };
-    let t = host_time(b, 20000, || b.launch(&prebuilt).expect("add"))?;
+    let t = host_time(b, 20000, || prebuilt.run(&[&x, &y, &fixed]).expect("add"))?;
     result("tiny_launch_prebuilt", t * 1e6, "us/op");
-    b.free(fixed);
+    drop(fixed);
     // The same compiled kernel through a bare cuLaunchKernel.
-    let f = b
+    let f = cuda
         .modules()
         .function(KernelName::new(SourceFile::Binary, ["binary", "add", "f32", "contig"]))?;
-    let out = b.alloc(n * 4, site)?;
+    let out = DeviceBuffer::new(b, n * 4)?;
     let (mut po, mut pa, mut pb, mut pn) = (out.slice().addr(), x.slice().addr(), y.slice().addr(), n as u64);
-    let stream = b.compute_stream().cu_stream();
+    let stream = cuda.compute_stream().cu_stream();
     let t = host_time(b, 20000, || {
         let mut params: [*mut c_void; 4] = [
             &mut po as *mut u64 as *mut c_void,
@@ -214,13 +206,10 @@ fn tiny_ops(b: &CudaBackend) -> Res<()> {
         .expect("cuLaunchKernel");
     })?;
     result("raw_launch", t * 1e6, "us/op");
-    for a in [x, y, out] {
-        b.free(a);
-    }
     Ok(())
 }
 
-fn elementwise(b: &CudaBackend, quick: bool) -> Res<()> {
+fn elementwise(b: &Dyn, quick: bool) -> Res<()> {
     let sizes: &[(usize, &str)] = if quick {
         &[(256 * MIB, "256MiB")]
     } else {
@@ -230,24 +219,21 @@ fn elementwise(b: &CudaBackend, quick: bool) -> Res<()> {
         for dtype in [DType::F32, DType::BF16] {
             let n = bytes / dtype.size_in_bytes();
             let (x, y) = (alloc_random(b, &[n], dtype, 7)?, alloc_random(b, &[n], dtype, 8)?);
-            let out = b.alloc(bytes, std::panic::Location::caller())?;
+            let out = DeviceBuffer::new(b, bytes)?;
             let k = Kernel::Binary {
                 op: BinaryOp::Add,
                 lhs: tensor(&x, &[n], dtype),
                 rhs: tensor(&y, &[n], dtype),
                 out: tensor(&out, &[n], dtype),
             };
-            let t = device_time(b, 3, 20, || b.launch(&k).expect("add"))?;
+            let t = device_time(b, 3, 20, || k.run(&[&x, &y, &out]).expect("add"))?;
             result(&format!("add_{dtype}_{label}"), 3.0 * bytes as f64 / t / 1e9, "GB/s");
-            for a in [x, y, out] {
-                b.free(a);
-            }
         }
     }
     Ok(())
 }
 
-fn reductions(b: &CudaBackend, quick: bool) -> Res<()> {
+fn reductions(b: &Dyn, quick: bool) -> Res<()> {
     let sizes: &[(usize, &str)] = if quick {
         &[(64 * MIB, "64MiB")]
     } else {
@@ -257,7 +243,7 @@ fn reductions(b: &CudaBackend, quick: bool) -> Res<()> {
     for &(bytes, label) in sizes {
         let n = bytes / 4;
         let x = alloc_random(b, &[n], DType::F32, 9)?;
-        let out = b.alloc((n / cols) * 4, std::panic::Location::caller())?;
+        let out = DeviceBuffer::new(b, (n / cols) * 4)?;
         for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
             let full = Kernel::Reduce {
                 op,
@@ -265,7 +251,7 @@ fn reductions(b: &CudaBackend, quick: bool) -> Res<()> {
                 dims: [0].into_iter().collect(),
                 out: tensor(&out, &[1], DType::F32),
             };
-            let t = device_time(b, 3, 20, || b.launch(&full).expect("reduce"))?;
+            let t = device_time(b, 3, 20, || full.run(&[&x, &out]).expect("reduce"))?;
             result(
                 &format!("{}_full_f32_{label}", op.name()),
                 bytes as f64 / t / 1e9,
@@ -277,40 +263,38 @@ fn reductions(b: &CudaBackend, quick: bool) -> Res<()> {
                 dims: [1].into_iter().collect(),
                 out: tensor(&out, &[n / cols, 1], DType::F32),
             };
-            let t = device_time(b, 3, 20, || b.launch(&rows).expect("reduce"))?;
+            let t = device_time(b, 3, 20, || rows.run(&[&x, &out]).expect("reduce"))?;
             result(
                 &format!("{}_rows_f32_{label}", op.name()),
                 bytes as f64 / t / 1e9,
                 "GB/s",
             );
         }
-        b.free(x);
-        b.free(out);
     }
     Ok(())
 }
 
-fn copies(b: &CudaBackend, quick: bool) -> Res<()> {
+fn copies(b: &Dyn, cuda: &CudaBackend, quick: bool) -> Res<()> {
     let sizes: &[usize] = if quick {
         &[64 * MIB]
     } else {
         &[16 * MIB, 64 * MIB, 256 * MIB]
     };
-    b.context().bind_to_thread()?;
-    let stream = b.compute_stream().clone();
+    cuda.context().bind_to_thread()?;
+    let stream = cuda.compute_stream().clone();
     for &bytes in sizes {
         let label = format!("{}MiB", bytes / MIB);
         let gbs = |t: f64| bytes as f64 / t / 1e9;
-        let dev = b.alloc(bytes, std::panic::Location::caller())?;
+        let dev = DeviceBuffer::new(b, bytes)?;
         let mut pinned = b.alloc_pinned(bytes)?;
         pinned.as_mut_slice().fill(7);
-        let t = wall_time(20, || Ok(b.write_async(dev.slice(), &pinned)?.wait()?))?;
+        let t = wall_time(20, || Ok(dev.write_async(0, &pinned, bytes)?.wait()?))?;
         result(&format!("h2d_pinned_{label}"), gbs(t), "GB/s");
-        let t = wall_time(20, || Ok(b.read_async(dev.slice(), &mut pinned)?.wait()?))?;
+        let t = wall_time(20, || Ok(dev.read_async(0, &mut pinned, bytes)?.wait()?))?;
         result(&format!("d2h_pinned_{label}"), gbs(t), "GB/s");
         let addr = dev.slice().addr();
         let t = wall_time(20, || {
-            b.context().bind_to_thread()?;
+            cuda.context().bind_to_thread()?;
             // SAFETY: `dev` holds `bytes` bytes and `pinned` as many; the copy completes at the
             // synchronisation below, before either is touched again.
             unsafe { cudarc::driver::result::memcpy_htod_async(addr, pinned.as_slice(), stream.cu_stream()) }?;
@@ -318,7 +302,7 @@ fn copies(b: &CudaBackend, quick: bool) -> Res<()> {
         })?;
         result(&format!("raw_h2d_pinned_{label}"), gbs(t), "GB/s");
         let t = wall_time(20, || {
-            b.context().bind_to_thread()?;
+            cuda.context().bind_to_thread()?;
             // SAFETY: as above, device to host.
             unsafe { cudarc::driver::result::memcpy_dtoh_async(pinned.as_mut_slice(), addr, stream.cu_stream()) }?;
             Ok(stream.synchronize()?)
@@ -326,36 +310,35 @@ fn copies(b: &CudaBackend, quick: bool) -> Res<()> {
         result(&format!("raw_d2h_pinned_{label}"), gbs(t), "GB/s");
         drop(pinned);
         let mut host = vec![3u8; bytes];
-        let t = wall_time(10, || Ok(b.write(dev.slice(), &host)?))?;
+        let t = wall_time(10, || Ok(dev.write(0, &host)?))?;
         result(&format!("h2d_pageable_{label}"), gbs(t), "GB/s");
-        let t = wall_time(10, || Ok(b.read(dev.slice(), &mut host)?))?;
+        let t = wall_time(10, || Ok(dev.read(0, &mut host)?))?;
         result(&format!("d2h_pageable_{label}"), gbs(t), "GB/s");
         let t = wall_time(10, || {
-            b.context().bind_to_thread()?;
+            cuda.context().bind_to_thread()?;
             // SAFETY: a synchronous copy of `bytes` bytes from an owned slice into `dev`.
             Ok(unsafe { cudarc::driver::result::memcpy_htod_sync(addr, &host) }?)
         })?;
         result(&format!("raw_h2d_pageable_{label}"), gbs(t), "GB/s");
         let t = wall_time(10, || {
-            b.context().bind_to_thread()?;
+            cuda.context().bind_to_thread()?;
             // SAFETY: a synchronous copy of `bytes` bytes from `dev` into an owned slice.
             Ok(unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, addr) }?)
         })?;
         result(&format!("raw_d2h_pageable_{label}"), gbs(t), "GB/s");
-        b.free(dev);
     }
     Ok(())
 }
 
 /// One kernel from every module; returns the wall time of each first call (launch + sync).
-fn first_calls(b: &CudaBackend) -> Res<Vec<(SourceFile, Duration)>> {
+fn first_calls(b: &Dyn) -> Res<Vec<(SourceFile, Duration)>> {
     let n = 256;
     let x = alloc_random(b, &[n], DType::F32, 10)?;
     b.synchronize()?;
-    let out = b.alloc(n * 8, std::panic::Location::caller())?;
-    let idx = b.alloc(8, std::panic::Location::caller())?;
-    b.write(idx.slice(), &0i64.to_le_bytes())?;
-    let t = |a: &Allocation, dtype| tensor(a, &[n], dtype);
+    let out = DeviceBuffer::new(b, n * 8)?;
+    let idx = DeviceBuffer::new(b, 8)?;
+    idx.write(0, &0i64.to_le_bytes())?;
+    let t = |a: &DeviceBuffer, dtype| tensor(a, &[n], dtype);
     let kernels = [
         (
             SourceFile::Unary,
@@ -438,12 +421,9 @@ fn first_calls(b: &CudaBackend) -> Res<Vec<(SourceFile, Duration)>> {
     let mut times = Vec::new();
     for (file, k) in &kernels {
         let started = Instant::now();
-        b.launch(k)?;
+        k.run(&[&x, &out, &idx])?;
         b.synchronize()?;
         times.push((*file, started.elapsed()));
-    }
-    for a in [x, out, idx] {
-        b.free(a);
     }
     Ok(times)
 }
@@ -452,7 +432,7 @@ fn cold_child() -> Res<()> {
     let started = Instant::now();
     let b = cartage_cuda::open_cuda(0)?;
     result("cold_open_second_process", started.elapsed().as_secs_f64() * 1e3, "ms");
-    let times = first_calls(&b)?;
+    let times = first_calls(&(b.clone() as Dyn))?;
     let stats = b.modules().stats();
     result("cold_second_process_compiled_modules", stats.compiled as f64, "modules");
     result("cold_second_process_disk_hits", stats.disk_hits as f64, "modules");
@@ -475,7 +455,7 @@ fn cold_start() -> Res<Arc<CudaBackend>> {
     let started = Instant::now();
     let b = cartage_cuda::open_cuda(0)?;
     result("cold_open_first_process", started.elapsed().as_secs_f64() * 1e3, "ms");
-    let times = first_calls(&b)?;
+    let times = first_calls(&(b.clone() as Dyn))?;
     let compile: f64 = b.modules().stats().compile_time.as_secs_f64();
     result("cold_compile_all_modules", compile, "s");
     let worst = times.iter().map(|(_, d)| d.as_secs_f64()).fold(0.0, f64::max);
@@ -498,10 +478,11 @@ fn main() -> Res<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let b = cold_start()?;
     eprintln!("cuda_bench on {}", b.info());
-    tiny_ops(&b)?;
-    matmul(&b, quick)?;
-    elementwise(&b, quick)?;
-    reductions(&b, quick)?;
-    copies(&b, quick)?;
+    let d: Dyn = b.clone();
+    tiny_ops(&d, &b)?;
+    matmul(&d, quick)?;
+    elementwise(&d, quick)?;
+    reductions(&d, quick)?;
+    copies(&d, &b, quick)?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! dimensions, so dense data becomes rank 1 (offsets are a multiply, no division) and the rank
 //! limit of 8 is rarely reached.
 
+use cartage_core::layout::coalesce;
 use cartage_core::{Error, Layout, Result};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
@@ -75,45 +76,21 @@ pub struct Coalesced {
 }
 
 impl Coalesced {
-    /// Merge the dimensions of `shape` that every operand (`strides[i]`) stores contiguously.
+    /// Merge the dimensions of `shape` that every operand (`strides[i]`) stores contiguously
+    /// ([`cartage_core::layout::coalesce`]); one element becomes `[1]` with stride 0, so the
+    /// kernels always see rank ≥ 1.
     pub fn new(shape: &[usize], strides: &[&[usize]]) -> Self {
-        if shape.contains(&0) {
+        let c = coalesce(shape, strides);
+        if c.shape.is_empty() {
             return Coalesced {
-                dims: vec![0],
+                dims: vec![1],
                 strides: vec![vec![0]; strides.len()],
             };
         }
-        let mut dims: Vec<usize> = Vec::with_capacity(shape.len());
-        let mut out: Vec<Vec<usize>> = vec![Vec::with_capacity(shape.len()); strides.len()];
-        for (d, &size) in shape.iter().enumerate() {
-            if size == 1 {
-                continue;
-            }
-            let mergeable = !dims.is_empty()
-                && strides
-                    .iter()
-                    .zip(&out)
-                    .all(|(s, o)| o.last().copied() == Some(s[d] * size));
-            if mergeable {
-                let last = dims.len() - 1;
-                dims[last] *= size;
-                for (o, s) in out.iter_mut().zip(strides) {
-                    o[last] = s[d];
-                }
-            } else {
-                dims.push(size);
-                for (o, s) in out.iter_mut().zip(strides) {
-                    o.push(s[d]);
-                }
-            }
+        Coalesced {
+            dims: c.shape.to_vec(),
+            strides: c.strides.iter().map(|s| s.to_vec()).collect(),
         }
-        if dims.is_empty() {
-            dims.push(1);
-            for o in &mut out {
-                o.push(0);
-            }
-        }
-        Coalesced { dims, strides: out }
     }
 
     /// The layouts' shared shape coalesced; fails when more than [`MAX_RANK`] dimensions remain.
@@ -185,6 +162,7 @@ mod tests {
         assert_eq!((s.dims, s.strides), (vec![1], vec![vec![0]]));
         let e = Coalesced::new(&[3, 0], &[&[0, 1]]);
         assert_eq!(e.dims, vec![0]);
+        assert_eq!(e.shape().numel, 0);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use cartage_core::{Error, Result, TensorArg};
 use cudarc::driver::DeviceRepr;
 
 use super::geometry::{KernelShape, KernelStrides, MAX_RANK, grid};
-use super::{device_ptr, expect_dtype, launch_kernel, max_blocks, size_name};
+use super::{device_ptr, launch_kernel, max_blocks, size_name};
 use crate::backend::CudaBackend;
 use crate::driver;
 use crate::modules::{KernelName, SourceFile};
@@ -31,27 +31,16 @@ unsafe impl DeviceRepr for IndexGeom {}
 /// `struct IndexFault` of index.cu: a hit flag and the first offending index.
 const FAULT_BYTES: usize = 16;
 
-fn check(op: &'static str, input: &TensorArg, index: &TensorArg, dim: usize, out: &TensorArg) -> Result<()> {
-    if !index.dtype.is_index() {
-        return Err(Error::WrongDType {
-            op,
-            dtype: index.dtype,
-            expected: "indices must be i32 or i64 (convert float indices with `.to_dtype(DType::I64)`)",
-        });
-    }
-    expect_dtype(op, out, input.dtype, "output")?;
-    let rank = input.layout.rank();
-    if dim >= rank {
-        return Err(Error::DimOutOfRange {
-            op,
-            dim: dim as isize,
-            rank,
-        });
-    }
-    if rank > MAX_RANK {
+/// The one CUDA limit of the index kernels: the geometry struct holds [`MAX_RANK`] dimensions
+/// (uncoalesced, since the indexed dimension must stay whole).
+fn check_rank(op: &'static str, input: &TensorArg) -> Result<()> {
+    if input.layout.rank() > MAX_RANK {
         return Err(Error::invalid(
             op,
-            format!("CUDA kernels take at most {MAX_RANK} dimensions"),
+            format!(
+                "the index kernels take at most {MAX_RANK} dimensions, not {}; reshape the tensor to fewer",
+                input.layout.rank()
+            ),
         ));
     }
     Ok(())
@@ -106,7 +95,8 @@ fn run(
             &geom
         )?;
         let mut record = [0u8; FAULT_BYTES];
-        crate::copies::read(backend, slice, &mut record)?;
+        // SAFETY: `slice` is the live fault block allocated above, freed only after this read.
+        unsafe { crate::copies::read(backend, slice, &mut record) }?;
         Ok(record)
     })();
     backend.allocator.free(fault);
@@ -132,25 +122,7 @@ pub(super) fn gather(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
-    check("gather", input, index, dim, out)?;
-    let rank = input.layout.rank();
-    if index.layout.rank() != rank || out.layout.shape() != index.layout.shape() {
-        return Err(Error::ShapeMismatch {
-            op: "gather",
-            lhs: index.layout.shape().to_vec(),
-            rhs: out.layout.shape().to_vec(),
-            reason: format!("the index must have the input's rank ({rank}) and the output the index's shape"),
-        });
-    }
-    let fits = (0..rank).all(|d| d == dim || index.layout.shape()[d] <= input.layout.shape()[d]);
-    if !fits {
-        return Err(Error::ShapeMismatch {
-            op: "gather",
-            lhs: input.layout.shape().to_vec(),
-            rhs: index.layout.shape().to_vec(),
-            reason: format!("outside dimension {dim} the index may not be larger than the input"),
-        });
-    }
+    check_rank("gather", input)?;
     run(backend, "gather", "gather", input, index, dim, out)
 }
 
@@ -161,19 +133,6 @@ pub(super) fn index_select(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
-    check("index_select", input, index, dim, out)?;
-    let mut expected = input.layout.shape().to_vec();
-    if index.layout.rank() != 1 {
-        return Err(Error::invalid("index_select", "the index must be one-dimensional"));
-    }
-    expected[dim] = index.layout.shape()[0];
-    if out.layout.shape() != expected.as_slice() {
-        return Err(Error::ShapeMismatch {
-            op: "index_select",
-            lhs: expected,
-            rhs: out.layout.shape().to_vec(),
-            reason: "the output must be the input with the indexed dimension replaced by the index's length".into(),
-        });
-    }
+    check_rank("index_select", input)?;
     run(backend, "index_select", "index_select", input, index, dim, out)
 }

@@ -1,11 +1,13 @@
 //! Running a [`Kernel`]: one arm per variant, each building its kernel's arguments.
 //!
-//! Every arm validates what the kernel's C signature assumes (shapes that match, dtypes that
-//! fit), picks the contiguous fast path (16-byte vector loads) when every operand is dense and
-//! aligned, and otherwise passes the coalesced shape and strides so that strided and broadcast
-//! operands are read in place (no hidden contiguous copy).
+//! The kernel's structure (shapes, dtypes, dims, bounds, alignment, aliasing) is validated once,
+//! by core's [`Kernel::validate`], before [`launch`] is reached; the arms check only what CUDA
+//! itself limits (the rank a kernel takes, 32-bit cuBLAS sizes). Each arm picks the contiguous
+//! fast path (16-byte vector loads) when every operand is dense and aligned, and otherwise passes
+//! the coalesced shape and strides so that strided and broadcast operands are read in place (no
+//! hidden contiguous copy).
 
-use cartage_core::{DType, Error, Kernel, Result, TensorArg};
+use cartage_core::{DType, Kernel, Result, TensorArg};
 
 use crate::backend::CudaBackend;
 use crate::matmul;
@@ -28,9 +30,10 @@ macro_rules! launch_kernel {
         $( cudarc::driver::PushKernelArg::arg(&mut builder, $arg); )+
         // SAFETY: the arguments follow the kernel's C parameter list (written together with the
         // .cu declaration: device addresses as u64, geometry structs with the C layout); every
-        // address points into an operand whose extent `Kernel::check_bounds` verified against its
-        // buffer, and the launch is queued on the compute stream after the operands' earlier
-        // users (`StreamOrder::before_compute`).
+        // address points into an operand whose extent `Kernel::validate` verified against its
+        // buffer, a live block of this device (the contract of `launch`), or into a block the
+        // arm allocated itself; the launch is queued on the compute stream after the operands'
+        // earlier users (`StreamOrder::before_compute`).
         unsafe { builder.launch($cfg) }
             .map(|_| ())
             .map_err($crate::driver::error(backend.device, "launch kernel"))
@@ -38,8 +41,12 @@ macro_rules! launch_kernel {
 }
 pub(crate) use launch_kernel;
 
-/// Run `kernel` (bounds and support already checked, context bound).
-pub(crate) fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()> {
+/// Run `kernel`.
+///
+/// # Safety
+/// `kernel` passed [`Kernel::validate`] (or was built by this crate to the same rules), and every
+/// operand lies in a live allocation of `backend`, freed only in stream order afterwards.
+pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()> {
     match kernel {
         Kernel::Fill { out, value } => elementwise::fill(backend, out, *value),
         Kernel::Arange { out, start, step } => elementwise::arange(backend, out, *start, *step),
@@ -62,7 +69,10 @@ pub(crate) fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()> {
         } => elementwise::select(backend, cond, on_true, on_false, out),
         Kernel::Reduce { op, input, dims, out } => reduce::reduce(backend, *op, input, dims, out),
         Kernel::Softmax { input, dim, log, out } => reduce::softmax(backend, input, *dim, *log, out),
-        Kernel::Matmul { lhs, rhs, out } => matmul::matmul(backend, lhs, rhs, out),
+        Kernel::Matmul { lhs, rhs, out } => {
+            // SAFETY: validated operands in live blocks of this device (this function's contract).
+            unsafe { matmul::matmul(backend, lhs, rhs, out) }
+        }
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
     }
@@ -70,7 +80,7 @@ pub(crate) fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()> {
 
 /// The device address of the view's first element.
 pub(crate) fn device_ptr(arg: &TensorArg) -> u64 {
-    arg.buffer.segment.addr + arg.byte_offset() as u64
+    arg.buffer.segment().addr + arg.byte_offset() as u64
 }
 
 /// True when every address is 16-byte aligned (vector loads).
@@ -81,30 +91,6 @@ pub(crate) fn aligned16(args: &[&TensorArg]) -> bool {
 /// True when every operand is dense row-major and 16-byte aligned: the vectorised fast path.
 pub(crate) fn dense(args: &[&TensorArg]) -> bool {
     args.iter().all(|a| a.layout.is_contiguous()) && aligned16(args)
-}
-
-/// Fail unless `a` and `b` have the same shape.
-pub(crate) fn same_shape(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
-    if a.layout.shape() != b.layout.shape() {
-        return Err(Error::ShapeMismatch {
-            op,
-            lhs: a.layout.shape().to_vec(),
-            rhs: b.layout.shape().to_vec(),
-            reason: "the operands of a launched kernel must already have the output's shape".into(),
-        });
-    }
-    Ok(())
-}
-
-/// Fail unless `arg` has `dtype`.
-pub(crate) fn expect_dtype(op: &'static str, arg: &TensorArg, dtype: DType, role: &str) -> Result<()> {
-    if arg.dtype != dtype {
-        return Err(Error::invalid(
-            op,
-            format!("the {role} must be {dtype}, not {}", arg.dtype),
-        ));
-    }
-    Ok(())
 }
 
 /// The `b<bytes>` part of by-size kernel names.

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use cartage_core::{Allocation, Backend, BinaryOp, DType, Distribution, Kernel, Layout, ReduceOp, TensorArg};
+use cartage_core::{Backend, BinaryOp, DType, DeviceBuffer, Distribution, Kernel, Layout, ReduceOp, TensorArg};
 use cartage_wgpu::{MatmulTiling, WgpuBackend};
 
 struct Row {
@@ -21,6 +21,8 @@ struct Row {
 
 struct Bench {
     backend: std::sync::Arc<WgpuBackend>,
+    /// The same backend as a trait object, which device buffers hold.
+    device: std::sync::Arc<dyn Backend>,
     reps: usize,
     device_name: String,
     rows: Vec<Row>,
@@ -32,21 +34,18 @@ fn median(mut times: Vec<Duration>) -> Duration {
 }
 
 impl Bench {
-    fn tensor(&self, shape: &[usize]) -> Result<(Allocation, TensorArg)> {
+    fn tensor(&self, shape: &[usize]) -> Result<(DeviceBuffer, TensorArg)> {
         let layout = Layout::contiguous(shape)?;
-        let alloc = self.backend.alloc(layout.numel() * 4, std::panic::Location::caller())?;
-        let arg = TensorArg {
-            buffer: alloc.slice(),
-            layout,
-            dtype: DType::F32,
-        };
-        self.backend.launch(&Kernel::Random {
+        let buffer = DeviceBuffer::new(&self.device, layout.numel() * 4)?;
+        let arg = buffer.arg(layout, DType::F32);
+        Kernel::Random {
             out: arg.clone(),
             distribution: Distribution::Uniform { low: -1.0, high: 1.0 },
             seed: 7,
             offset: 0,
-        })?;
-        Ok((alloc, arg))
+        }
+        .run(&[&buffer])?;
+        Ok((buffer, arg))
     }
 
     /// Device time of `f` (median of `reps` after 3 warm-ups).
@@ -78,9 +77,9 @@ impl Bench {
 
     fn add(&mut self, mib: usize) -> Result<()> {
         let n = mib * (1 << 20) / 4;
-        let (_a, a) = self.tensor(&[n])?;
-        let (_b, b) = self.tensor(&[n])?;
-        let (_c, c) = self.tensor(&[n])?;
+        let (ab, a) = self.tensor(&[n])?;
+        let (bb, b) = self.tensor(&[n])?;
+        let (cb, c) = self.tensor(&[n])?;
         let kernel = Kernel::Binary {
             op: BinaryOp::Add,
             lhs: a,
@@ -89,7 +88,7 @@ impl Bench {
         };
         for quads in [4, 1] {
             self.backend.set_vec4_per_invocation(quads);
-            let t = self.time(|| Ok(self.backend.launch(&kernel)?))?;
+            let t = self.time(|| Ok(kernel.run(&[&ab, &bb, &cb])?))?;
             let gbs = 3.0 * (n * 4) as f64 / t.as_secs_f64() / 1e9;
             let suffix = if quads == 4 {
                 String::new()
@@ -104,33 +103,34 @@ impl Bench {
 
     fn sum(&mut self, mib: usize) -> Result<()> {
         let n = mib * (1 << 20) / 4;
-        let (_a, a) = self.tensor(&[n])?;
-        let (_o, out) = self.tensor(&[1])?;
+        let (ab, a) = self.tensor(&[n])?;
+        let (ob, out) = self.tensor(&[1])?;
         let kernel = Kernel::Reduce {
             op: ReduceOp::Sum,
             input: a,
             dims: [0usize].into_iter().collect(),
             out,
         };
-        let t = self.time(|| Ok(self.backend.launch(&kernel)?))?;
+        let t = self.time(|| Ok(kernel.run(&[&ab, &ob])?))?;
         let gbs = (n * 4) as f64 / t.as_secs_f64() / 1e9;
         self.push(&format!("sum_f32_{mib}MiB"), gbs, "GB/s", t);
         Ok(())
     }
 
     fn matmul(&mut self, size: usize, tiling: Option<MatmulTiling>) -> Result<()> {
-        let (_a, a) = self.tensor(&[1, size, size])?;
-        let (_b, b) = self.tensor(&[1, size, size])?;
-        let (_c, c) = self.tensor(&[1, size, size])?;
+        let (ab, a) = self.tensor(&[1, size, size])?;
+        let (bb, b) = self.tensor(&[1, size, size])?;
+        let (cb, c) = self.tensor(&[1, size, size])?;
         let t = match tiling {
-            Some(tiling) => self.time(|| Ok(self.backend.matmul_with_tiling(&a, &b, &c, tiling)?))?,
+            // SAFETY: the operands are views of `ab`, `bb` and `cb`, which outlive the timing.
+            Some(tiling) => self.time(|| Ok(unsafe { self.backend.matmul_with_tiling(&a, &b, &c, tiling) }?))?,
             None => {
                 let kernel = Kernel::Matmul {
                     lhs: a.clone(),
                     rhs: b.clone(),
                     out: c.clone(),
                 };
-                self.time(|| Ok(self.backend.launch(&kernel)?))?
+                self.time(|| Ok(kernel.run(&[&ab, &bb, &cb])?))?
             }
         };
         let tflops = 2.0 * (size as f64).powi(3) / t.as_secs_f64() / 1e12;
@@ -156,19 +156,20 @@ impl Bench {
     }
 
     fn chain(&mut self, suffix: String) -> Result<()> {
-        let (_a, a) = self.tensor(&[1024])?;
-        let (_b, b) = self.tensor(&[1024])?;
+        let (ab, a) = self.tensor(&[1024])?;
+        let (bb, b) = self.tensor(&[1024])?;
         let ops = 1000;
         let run = || -> Result<(Duration, Duration)> {
             self.backend.synchronize()?;
             let start = Instant::now();
             for _ in 0..ops {
-                self.backend.launch(&Kernel::Binary {
+                Kernel::Binary {
                     op: BinaryOp::Add,
                     lhs: a.clone(),
                     rhs: b.clone(),
                     out: a.clone(),
-                })?;
+                }
+                .run(&[&ab, &bb])?;
             }
             let recorded = start.elapsed();
             self.backend.synchronize()?;
@@ -197,15 +198,16 @@ impl Bench {
 
     /// Read back 4 bytes written by a kernel: submit + map + copy, host clock.
     fn readback(&mut self) -> Result<()> {
-        let (_a, a) = self.tensor(&[1])?;
+        let (ab, a) = self.tensor(&[1])?;
         let run = || -> Result<Duration> {
-            self.backend.launch(&Kernel::Fill {
+            Kernel::Fill {
                 out: a.clone(),
                 value: cartage_core::Scalar::Float(1.0),
-            })?;
+            }
+            .run(&[&ab])?;
             let start = Instant::now();
             let mut bytes = [0u8; 4];
-            self.backend.read(a.buffer, &mut bytes)?;
+            ab.read(0, &mut bytes)?;
             Ok(start.elapsed())
         };
         for _ in 0..5 {
@@ -239,8 +241,10 @@ fn main() -> Result<()> {
         "host clock after synchronisation"
     };
     println!("# {} — {}; timing: {timing}; median of {reps}", info.device, info.name);
+    let device: std::sync::Arc<dyn Backend> = backend.clone();
     let mut bench = Bench {
         backend,
+        device,
         reps,
         device_name: info.name.replace(' ', "_"),
         rows: Vec::new(),

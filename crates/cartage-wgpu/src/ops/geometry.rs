@@ -43,37 +43,13 @@ impl Access {
 }
 
 /// Merge the dimensions of `shape` that are adjacent in memory for every operand at once, and
-/// drop size-1 dimensions, keeping row-major element order.
+/// drop size-1 dimensions, keeping row-major element order ([`cartage_core::layout::coalesce`]:
+/// one element gives an empty shape, no element the shape `[0]`).
 pub(crate) fn coalesce(shape: &[usize], strides: &[&[usize]]) -> Geometry {
-    let mut out_shape: Vec<usize> = Vec::with_capacity(shape.len());
-    let mut out_strides: Vec<Vec<usize>> = vec![Vec::with_capacity(shape.len()); strides.len()];
-    for (d, &size) in shape.iter().enumerate() {
-        if size == 1 {
-            continue;
-        }
-        if let Some(&last) = out_shape.last() {
-            let mergeable = strides
-                .iter()
-                .zip(&out_strides)
-                .all(|(s, o)| o.last().copied() == Some(s[d] * size));
-            if mergeable {
-                let n = out_shape.len();
-                out_shape[n - 1] = last * size;
-                for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
-                    let m = o.len();
-                    o[m - 1] = s[d];
-                }
-                continue;
-            }
-        }
-        out_shape.push(size);
-        for (s, o) in strides.iter().zip(out_strides.iter_mut()) {
-            o.push(s[d]);
-        }
-    }
+    let c = cartage_core::layout::coalesce(shape, strides);
     Geometry {
-        shape: out_shape,
-        strides: out_strides,
+        shape: c.shape.to_vec(),
+        strides: c.strides.iter().map(|s| s.to_vec()).collect(),
     }
 }
 
@@ -181,6 +157,9 @@ mod tests {
         assert_eq!(g.access(1), Access::Broadcast);
         let g = coalesce(&[1, 1], &[&[1, 1]]);
         assert!(g.shape.is_empty());
+        assert_eq!(g.access(0), Access::Contiguous);
+        let g = coalesce(&[2, 0, 3], &[&[0, 3, 1], &[3, 3, 1]]);
+        assert_eq!(g.shape, vec![0]);
         assert_eq!(g.access(0), Access::Contiguous);
     }
 

@@ -9,7 +9,7 @@
 
 use std::thread::ThreadId;
 
-use cartage_core::{BufferSlice, DType, Error, Result, SegmentHandle, TensorArg};
+use cartage_core::{DType, Error, Result, TensorArg};
 
 use crate::backend::WgpuBackend;
 use crate::bindings::Window;
@@ -74,12 +74,7 @@ impl IndexChecks {
         }
         let used = self.pending.len() * 16;
         let mut bytes = vec![0u8; used];
-        let slice = BufferSlice {
-            segment: SegmentHandle { id: self.id, addr: 0 },
-            offset: 0,
-            len: used,
-        };
-        backend.read_into(&slice, &mut bytes, "index check")?;
+        backend.read_buffer(&self.buffer, 0, &mut bytes, "index check")?;
         backend.ctx.queue.write_buffer(&self.buffer, 0, &vec![0u8; used]);
         let pending = std::mem::take(&mut self.pending);
         for (slot, check) in pending.iter().enumerate() {
@@ -133,17 +128,6 @@ fn zero(dtype: DType) -> &'static str {
     }
 }
 
-fn check_index_dtype(op: &'static str, index: &TensorArg) -> Result<()> {
-    if !index.dtype.is_index() {
-        return Err(Error::WrongDType {
-            op,
-            dtype: index.dtype,
-            expected: "indices must be i32 or i64 (integers, on every device); convert with `.to_dtype(DType::I64)`",
-        });
-    }
-    Ok(())
-}
-
 fn body(out: DType, index: DType) -> String {
     let pair = match index {
         DType::I64 => "raw",
@@ -166,6 +150,7 @@ fn compute(i: u32) -> {c} {{
     )
 }
 
+/// Record a gather-like map over `out` (the kernel is validated: index dtype, `dim` and shapes).
 #[allow(clippy::too_many_arguments)]
 fn launch_indexed(
     backend: &WgpuBackend,
@@ -176,14 +161,6 @@ fn launch_indexed(
     out: &TensorArg,
     index_strides: Vec<usize>,
 ) -> Result<()> {
-    check_index_dtype(op, index)?;
-    if dim >= input.layout.rank() {
-        return Err(Error::DimOutOfRange {
-            op,
-            dim: dim as isize,
-            rank: input.layout.rank(),
-        });
-    }
     if out.layout.numel() == 0 {
         return Ok(());
     }
@@ -220,14 +197,6 @@ pub(crate) fn gather(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
-    if index.layout.rank() != input.layout.rank() || out.layout.shape() != index.layout.shape() {
-        return Err(Error::ShapeMismatch {
-            op: "gather",
-            lhs: input.layout.shape().to_vec(),
-            rhs: index.layout.shape().to_vec(),
-            reason: "the index must have the input's rank and the output the index's shape".into(),
-        });
-    }
     let strides = index.layout.strides().to_vec();
     launch_indexed(backend, "gather", input, index, dim, out, strides)
 }
@@ -240,14 +209,6 @@ pub(crate) fn index_select(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
-    if index.layout.rank() != 1 || out.layout.rank() != input.layout.rank() {
-        return Err(Error::ShapeMismatch {
-            op: "index_select",
-            lhs: input.layout.shape().to_vec(),
-            rhs: index.layout.shape().to_vec(),
-            reason: "the index must be 1-D and the output have the input's rank".into(),
-        });
-    }
     let mut strides = vec![0usize; out.layout.rank()];
     if dim < strides.len() {
         strides[dim] = index.layout.strides()[0];

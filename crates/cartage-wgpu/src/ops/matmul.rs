@@ -10,6 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use cartage_core::raw::Allocation;
 use cartage_core::{Backend, DType, Error, Kernel, Layout, Result, TensorArg};
 
 use crate::backend::WgpuBackend;
@@ -553,28 +554,56 @@ impl WgpuBackend {
     /// where the adapter has timestamps) and keep the fastest for this device. Returns each
     /// candidate with its time, fastest first.
     pub fn tune_matmul(&self, size: usize, reps: usize) -> Result<Vec<(MatmulTiling, Duration)>> {
-        let bytes = size * size * 4;
-        let mut allocs = Vec::new();
-        let mut args = Vec::new();
+        let bytes = size
+            .checked_mul(size)
+            .and_then(|n| n.checked_mul(4))
+            .ok_or_else(|| Error::invalid("tune_matmul", format!("a {size}x{size} f32 matrix overflows usize")))?;
+        let mut allocs = Vec::with_capacity(3);
         for _ in 0..3 {
-            let alloc = self.alloc(bytes, std::panic::Location::caller())?;
-            args.push(TensorArg {
-                buffer: alloc.slice(),
-                layout: Layout::contiguous(&[1, size, size])?,
-                dtype: DType::F32,
-            });
-            allocs.push(alloc);
+            match self.alloc(bytes, std::panic::Location::caller()) {
+                Ok(alloc) => allocs.push(alloc),
+                Err(e) => {
+                    allocs.into_iter().for_each(|a| self.free(a));
+                    return Err(e);
+                }
+            }
         }
-        let fill = |arg: &TensorArg, seed| {
-            self.launch(&Kernel::Random {
+        let result = self.time_tilings(&allocs, size, reps);
+        // The single queue runs the timed work before any later use of the freed blocks.
+        for alloc in allocs {
+            self.free(alloc);
+        }
+        let mut results = result?;
+        results.sort_by_key(|r| r.1);
+        if let Some(&(best, time)) = results.first() {
+            tracing::info!(device = %self.ctx.cartage_device, %best, ?time, "matmul tiling tuned");
+            *self.tiling.lock().unwrap_or_else(|p| p.into_inner()) = Some(best);
+        }
+        Ok(results)
+    }
+
+    /// The median time of every candidate tiling on `[1, size, size]` f32 operands in `allocs`.
+    fn time_tilings(&self, allocs: &[Allocation], size: usize, reps: usize) -> Result<Vec<(MatmulTiling, Duration)>> {
+        let layout = Layout::contiguous(&[1, size, size])?;
+        let args: Vec<TensorArg> = allocs
+            .iter()
+            .map(|a| TensorArg {
+                buffer: a.slice(),
+                layout: layout.clone(),
+                dtype: DType::F32,
+            })
+            .collect();
+        for (arg, seed) in args[..2].iter().zip(1..) {
+            let fill = Kernel::Random {
                 out: arg.clone(),
                 distribution: cartage_core::Distribution::Uniform { low: -1.0, high: 1.0 },
                 seed,
                 offset: 0,
-            })
-        };
-        fill(&args[0], 1)?;
-        fill(&args[1], 2)?;
+            };
+            // SAFETY: the operand is a block of `allocs`, live until `tune_matmul` frees it after
+            // this function returns (and then only in queue order).
+            unsafe { self.launch(&fill) }?;
+        }
         let mut results = Vec::new();
         for tiling in MatmulTiling::CANDIDATES {
             if !tiling.fits(&self.ctx.limits, 4) {
@@ -593,19 +622,16 @@ impl WgpuBackend {
             times.sort();
             results.push((tiling, times[times.len() / 2]));
         }
-        for alloc in allocs {
-            self.free(alloc);
-        }
-        results.sort_by_key(|r| r.1);
-        if let Some(&(best, time)) = results.first() {
-            tracing::info!(device = %self.ctx.cartage_device, %best, ?time, "matmul tiling tuned");
-            *self.tiling.lock().unwrap_or_else(|p| p.into_inner()) = Some(best);
-        }
         Ok(results)
     }
 
-    /// Run one product with the large tiling `tiling` (for benchmarks comparing tilings).
-    pub fn matmul_with_tiling(
+    /// Run one product with the large tiling `tiling` (for benchmarks comparing tilings); the
+    /// kernel is validated as [`Backend::launch`] validates it.
+    ///
+    /// # Safety
+    /// As for [`Backend::launch`]: every operand's buffer lies in a live allocation of this
+    /// backend's allocator for the whole call (freed afterwards only in queue order).
+    pub unsafe fn matmul_with_tiling(
         &self,
         lhs: &TensorArg,
         rhs: &TensorArg,
@@ -617,9 +643,8 @@ impl WgpuBackend {
             rhs: rhs.clone(),
             out: out.clone(),
         };
-        kernel.check_bounds()?;
         self.check_supported(&kernel)?;
-        crate::validate::check(&kernel)?;
+        kernel.validate()?;
         matmul_with(self, lhs, rhs, out, Some(tiling))
     }
 }

@@ -14,7 +14,8 @@ use cartage_core::{Kernel, Result};
 
 use crate::backend::WgpuBackend;
 
-/// Run `kernel` (already bounds- and capability-checked).
+/// Run `kernel`, already capability-checked and validated by [`Kernel::validate`] (shapes,
+/// dtypes, dims, bounds, alignment, aliasing): the arms check only the adapter's limits.
 pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
     match kernel {
         Kernel::Fill { out, value } => elementwise::fill(backend, out, *value),

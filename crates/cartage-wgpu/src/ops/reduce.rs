@@ -265,7 +265,7 @@ pub(crate) fn reduce(
     let red_in: Vec<usize> = dims.iter().map(|&d| strides[d]).collect();
     let kept_g = coalesce(&kept_shape, &[&kept_in, &kept_out]);
     let red_g = coalesce(&red_shape, &[&red_in]);
-    let count: usize = red_shape.iter().product();
+    let count: usize = cartage_core::checked_numel(&red_shape).unwrap_or(0);
     if kept_g.shape.len() > MAX_RANK || red_g.shape.len() > MAX_RANK {
         return Err(Error::invalid(
             op.name(),
@@ -392,9 +392,9 @@ pub(crate) fn reduce(
             let scratch = backend.scratch(outputs * g as usize * state_bytes)?;
             let slice = scratch.slice();
             let partials = Window {
-                segment: slice.segment.id,
-                offset: slice.offset as u64,
-                size: (slice.len as u64).div_ceil(16) * 16,
+                segment: slice.segment().id,
+                offset: slice.offset() as u64,
+                size: (slice.len() as u64).div_ceil(16) * 16,
             };
             let result = (|| {
                 let all = [in_bound.window, out_bound.window, partials];

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use cartage_core::{Allocation, Backend, Element, Layout, TensorArg};
+use cartage_core::{Backend, DeviceBuffer, Element, Layout, TensorArg};
 use cartage_wgpu::WgpuBackend;
 
 /// True when `CARTAGE_REQUIRE` lists wgpu.
@@ -29,40 +29,39 @@ pub fn backend(test: &str) -> Option<Arc<WgpuBackend>> {
     }
 }
 
-/// A device tensor holding `values` with `shape`.
-pub fn upload<T: Element>(b: &WgpuBackend, values: &[T], shape: &[usize]) -> (Allocation, TensorArg) {
-    let bytes = T::to_le_bytes_vec(values);
-    let alloc = b.alloc(bytes.len(), std::panic::Location::caller()).expect("alloc");
-    b.write(alloc.slice(), &bytes).expect("write");
-    let arg = TensorArg {
-        buffer: alloc.slice(),
-        layout: Layout::contiguous(shape).expect("layout"),
-        dtype: T::DTYPE,
-    };
-    (alloc, arg)
+/// The backend as the trait object device buffers hold.
+pub fn device(b: &Arc<WgpuBackend>) -> Arc<dyn Backend> {
+    Arc::clone(b) as Arc<dyn Backend>
 }
 
-/// An uninitialised device tensor of `shape`.
-pub fn empty<T: Element>(b: &WgpuBackend, shape: &[usize]) -> (Allocation, TensorArg) {
+/// A device tensor holding `values` with `shape`: its buffer and a contiguous view of it.
+#[track_caller]
+pub fn upload<T: Element>(b: &Arc<WgpuBackend>, values: &[T], shape: &[usize]) -> (DeviceBuffer, TensorArg) {
+    let bytes = T::to_le_bytes_vec(values);
+    let buffer = DeviceBuffer::new(&device(b), bytes.len()).expect("alloc");
+    buffer.write(0, &bytes).expect("write");
+    let arg = buffer.arg(Layout::contiguous(shape).expect("layout"), T::DTYPE);
+    (buffer, arg)
+}
+
+/// An uninitialised device tensor of `shape`: its buffer and a contiguous view of it.
+#[track_caller]
+pub fn empty<T: Element>(b: &Arc<WgpuBackend>, shape: &[usize]) -> (DeviceBuffer, TensorArg) {
     let layout = Layout::contiguous(shape).expect("layout");
     let bytes = layout.numel() * T::DTYPE.size_in_bytes();
-    let alloc = b.alloc(bytes.max(1), std::panic::Location::caller()).expect("alloc");
-    let arg = TensorArg {
-        buffer: alloc.slice(),
-        layout,
-        dtype: T::DTYPE,
-    };
-    (alloc, arg)
+    let buffer = DeviceBuffer::new(&device(b), bytes.max(1)).expect("alloc");
+    let arg = buffer.arg(layout, T::DTYPE);
+    (buffer, arg)
 }
 
-/// The elements of a contiguous tensor.
-pub fn download<T: Element>(b: &WgpuBackend, arg: &TensorArg) -> Vec<T> {
+/// The elements of `arg`, a contiguous view into `buffer`.
+pub fn download<T: Element>(buffer: &DeviceBuffer, arg: &TensorArg) -> Vec<T> {
     let n = arg.layout.numel() * T::DTYPE.size_in_bytes();
     let mut bytes = vec![0u8; n];
-    let slice = arg
-        .buffer
-        .slice(arg.layout.offset() * T::DTYPE.size_in_bytes(), n)
-        .expect("slice");
-    b.read(slice, &mut bytes).expect("read");
+    let offset = arg
+        .byte_offset()
+        .checked_sub(buffer.slice().offset())
+        .expect("the view lies in the buffer");
+    buffer.read(offset, &mut bytes).expect("read");
     T::from_le_bytes_slice(&bytes)
 }

@@ -10,9 +10,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cartage_core::allocator::testing::MockSource;
+use cartage_core::raw::{Allocation, BufferSlice};
 use cartage_core::{
-    Allocation, Backend, BufferSlice, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel,
-    Layout, Result, Scalar, TensorArg,
+    Backend, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel, Layout, Result, Scalar,
+    TensorArg,
 };
 
 use super::{Bench, Timing, TimingMode};
@@ -107,6 +108,12 @@ impl FakeDevice {
         }
     }
 
+    /// Launch `kernel` (the fake device never touches memory).
+    fn go(&self, kernel: &Kernel) -> Result<()> {
+        // SAFETY: the fake device only sleeps; it never reads or writes the kernel's buffers.
+        unsafe { self.launch(kernel) }
+    }
+
     /// A kernel over a small buffer of this device.
     fn fill_kernel(&self) -> (Kernel, Allocation) {
         let allocation = self.allocator.alloc(64).unwrap();
@@ -141,18 +148,18 @@ impl Backend for FakeDevice {
     fn allocator(&self) -> &CachingAllocator {
         &self.allocator
     }
-    fn write(&self, _dst: BufferSlice, _src: &[u8]) -> Result<()> {
+    unsafe fn write(&self, _dst: BufferSlice, _src: &[u8]) -> Result<()> {
         Ok(())
     }
-    fn read(&self, _src: BufferSlice, _dst: &mut [u8]) -> Result<()> {
+    unsafe fn read(&self, _src: BufferSlice, _dst: &mut [u8]) -> Result<()> {
         self.synchronize()
     }
-    fn copy_within(&self, _src: BufferSlice, _dst: BufferSlice) -> Result<()> {
+    unsafe fn copy_within(&self, _src: BufferSlice, _dst: BufferSlice) -> Result<()> {
         Ok(())
     }
-    fn launch(&self, kernel: &Kernel) -> Result<()> {
-        kernel.check_bounds()?;
+    unsafe fn launch(&self, kernel: &Kernel) -> Result<()> {
         self.check_supported(kernel)?;
+        kernel.validate()?;
         let first = self.launches.fetch_add(1, Ordering::SeqCst) == 0;
         let extra = if first { self.first_call_extra } else { Duration::ZERO };
         self.submit(Command::Work(self.op_time + extra))
@@ -189,7 +196,7 @@ fn a_synchronous_op_is_timed_at_its_duration() {
     let op = Duration::from_millis(5);
     let device = FakeDevice::new(false, op);
     let (kernel, _buffer) = device.fill_kernel();
-    let m = short_bench().run(device.as_ref(), || device.launch(&kernel)).unwrap();
+    let m = short_bench().run(device.as_ref(), || device.go(&kernel)).unwrap();
     assert_eq!(m.timing(), Timing::DeviceEvents);
     assert!(m.median() >= op, "a 5 ms op measured {m}");
     assert!(m.p10() <= m.median() && m.median() <= m.p90(), "{m}");
@@ -206,7 +213,7 @@ fn an_asynchronous_op_is_timed_on_the_device_not_at_dispatch() {
     let mut dispatch: Vec<Duration> = (0..5)
         .map(|_| {
             let start = Instant::now();
-            device.launch(&kernel).unwrap();
+            device.go(&kernel).unwrap();
             start.elapsed()
         })
         .collect();
@@ -217,7 +224,7 @@ fn an_asynchronous_op_is_timed_on_the_device_not_at_dispatch() {
     for mode in [TimingMode::DeviceEvents, TimingMode::HostSynchronized] {
         let m = short_bench()
             .timing(mode)
-            .run(device.as_ref(), || device.launch(&kernel))
+            .run(device.as_ref(), || device.go(&kernel))
             .unwrap();
         assert!(m.median() >= op, "{mode:?}: a 10 ms device op measured {m}");
         assert!(
@@ -233,7 +240,7 @@ fn an_asynchronous_op_is_timed_on_the_device_not_at_dispatch() {
 fn warm_up_is_kept_out_of_the_samples() {
     let device = FakeDevice::with_slow_first_call(Duration::from_millis(2), Duration::from_millis(300));
     let (kernel, _buffer) = device.fill_kernel();
-    let m = short_bench().run(device.as_ref(), || device.launch(&kernel)).unwrap();
+    let m = short_bench().run(device.as_ref(), || device.go(&kernel)).unwrap();
     assert!(m.warmup_iters() >= 2, "{m}");
     let slowest = m.samples().iter().max().unwrap();
     assert!(
@@ -257,7 +264,7 @@ fn an_error_from_the_work_ends_the_run() {
         if calls > 3 {
             Err(Error::invalid("work", "fails on purpose"))
         } else {
-            device.launch(&kernel)
+            device.go(&kernel)
         }
     });
     let error = result.unwrap_err().to_string();

@@ -12,11 +12,12 @@ use super::tracker::{LeakCheck, MemorySample, fit_line};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
+/// A drawing failure (the curve is drawn into memory, so this is never the file system's).
 fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Io {
-        path: path.display().to_string(),
-        source: std::io::Error::other(e.to_string()),
-    }
+    Error::io(
+        path.display(),
+        std::io::Error::other(format!("drawing the memory curve failed: {e}")),
+    )
 }
 
 /// The unit (name, bytes) in which `max` reads as a number below 1024.
@@ -96,8 +97,23 @@ pub(super) fn write_memory_svg(
     samples: &[MemorySample],
     leak: Option<&LeakCheck>,
 ) -> Result<()> {
+    // Drawn into a string, then written in one call, so that a file-system failure keeps its
+    // `std::io::ErrorKind` (not found, permission denied…) instead of a drawing error's text.
+    let mut svg = String::new();
+    draw_memory_svg(&mut svg, path, title, samples, leak)?;
+    std::fs::write(path, svg).map_err(|source| Error::io(path.display(), source))
+}
+
+/// Draw the curves of `samples` into `svg` (`path` names the file in errors).
+fn draw_memory_svg(
+    svg: &mut String,
+    path: &Path,
+    title: &str,
+    samples: &[MemorySample],
+    leak: Option<&LeakCheck>,
+) -> Result<()> {
     let err = |e: &dyn std::fmt::Display| io_error(path, e);
-    let root = SVGBackend::new(path, (960, 720)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (960, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (upper, lower) = root.split_vertically(420);
 

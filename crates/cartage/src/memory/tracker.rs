@@ -153,9 +153,11 @@ impl MemoryTracker {
         Ok(self.record_stats(&stats))
     }
 
-    /// Record a statistics snapshot as the next step.
+    /// Record a statistics snapshot as the next step (one after the last sample's, which
+    /// stays at `u64::MAX` once there).
     pub fn record_stats(&mut self, stats: &MemoryStats) -> MemorySample {
-        let step = self.samples.last().map_or(0, |s| s.step + 1);
+        // A sample recorded by hand may carry any step; the next one stays at the maximum.
+        let step = self.samples.last().map_or(0, |s| s.step.saturating_add(1));
         let sample = MemorySample {
             step,
             allocated: stats.allocated_bytes,
@@ -291,6 +293,42 @@ mod tests {
         let slow = || tracker_with((0..30).map(|i| 512 * i));
         assert!(slow().is_leaking());
         assert!(!slow().with_leak_threshold(1024.0).is_leaking());
+    }
+
+    #[test]
+    fn extreme_steps_and_windows_do_not_panic() {
+        let mut t = MemoryTracker::detached().with_window(usize::MAX);
+        t.record_sample(MemorySample {
+            step: u64::MAX,
+            allocated: usize::MAX,
+            reserved: usize::MAX,
+        });
+        let next = t.record_stats(&MemoryStats::default());
+        assert_eq!(next.step, u64::MAX);
+        assert!(t.leak_check().is_none());
+        let mut t = MemoryTracker::detached().with_window(0).with_leak_threshold(f64::NAN);
+        for step in [u64::MAX - 2, u64::MAX - 1, u64::MAX] {
+            t.record_sample(MemorySample {
+                step,
+                allocated: usize::MAX,
+                reserved: 0,
+            });
+        }
+        let check = t.leak_check().unwrap();
+        assert_eq!(check.window, 3);
+        assert!(!check.is_leak(), "{check}");
+        let _ = check.to_string();
+    }
+
+    #[test]
+    fn svg_write_failures_keep_the_io_kind() {
+        let t = tracker_with((0..12).map(|i| 512 * i));
+        let err = t.write_svg("/nonexistent-cartage-directory/memory.svg").unwrap_err();
+        assert_eq!(err.io_kind(), Some(std::io::ErrorKind::NotFound), "{err}");
+        assert!(
+            err.to_string().contains("/nonexistent-cartage-directory/memory.svg"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use registry::{BackendStatus, backend, backend_statuses, devices, is_softwar
 pub use stats::{RuntimeStats, reset_stats, stats};
 pub(crate) use stats::{record_host_sync, record_implicit_copy};
 
-use cartage_core::{Device, MatmulPrecision, MemoryStats, PinnedBuffer, Result};
+use cartage_core::{Device, MatmulPrecision, MemoryStats, PinnedBuffer, Result, StagingBuffer};
 
 /// Wait until all work queued on `device` has finished.
 pub fn synchronize(device: &Device) -> Result<()> {
@@ -54,6 +54,14 @@ pub fn set_matmul_precision(device: &Device, precision: MatmulPrecision) -> Resu
 
 /// Allocate `bytes` of pinned (page-locked) host memory for asynchronous copies with `device`.
 /// Pinned memory cannot be swapped out: it is counted by [`crate::pinned_bytes_in_use`].
+/// A device whose driver cannot lock memory (the CPU, wgpu) refuses with
+/// [`crate::Error::Unsupported`]; [`alloc_staging`] gives the best memory any device offers.
 pub fn alloc_pinned(device: &Device, bytes: usize) -> Result<PinnedBuffer> {
     backend(device)?.alloc_pinned(bytes)
+}
+
+/// Host memory to stage copies with `device`: pinned where its driver can lock memory,
+/// ordinary (pageable) memory elsewhere; [`StagingBuffer::is_pinned`] tells which.
+pub fn alloc_staging(device: &Device, bytes: usize) -> Result<StagingBuffer> {
+    backend(device)?.alloc_staging(bytes)
 }

@@ -88,8 +88,14 @@ pub(super) fn broadcast_pair(op: &'static str, lhs: &Tensor, rhs: &Tensor) -> Re
         return Ok((lhs.layout.clone(), rhs.layout.clone(), shape));
     }
     let shape = broadcast_shapes(lhs.shape(), rhs.shape()).map_err(|e| rename(e, op))?;
-    let l = lhs.layout.broadcast_to(&shape).map_err(|e| rename(e, op))?;
-    let r = rhs.layout.broadcast_to(&shape).map_err(|e| rename(e, op))?;
+    let l = lhs
+        .layout
+        .broadcast_to(&shape)
+        .map_err(|e| rename(e, op).with_dtype(lhs.dtype))?;
+    let r = rhs
+        .layout
+        .broadcast_to(&shape)
+        .map_err(|e| rename(e, op).with_dtype(rhs.dtype))?;
     Ok((l, r, shape))
 }
 

@@ -62,7 +62,7 @@ impl Tensor {
             start,
             step,
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[], out.numel())?;
         Ok(out)
     }
 
@@ -126,7 +126,7 @@ impl Tensor {
         let out = Tensor::alloc_on(&backend, shape, T::DTYPE, site)?;
         if numel > 0 {
             let bytes = T::to_le_bytes_vec(data);
-            backend.write(out.contiguous_slice()?, &bytes)?;
+            out.storage.device_buffer().write(out.byte_offset(), &bytes)?;
         }
         Ok(out)
     }
@@ -150,7 +150,7 @@ impl Tensor {
             out: out.as_arg(),
             value,
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[], out.numel())?;
         Ok(out)
     }
 
@@ -178,7 +178,7 @@ impl Tensor {
             seed,
             offset: 0,
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[], out.numel())?;
         Ok(out)
     }
 
@@ -189,7 +189,7 @@ impl Tensor {
             out: out.as_arg(),
             value,
         };
-        out.launch(&kernel, 1)?;
+        out.launch(&kernel, &[], 1)?;
         Ok(out)
     }
 }

@@ -154,7 +154,7 @@ impl Tensor {
                 out: out.as_arg(),
             }
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self, rhs], out.numel())?;
         Ok(out)
     }
 
@@ -169,7 +169,7 @@ impl Tensor {
             rhs: rhs.arg_with(rhs_layout),
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self, rhs], out.numel())?;
         Ok(out)
     }
 
@@ -181,7 +181,7 @@ impl Tensor {
             input: self.as_arg(),
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self], out.numel())?;
         Ok(out)
     }
 
@@ -209,7 +209,7 @@ impl Tensor {
             on_false: on_false.arg_with(false_layout),
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[cond, on_true, on_false], out.numel())?;
         Ok(out)
     }
 }

@@ -51,8 +51,9 @@ impl Tensor {
         runtime::record_host_sync(site);
         let size = self.dtype.size_in_bytes();
         let mut bytes = [0u8; 8];
-        let slice = self.storage.buffer().slice(self.layout.offset() * size, size)?;
-        self.backend().read(slice, &mut bytes[..size])?;
+        self.storage
+            .device_buffer()
+            .read(self.layout.offset() * size, &mut bytes[..size])?;
         T::from_le_bytes_slice(&bytes[..size])
             .first()
             .copied()
@@ -84,7 +85,10 @@ impl Tensor {
         };
         let mut bytes = vec![0u8; contiguous.size_in_bytes()];
         if !bytes.is_empty() {
-            self.backend().read(contiguous.contiguous_slice()?, &mut bytes)?;
+            contiguous
+                .storage
+                .device_buffer()
+                .read(contiguous.byte_offset(), &mut bytes)?;
         }
         Ok(bytes)
     }

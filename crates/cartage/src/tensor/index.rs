@@ -40,7 +40,7 @@ impl Tensor {
             dim: d,
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self, index], out.numel())?;
         Ok(out)
     }
 
@@ -68,7 +68,7 @@ impl Tensor {
             dim: d,
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self, index], out.numel())?;
         Ok(out)
     }
 }

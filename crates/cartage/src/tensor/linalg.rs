@@ -4,7 +4,7 @@
 //! when the strides allow it (always for contiguous or broadcast operands), else the operand is
 //! copied, logged and counted as an implicit copy.
 
-use cartage_core::{Dims, Error, Kernel, Layout, Result, Scalar, Site, broadcast_shapes};
+use cartage_core::{Dims, Error, Kernel, Layout, Result, Scalar, Site, broadcast_shapes, checked_bytes};
 
 use super::{Tensor, caller, check};
 use crate::runtime;
@@ -63,19 +63,24 @@ impl Tensor {
         }
         let batch = broadcast_shapes(&ls[..ls.len() - 2], &rs[..rs.len() - 2])
             .map_err(|_| mismatch("the batch dimensions do not broadcast".into()))?;
-        let b: usize = batch.iter().product();
         let mut out_shape = batch.clone();
         out_shape.extend_from_slice(&[m, n]);
+        // Checked before anything is computed from it: the batch product of two broadcast
+        // operands can overflow even when each operand is small.
+        checked_bytes(&out_shape, self.dtype)?;
         let out = self.alloc_like(&out_shape, self.dtype, site)?;
         if out.numel() == 0 {
             return Ok(out);
         }
+        // The output is not empty, so every batch size is at least 1 and the product is at most
+        // the output's element count.
+        let b: usize = batch.iter().product();
         if k == 0 {
             let fill = Kernel::Fill {
                 out: out.as_arg(),
                 value: Scalar::Int(0),
             };
-            out.launch(&fill, out.numel())?;
+            out.launch(&fill, &[], out.numel())?;
             return Ok(out);
         }
         let lhs3 = self.batch_view(&batch, [m, k], b, site)?;
@@ -86,7 +91,7 @@ impl Tensor {
             rhs: rhs3.as_arg(),
             out: out.arg_with(out3),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[&lhs3, &rhs3], out.numel())?;
         Ok(out)
     }
 
@@ -94,7 +99,7 @@ impl Tensor {
     fn batch_view(&self, batch: &[usize], matrix: [usize; 2], b: usize, site: Site) -> Result<Tensor> {
         let mut full: Dims = Dims::from_slice(batch);
         full.extend_from_slice(&matrix);
-        let broadcast = self.layout.broadcast_to(&full)?;
+        let broadcast = self.layout.broadcast_to(&full).map_err(|e| e.with_dtype(self.dtype))?;
         let target = [b, matrix[0], matrix[1]];
         if let Some(layout) = broadcast.reshape(&target)? {
             return Ok(self.with_layout(layout));

@@ -25,57 +25,50 @@ use std::fmt;
 use std::panic::Location;
 use std::sync::Arc;
 
-use cartage_core::{
-    Allocation, Backend, BufferSlice, DType, Device, Kernel, Layout, Result, Site, TensorArg, checked_bytes,
-};
+use cartage_core::raw::BufferSlice;
+use cartage_core::{Backend, DType, Device, DeviceBuffer, Kernel, Layout, Result, Site, TensorArg, checked_bytes};
 
 /// Device memory owned by one or more tensors; given back to the backend's cache on drop.
+///
+/// It wraps core's [`DeviceBuffer`], the sound path to device memory: every kernel, copy and
+/// read of a tensor goes through it, with the storages of all operands borrowed for the call.
 pub struct Storage {
-    backend: Arc<dyn Backend>,
-    allocation: Option<Allocation>,
+    buffer: DeviceBuffer,
 }
 
 impl Storage {
     /// Allocate `bytes` on `backend`, recording `site` as the creation site (shown on OOM).
     pub fn new(backend: &Arc<dyn Backend>, bytes: usize, site: Site) -> Result<Storage> {
-        let allocation = backend.alloc(bytes, site)?;
         Ok(Storage {
-            backend: Arc::clone(backend),
-            allocation: Some(allocation),
+            buffer: DeviceBuffer::new_at(backend, bytes, site)?,
         })
     }
 
     /// The backend that owns the memory.
     pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+        self.buffer.backend()
+    }
+
+    /// The owned device buffer.
+    pub fn device_buffer(&self) -> &DeviceBuffer {
+        &self.buffer
     }
 
     /// The bytes of the storage (exactly the bytes asked for).
     pub fn buffer(&self) -> BufferSlice {
-        match &self.allocation {
-            Some(a) => a.slice(),
-            None => unreachable!("a storage holds its allocation until it is dropped"),
-        }
+        self.buffer.slice()
     }
 
     /// Size in bytes.
     pub fn len_bytes(&self) -> usize {
-        self.buffer().len
-    }
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        if let Some(allocation) = self.allocation.take() {
-            self.backend.free(allocation);
-        }
+        self.buffer.len()
     }
 }
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Storage")
-            .field("device", &self.backend.device())
+            .field("device", &self.backend().device())
             .field("bytes", &self.len_bytes())
             .finish()
     }
@@ -149,7 +142,9 @@ impl Tensor {
         self.origin
     }
 
-    /// Bytes of the elements this tensor views: numel × dtype size (R19).
+    /// Bytes of the elements this tensor views: numel × dtype size (R19). Cannot overflow: a
+    /// layout spans at most [`cartage_core::layout::MAX_ELEMENTS`] elements, so this is at most
+    /// `isize::MAX`, broadcast views included.
     pub fn size_in_bytes(&self) -> usize {
         self.numel() * self.dtype.size_in_bytes()
     }
@@ -171,7 +166,7 @@ impl Tensor {
 
     /// The backend this tensor's device runs on.
     pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.storage.backend
+        self.storage.backend()
     }
 
     /// The storage underneath.
@@ -219,7 +214,8 @@ impl Tensor {
     /// A fresh contiguous tensor on `backend`, contents unspecified: every caller writes all
     /// of it (by a kernel or a copy) before handing it out.
     fn alloc_on(backend: &Arc<dyn Backend>, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
-        Tensor::alloc_with(backend, backend.device(), Layout::contiguous(shape)?, dtype, site)
+        let layout = Layout::contiguous(shape).map_err(|e| e.with_dtype(dtype))?;
+        Tensor::alloc_with(backend, backend.device(), layout, dtype, site)
     }
 
     /// A fresh tensor with `layout`, which must be contiguous from offset 0.
@@ -247,26 +243,27 @@ impl Tensor {
         let layout = if shape == self.shape() && self.layout.offset() == 0 && self.is_contiguous() {
             self.layout.clone()
         } else {
-            Layout::contiguous(shape)?
+            Layout::contiguous(shape).map_err(|e| e.with_dtype(dtype))?
         };
         Tensor::alloc_with(self.backend(), self.device, layout, dtype, site)
     }
 
-    /// Launch `kernel` on this tensor's backend unless the output is empty.
-    fn launch(&self, kernel: &Kernel, out_numel: usize) -> Result<()> {
+    /// Launch `kernel`, whose output is this tensor and whose other operands are `inputs`,
+    /// unless the output is empty. The storages are borrowed for the call ([`Kernel::run`]).
+    fn launch(&self, kernel: &Kernel, inputs: &[&Tensor], out_numel: usize) -> Result<()> {
         if out_numel == 0 {
             return Ok(());
         }
-        self.backend().launch(kernel)
+        let mut buffers: [&DeviceBuffer; 4] = [self.storage.device_buffer(); 4];
+        for (slot, input) in buffers[1..].iter_mut().zip(inputs) {
+            *slot = input.storage.device_buffer();
+        }
+        kernel.run(&buffers[..1 + inputs.len().min(3)])
     }
 
-    /// The byte range of a contiguous tensor's elements inside its storage.
-    fn contiguous_slice(&self) -> Result<BufferSlice> {
-        debug_assert!(self.is_contiguous());
-        let size = self.dtype.size_in_bytes();
-        self.storage
-            .buffer()
-            .slice(self.layout.offset() * size, self.numel() * size)
+    /// The byte offset of the first viewed element inside the storage.
+    fn byte_offset(&self) -> usize {
+        self.layout.offset() * self.dtype.size_in_bytes()
     }
 }
 

@@ -146,7 +146,7 @@ impl Tensor {
             dims: dims.clone(),
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self], out.numel())?;
         if keepdim {
             Ok(out)
         } else {
@@ -165,7 +165,7 @@ impl Tensor {
             log,
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self], out.numel())?;
         Ok(out)
     }
 }

@@ -5,9 +5,7 @@
 //! Between two devices data goes device-to-device when the backends can (`copy_to_peer`), else
 //! through pinned host staging in chunks of at most [`STAGING_CHUNK`] bytes.
 
-use std::sync::Arc;
-
-use cartage_core::{Backend, BufferSlice, CopyHandle, DType, Device, Error, Kernel, Op, PinnedBuffer, Result, Site};
+use cartage_core::{CopyHandle, DType, Device, DeviceBuffer, Error, HostStaging, Kernel, Op, Result, Site};
 
 use super::{Tensor, caller, check};
 use crate::runtime;
@@ -81,6 +79,20 @@ impl Tensor {
 
     /// Copy `src`'s elements into this tensor's view (same shape, dtype and device). Every
     /// tensor sharing the storage sees the new values.
+    ///
+    /// Overlapping views have snapshot semantics: when `src` and `self` share memory (say
+    /// `x.t().copy_from(&x)`, or two overlapping `narrow`s), the result is as if `src` had been
+    /// read entirely before anything was written; cartage copies `src` to a temporary first.
+    /// Copying a view onto itself does nothing.
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// # fn main() -> cartage::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
+    /// x.copy_from(&x.t()?)?; // in place transpose
+    /// assert_eq!(x.to_vec::<f32>()?, vec![1.0, 3.0, 2.0, 4.0]);
+    /// # Ok(()) }
+    /// ```
     #[track_caller]
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         check::same_device_and_dtype("copy_from", self, src)?;
@@ -98,28 +110,66 @@ impl Tensor {
                 "the destination is a broadcast view (several elements share one memory location)",
             ));
         }
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        if self.shares_storage(src) && self.spans_intersect(src) {
+            if self.layout == src.layout {
+                return Ok(());
+            }
+            let snapshot = src.copy_at(caller())?;
+            tracing::trace!(
+                bytes = snapshot.size_in_bytes(),
+                "copy_from between overlapping views: snapshot"
+            );
+            return self.copy_from(&snapshot);
+        }
         let kernel = Kernel::Copy {
             input: src.as_arg(),
             out: self.as_arg(),
         };
-        self.launch(&kernel, self.numel())
+        self.launch(&kernel, &[src], self.numel())
+    }
+
+    /// True when the element ranges the two views (of one storage and dtype) can touch meet.
+    fn spans_intersect(&self, other: &Tensor) -> bool {
+        let span = |t: &Tensor| (t.layout.offset(), t.layout.extent());
+        let ((a0, a1), (b0, b1)) = (span(self), span(other));
+        a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1
+    }
+
+    /// A fresh contiguous copy, even when `self` is already contiguous.
+    fn copy_at(&self, site: Site) -> Result<Tensor> {
+        let out = self.alloc_like(self.shape(), self.dtype, site)?;
+        let kernel = Kernel::Copy {
+            input: self.as_arg(),
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[self], out.numel())?;
+        Ok(out)
     }
 
     /// Start copying `src`'s first [`Tensor::size_in_bytes`] bytes into this contiguous tensor;
-    /// `src` stays borrowed until the returned handle completes.
-    pub fn copy_from_pinned_async<'a>(&self, src: &'a PinnedBuffer) -> Result<CopyHandle<'a>> {
-        let dst = self.pinned_target("copy_from_pinned_async", src.len())?;
-        self.backend().write_async(dst, src)
+    /// `src` (a [`cartage_core::PinnedBuffer`], [`cartage_core::PageableBuffer`] or
+    /// [`cartage_core::StagingBuffer`]) stays borrowed until the returned handle completes.
+    /// Memory pinned for another device is refused.
+    pub fn copy_from_pinned_async<'a, S: HostStaging>(&self, src: &'a S) -> Result<CopyHandle<'a>> {
+        self.pinned_target("copy_from_pinned_async", src.len())?;
+        self.storage
+            .device_buffer()
+            .write_async(self.byte_offset(), src, self.size_in_bytes())
     }
 
     /// Start copying this contiguous tensor into the first [`Tensor::size_in_bytes`] bytes of
     /// `dst`; `dst` cannot be read until the returned handle completes.
-    pub fn copy_to_pinned_async<'a>(&self, dst: &'a mut PinnedBuffer) -> Result<CopyHandle<'a>> {
-        let src = self.pinned_target("copy_to_pinned_async", dst.len())?;
-        self.backend().read_async(src, dst)
+    pub fn copy_to_pinned_async<'a, S: HostStaging>(&self, dst: &'a mut S) -> Result<CopyHandle<'a>> {
+        self.pinned_target("copy_to_pinned_async", dst.len())?;
+        self.storage
+            .device_buffer()
+            .read_async(self.byte_offset(), dst, self.size_in_bytes())
     }
 
-    fn pinned_target(&self, op: &'static str, pinned_len: usize) -> Result<BufferSlice> {
+    fn pinned_target(&self, op: &'static str, pinned_len: usize) -> Result<()> {
         if !self.is_contiguous() {
             return Err(Error::invalid(
                 op,
@@ -130,12 +180,12 @@ impl Tensor {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "the pinned buffer holds {pinned_len} bytes but the tensor needs {}",
+                    "the host buffer holds {pinned_len} bytes but the tensor needs {}",
                     self.size_in_bytes()
                 ),
             ));
         }
-        self.contiguous_slice()
+        Ok(())
     }
 
     pub(super) fn contiguous_at(&self, site: Site) -> Result<Tensor> {
@@ -147,7 +197,7 @@ impl Tensor {
             input: self.as_arg(),
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self], out.numel())?;
         Ok(out)
     }
 
@@ -157,7 +207,7 @@ impl Tensor {
             input: self.as_arg(),
             out: out.as_arg(),
         };
-        out.launch(&kernel, out.numel())?;
+        out.launch(&kernel, &[self], out.numel())?;
         Ok(out)
     }
 
@@ -176,31 +226,34 @@ impl Tensor {
         if bytes == 0 {
             return Ok(out);
         }
-        let (from, to) = (src.contiguous_slice()?, out.contiguous_slice()?);
-        if !src.backend().copy_to_peer(from, destination.as_ref(), to)? {
-            stage_through_host(src.backend(), from, &destination, to)?;
+        let (from, to) = (src.storage.device_buffer(), out.storage.device_buffer());
+        if !from.copy_to_peer(src.byte_offset(), to, 0, bytes)? {
+            stage_through_host(from, src.byte_offset(), to, bytes)?;
         }
         tracing::trace!(from = %self.device, to = %device, bytes, %site, "moved");
         Ok(out)
     }
 }
 
-/// Copy `from` (on `source`) to `to` (on `destination`) through pinned host memory, chunk by
-/// chunk (the last chunk uses the front of the buffer). The pinned buffer comes from the GPU side so that both copies run at pinned speed.
-fn stage_through_host(
-    source: &Arc<dyn Backend>,
-    from: BufferSlice,
-    destination: &Arc<dyn Backend>,
-    to: BufferSlice,
-) -> Result<()> {
-    let chunk = from.len.min(STAGING_CHUNK);
-    let pinning = if source.device().is_cpu() { destination } else { source };
-    let mut staging = pinning.alloc_pinned(chunk)?;
+/// Copy `len` bytes of `from` (from byte `offset`) to the front of `to`, another device's
+/// buffer, through host staging memory, chunk by chunk. The staging memory comes from the GPU
+/// side (pinned where its driver can lock memory), whose copy is asynchronous; the other side
+/// copies synchronously from or into it, which works with any host memory.
+fn stage_through_host(from: &DeviceBuffer, offset: usize, to: &DeviceBuffer, len: usize) -> Result<()> {
+    let chunk = len.min(STAGING_CHUNK);
+    let source_stages = !from.device().is_cpu();
+    let stager = if source_stages { from } else { to };
+    let mut staging = stager.backend().alloc_staging(chunk)?;
     let mut done = 0;
-    while done < from.len {
-        let n = chunk.min(from.len - done);
-        source.read_async(from.slice(done, n)?, &mut staging)?.wait()?;
-        destination.write_async(to.slice(done, n)?, &staging)?.wait()?;
+    while done < len {
+        let n = chunk.min(len - done);
+        if source_stages {
+            from.read_async(offset + done, &mut staging, n)?.wait()?;
+            to.write(done, &staging.as_slice()[..n])?;
+        } else {
+            from.read(offset + done, &mut staging.as_mut_slice()[..n])?;
+            to.write_async(done, &staging, n)?.wait()?;
+        }
         done += n;
     }
     Ok(())

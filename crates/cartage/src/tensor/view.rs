@@ -34,9 +34,11 @@ impl Tensor {
         Ok(self.with_layout(self.layout.narrow(d, start, len)?))
     }
 
-    /// View with numpy broadcasting to `shape` (expanded dimensions get stride 0).
+    /// View with numpy broadcasting to `shape` (expanded dimensions get stride 0). A target of
+    /// more elements than a layout may span is [`Error::SizeOverflow`] naming this dtype.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout.broadcast_to(shape)?))
+        let layout = self.layout.broadcast_to(shape).map_err(|e| e.with_dtype(self.dtype))?;
+        Ok(self.with_layout(layout))
     }
 
     /// Remove dimension `dim`, which must have size 1.
@@ -45,9 +47,15 @@ impl Tensor {
         Ok(self.with_layout(self.layout.squeeze(d)?))
     }
 
-    /// Insert a dimension of size 1 at `dim` (`0..=rank`, negative counts from the end).
+    /// Insert a dimension of size 1 at `dim` (`0..=rank`, negative counts from the end: -1
+    /// appends). An out-of-range `dim` is [`Error::DimOutOfRange`] naming this tensor's rank.
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
-        let d = resolve_dim("unsqueeze", dim, self.rank() + 1)?;
+        let rank = self.rank();
+        let d = resolve_dim("unsqueeze", dim, rank + 1).map_err(|_| Error::DimOutOfRange {
+            op: "unsqueeze",
+            dim,
+            rank,
+        })?;
         Ok(self.with_layout(self.layout.unsqueeze(d)?))
     }
 
@@ -56,7 +64,11 @@ impl Tensor {
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let site = caller();
-        if let Some(layout) = self.layout.reshape(shape).map_err(|e| check::rename(e, "reshape"))? {
+        let view = self
+            .layout
+            .reshape(shape)
+            .map_err(|e| check::rename(e, "reshape").with_dtype(self.dtype))?;
+        if let Some(layout) = view {
             return Ok(self.with_layout(layout));
         }
         let copy = self.contiguous_at(site)?;

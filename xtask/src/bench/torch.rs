@@ -15,7 +15,7 @@ use super::plan::Plan;
 use super::report::ReferenceStatus;
 
 /// The reference runner's source.
-const SCRIPT: &str = include_str!("../python/reference.py");
+const SCRIPT: &str = include_str!("../../python/reference.py");
 
 /// What the probe found.
 #[derive(Debug, Deserialize)]

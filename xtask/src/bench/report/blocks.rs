@@ -4,13 +4,9 @@
 use super::{ReferenceStatus, Report, Row, format_seconds, format_size};
 use crate::bench::cases::Section;
 
-#[path = "section_devices.rs"]
 mod section_devices;
-#[path = "section_matmul.rs"]
 mod section_matmul;
-#[path = "section_steps.rs"]
 mod section_steps;
-#[path = "section_transfers.rs"]
 mod section_transfers;
 
 /// A table: header cells and rows of cells.

@@ -1,8 +1,8 @@
 //! Running one [`Task`] on cartage: set up its tensors on the device, measure it with
 //! `cartage::bench`, and return the measurement with any case-specific counters.
 //!
-//! Compute cases live here; transfers and pipelines in `bench_exec_io.rs`, step loops in
-//! `bench_exec_steps.rs`.
+//! Compute cases live here; transfers and pipelines in `exec/io.rs`, step loops in
+//! `exec/steps.rs`.
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -12,9 +12,7 @@ use cartage::{DType, Device, Error, MatmulPrecision, Result, Tensor};
 
 use super::cases::{Case, Task, VectorOp};
 
-#[path = "bench_exec_io.rs"]
 mod io;
-#[path = "bench_exec_steps.rs"]
 mod steps;
 
 /// A finished measurement and its counters (host syncs, segment allocations…).

@@ -1,0 +1,20 @@
+//! The low-level types under [`crate::DeviceBuffer`]: segments, byte slices, allocations.
+//!
+//! Nothing here is needed to use cartage; it is what a backend implements and what the unsafe
+//! methods of [`crate::Backend`] take.
+//!
+//! # The unsafe contract
+//! - A [`BufferSlice`] is made only by the [`crate::CachingAllocator`] (for a block it hands
+//!   out) and can only be narrowed ([`BufferSlice::slice`]): safe code cannot forge or stretch
+//!   one. It is a plain value, though, and can outlive its block.
+//! - So every backend method that reaches memory through a slice (`write`, `read`,
+//!   `copy_within`, `launch`, `write_async`, `read_async`, `copy_to_peer`) is an `unsafe fn`
+//!   whose caller promises that each slice lies in a live allocation of that backend. Backends
+//!   validate everything else themselves: [`crate::Kernel::validate`] (structure, bounds,
+//!   alignment, aliasing) and their own hardware limits.
+//! - [`crate::DeviceBuffer`] owns a block and keeps it live while borrowed; its methods and
+//!   [`crate::Kernel::run`] check that every slice lies inside borrowed buffers and are safe.
+//! - [`SegmentSource::release_segment`] is `unsafe`: only the allocator releases a segment, once,
+//!   when no block of it is in use.
+
+pub use crate::allocator::{Allocation, BufferSlice, SegmentError, SegmentHandle, SegmentSource};
