@@ -17,4 +17,32 @@
 //! - [`SegmentSource::release_segment`] is `unsafe`: only the allocator releases a segment, once,
 //!   when no block of it is in use.
 
+//!
+//! A slice cannot be forged from safe code:
+//!
+//! ```compile_fail
+//! use cartage_core::raw::{BufferSlice, SegmentHandle};
+//! let forged = BufferSlice { segment: SegmentHandle { id: 1, addr: 0x1000 }, offset: 0, len: 1 << 30 };
+//! ```
+//!
+//! and a backend cannot be told to touch memory without `unsafe`:
+//!
+//! ```compile_fail
+//! fn launch(backend: &dyn cartage_core::Backend, kernel: &cartage_core::Kernel) {
+//!     let _ = backend.launch(kernel);
+//! }
+//! ```
+//!
+//! while the sound path needs neither:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use cartage_core::{Backend, DType, DeviceBuffer, Kernel, Layout, Scalar};
+//! fn fill(backend: &Arc<dyn Backend>) -> cartage_core::Result<()> {
+//!     let out = DeviceBuffer::new(backend, 16)?;
+//!     let kernel = Kernel::Fill { out: out.arg(Layout::contiguous(&[4])?, DType::F32), value: Scalar::Float(0.0) };
+//!     kernel.run(&[&out])
+//! }
+//! ```
+
 pub use crate::allocator::{Allocation, BufferSlice, SegmentError, SegmentHandle, SegmentSource};

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use cartage::loader::{HostBatch, PrefetchLoader};
 use cartage::prelude::*;
-use cartage::{Element, alloc_pinned, format_bytes, pinned_bytes_in_use, synchronize};
+use cartage::{Element, alloc_staging, format_bytes, pinned_bytes_in_use, synchronize};
 
 const ROWS: usize = 256;
 const COLS: usize = 1024;
@@ -21,7 +21,7 @@ const BATCHES: usize = 16;
 
 fn pinned_round_trip(device: &Device) -> anyhow::Result<()> {
     let bytes = ROWS * COLS * 4;
-    let mut pinned = alloc_pinned(device, bytes)?;
+    let mut pinned = alloc_staging(device, bytes)?; // pinned where the driver can lock memory
     for (i, chunk) in pinned.as_mut_slice().chunks_exact_mut(4).enumerate() {
         chunk.copy_from_slice(&(i as f32).to_le_bytes());
     }
@@ -38,7 +38,7 @@ fn pinned_round_trip(device: &Device) -> anyhow::Result<()> {
     );
 
     let doubled = on_device.mul_scalar(2.0)?;
-    let mut back = alloc_pinned(device, bytes)?;
+    let mut back = alloc_staging(device, bytes)?;
     doubled.copy_to_pinned_async(&mut back)?.wait()?;
     let last = f32::from_le_bytes(back.as_slice()[bytes - 4..].try_into()?);
     println!(

@@ -50,7 +50,7 @@ pub use runtime::{
     DevicePick, RuntimeStats, alloc_pinned, alloc_staging, backend, devices, empty_cache, memory_stats,
     reset_peak_memory_stats, reset_stats, set_matmul_precision, stats, synchronize,
 };
-pub use safetensors_io::{load_safetensors, save_safetensors};
+pub use safetensors_io::{SafetensorsFile, load_safetensors, save_safetensors, save_safetensors_with_metadata};
 pub use tensor::{Storage, Tensor};
 
 /// The README's example, compiled and run as a doctest so that it stays true.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cartage::bench::{Bench, Measurement};
 use cartage::loader::{HostBatch, PrefetchLoader};
-use cartage::{DType, Device, PinnedBuffer, Result, Tensor};
+use cartage::{DType, Device, Result, StagingBuffer, Tensor};
 
 use super::super::cases::PipelineMode;
 
@@ -14,15 +14,15 @@ fn host_values(bytes: usize) -> Vec<f32> {
     (0..bytes / 4).map(|i| (i % 251) as f32 * 0.5).collect()
 }
 
-/// Pinned memory for `device` holding `values`.
-fn pinned_with(device: &Device, values: &[f32]) -> Result<PinnedBuffer> {
-    let mut pinned = cartage::alloc_pinned(device, values.len() * 4)?;
+/// Staging memory for `device` (pinned where its driver can lock memory) holding `values`.
+fn pinned_with(device: &Device, values: &[f32]) -> Result<StagingBuffer> {
+    let mut pinned = cartage::alloc_staging(device, values.len() * 4)?;
     fill(&mut pinned, values);
     Ok(pinned)
 }
 
 /// Copy `values` into the start of `pinned` (what a data loader does for each batch).
-fn fill(pinned: &mut PinnedBuffer, values: &[f32]) {
+fn fill(pinned: &mut StagingBuffer, values: &[f32]) {
     let bytes: &[u8] = bytemuck::cast_slice(values);
     pinned.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
 }
@@ -45,7 +45,7 @@ pub fn device_to_host(bytes: usize, pinned: bool, device: &Device, bench: &Bench
     let values = host_values(bytes);
     let source = Tensor::from_slice(&values, &[values.len()], device)?;
     if pinned {
-        let mut target = cartage::alloc_pinned(device, bytes)?;
+        let mut target = cartage::alloc_staging(device, bytes)?;
         bench.run_on(device, || source.copy_to_pinned_async(&mut target)?.wait())
     } else {
         bench.run_on(device, || source.to_vec::<f32>().map(drop))
