@@ -448,7 +448,7 @@ impl Kernel {
     /// The operands in order, outputs last, without allocating (the launch path runs this for
     /// every kernel, so it must stay cheap for tiny ops).
     #[inline]
-    pub(crate) fn operand_slots(&self) -> [Option<&TensorArg>; 4] {
+    pub fn operand_slots(&self) -> [Option<&TensorArg>; 4] {
         match self {
             Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => {
                 [Some(out), None, None, None]

@@ -262,7 +262,9 @@ fn span(arg: &TensorArg) -> (usize, usize) {
 /// True when the memory the two operands can touch intersects.
 #[inline(always)]
 fn intersects(a: &TensorArg, b: &TensorArg) -> bool {
-    if a.buffer.segment().id != b.buffer.segment().id {
+    let (x, y) = (&a.buffer, &b.buffer);
+    // Different blocks (the common case: separate tensors) cannot share an element.
+    if x.segment().id != y.segment().id || x.offset() >= y.offset() + y.len() || y.offset() >= x.offset() + x.len() {
         return false;
     }
     let ((a0, a1), (b0, b1)) = (span(a), span(b));

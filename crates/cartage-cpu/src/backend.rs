@@ -133,7 +133,11 @@ fn may_go_parallel(kernel: &Kernel) -> bool {
         let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
         return l[0].saturating_mul(l[1]).saturating_mul(l[2]).saturating_mul(r[2]) >= 1 << 14;
     }
-    kernel.operands().iter().any(|a| a.layout.numel() >= CHUNK_MIN_ELEMENTS)
+    kernel
+        .operand_slots()
+        .into_iter()
+        .flatten()
+        .any(|a| a.layout.numel() >= CHUNK_MIN_ELEMENTS)
 }
 
 /// The `model name` line of `/proc/cpuinfo`, where there is one.

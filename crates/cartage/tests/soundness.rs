@@ -85,7 +85,9 @@ fn indices_rewritten_during_a_select_give_values_or_an_error() {
             thread::spawn(move || {
                 let mut flips = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    index.copy_from(if flips.is_multiple_of(2) { &bad } else { &good }).unwrap();
+                    index
+                        .copy_from(if flips.is_multiple_of(2) { &bad } else { &good })
+                        .unwrap();
                     flips += 1;
                 }
             })
