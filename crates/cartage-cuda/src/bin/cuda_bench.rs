@@ -449,7 +449,9 @@ fn cold_child() -> Res<()> {
 }
 
 fn cold_start() -> Res<Arc<CudaBackend>> {
-    let dir = std::env::temp_dir().join(format!("cartage-bench-cache-{}", std::process::id()));
+    // A fresh private folder (created by `tempfile`, removed when `scratch` drops).
+    let scratch = tempfile::Builder::new().prefix("cartage-bench-cache-").tempdir()?;
+    let dir = scratch.path().to_path_buf();
     // SAFETY: set before any other thread exists (the first thing main does besides parsing).
     unsafe { std::env::set_var("XDG_CACHE_HOME", &dir) };
     let started = Instant::now();
@@ -466,7 +468,7 @@ fn cold_start() -> Res<Arc<CudaBackend>> {
         .output()?;
     print!("{}", String::from_utf8_lossy(&output.stdout));
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     Ok(b)
 }
 
