@@ -38,6 +38,8 @@ use crate::pinned::{CopyHandle, HostStaging};
 pub struct DeviceBuffer {
     backend: Arc<dyn Backend>,
     allocation: Option<Allocation>,
+    /// The allocation's bytes, kept beside it so that the launch path reads a plain field.
+    slice: BufferSlice,
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -61,6 +63,7 @@ impl DeviceBuffer {
         let allocation = backend.alloc(bytes, site)?;
         Ok(DeviceBuffer {
             backend: Arc::clone(backend),
+            slice: allocation.slice(),
             allocation: Some(allocation),
         })
     }
@@ -78,10 +81,7 @@ impl DeviceBuffer {
     /// The buffer's bytes (exactly the bytes asked for).
     #[inline]
     pub fn slice(&self) -> BufferSlice {
-        match &self.allocation {
-            Some(a) => a.slice(),
-            None => unreachable!("a buffer holds its allocation until it is dropped"),
-        }
+        self.slice
     }
 
     /// Size in bytes.

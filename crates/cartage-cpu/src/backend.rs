@@ -129,15 +129,27 @@ impl CpuBackend {
 /// `CHUNK_MIN_ELEMENTS` elements, and every matmul past the register-tiled tiny sizes.
 #[inline]
 fn may_go_parallel(kernel: &Kernel) -> bool {
-    if let Kernel::Matmul { lhs, rhs, .. } = kernel {
-        let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
-        return l[0].saturating_mul(l[1]).saturating_mul(l[2]).saturating_mul(r[2]) >= 1 << 14;
+    match kernel {
+        Kernel::Matmul { lhs, rhs, .. } => {
+            let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+            l[0].saturating_mul(l[1]).saturating_mul(l[2]).saturating_mul(r[2]) >= 1 << 14
+        }
+        // Element-wise kernels: the output is as large as any operand.
+        Kernel::Fill { out, .. }
+        | Kernel::Arange { out, .. }
+        | Kernel::Random { out, .. }
+        | Kernel::Cast { out, .. }
+        | Kernel::Copy { out, .. }
+        | Kernel::Unary { out, .. }
+        | Kernel::Binary { out, .. }
+        | Kernel::Compare { out, .. }
+        | Kernel::Where { out, .. } => out.layout.numel() >= CHUNK_MIN_ELEMENTS,
+        _ => kernel
+            .operand_slots()
+            .into_iter()
+            .flatten()
+            .any(|a| a.layout.numel() >= CHUNK_MIN_ELEMENTS),
     }
-    kernel
-        .operand_slots()
-        .into_iter()
-        .flatten()
-        .any(|a| a.layout.numel() >= CHUNK_MIN_ELEMENTS)
 }
 
 /// The `model name` line of `/proc/cpuinfo`, where there is one.
