@@ -252,30 +252,6 @@ impl Drop for PinnedBuffer {
     }
 }
 
-impl HostStaging for PinnedBuffer {
-    fn len(&self) -> usize {
-        self.memory.len
-    }
-    fn pinned_for(&self) -> Option<Device> {
-        Some(self.device)
-    }
-    fn as_slice(&self) -> &[u8] {
-        self.memory.as_slice()
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.memory.as_mut_slice()
-    }
-    fn as_ptr(&self) -> *const u8 {
-        self.memory.ptr.as_ptr()
-    }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.memory.ptr.as_ptr()
-    }
-    fn track(&self, copy: Arc<dyn CopyCompletion>) {
-        self.memory.track(copy)
-    }
-}
-
 /// Ordinary (pageable) host memory used for staging where a device cannot page-lock memory
 /// (the CPU, wgpu). Copies from it are correct but not overlapped at bus speed.
 ///
@@ -333,29 +309,39 @@ impl PageableBuffer {
     }
 }
 
-impl HostStaging for PageableBuffer {
-    fn len(&self) -> usize {
-        self.memory.len
-    }
-    fn pinned_for(&self) -> Option<Device> {
-        None
-    }
-    fn as_slice(&self) -> &[u8] {
-        self.memory.as_slice()
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.memory.as_mut_slice()
-    }
-    fn as_ptr(&self) -> *const u8 {
-        self.memory.ptr.as_ptr()
-    }
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.memory.ptr.as_ptr()
-    }
-    fn track(&self, copy: Arc<dyn CopyCompletion>) {
-        self.memory.track(copy)
-    }
+/// `HostStaging` for a buffer type holding its bytes in a `memory: HostMemory` field, with
+/// `$pinned_for` (given the buffer) naming the device that locked it.
+macro_rules! host_staging_over_memory {
+    ($buffer:ty, |$this:ident| $pinned_for:expr) => {
+        impl HostStaging for $buffer {
+            fn len(&self) -> usize {
+                self.memory.len
+            }
+            fn pinned_for(&self) -> Option<Device> {
+                let $this = self;
+                $pinned_for
+            }
+            fn as_slice(&self) -> &[u8] {
+                self.memory.as_slice()
+            }
+            fn as_mut_slice(&mut self) -> &mut [u8] {
+                self.memory.as_mut_slice()
+            }
+            fn as_ptr(&self) -> *const u8 {
+                self.memory.ptr.as_ptr()
+            }
+            fn as_mut_ptr(&mut self) -> *mut u8 {
+                self.memory.ptr.as_ptr()
+            }
+            fn track(&self, copy: Arc<dyn CopyCompletion>) {
+                self.memory.track(copy)
+            }
+        }
+    };
 }
+
+host_staging_over_memory!(PinnedBuffer, |buffer| Some(buffer.device));
+host_staging_over_memory!(PageableBuffer, |_buffer| None);
 
 /// The best staging memory a device offers: pinned where its driver can lock memory, pageable
 /// elsewhere (`Backend::alloc_staging`).

@@ -192,13 +192,7 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        let out = self.alloc_like(self.shape(), self.dtype, site)?;
-        let kernel = Kernel::Copy {
-            input: self.as_arg(),
-            out: out.as_arg(),
-        };
-        out.launch(&kernel, &[self], out.numel())?;
-        Ok(out)
+        self.copy_at(site)
     }
 
     fn cast_at(&self, dtype: DType, site: Site) -> Result<Tensor> {
