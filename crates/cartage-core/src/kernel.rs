@@ -36,6 +36,33 @@
 //!   read outside `input`. A kernel reads each index value once and checks that very value
 //!   before using it, so another writer of the index tensor cannot make it read out of bounds.
 //!   When the error is returned, `out` may be partly written: its contents are unspecified.
+//! - `Unary` rounding ops: `Round` rounds half to even (PyTorch, numpy); `Floor`, `Ceil`,
+//!   `Round`, `Trunc` are the identity on integers. `Sign` is -1, 0 or 1 (NaN stays NaN, ±0
+//!   stays ±0). `Square` wraps on integers. `Softplus` is `log1p(exp(x))`, and `x` itself above
+//!   20 (PyTorch's threshold). `Silu` is `x * sigmoid(x)`. `Rsqrt`/`Recip` of 0 are +inf.
+//! - `Reduce` Prod keeps the dtype (integers wrap); the product of zero elements is 1.
+//! - `Scan` (cumsum, cumprod) along one dim, inclusive, `out` shaped and typed like `input`
+//!   (integers wrap; the frontend widens integers to i64 first, as PyTorch does). Float scans
+//!   accumulate in f32 (f64 for f64) in order along the dim; a backend may use a parallel scan
+//!   whose rounding differs by the usual reassociation error.
+//! - `Sort` along one dim is stable: equal keys keep their input order, in both directions.
+//!   NaN sorts above +inf (last ascending, first descending), as PyTorch does. `values` holds
+//!   the sorted keys, `indices` (i64) their positions along `dim` in `input`.
+//! - `Scatter` writes `src` into `out` at positions chosen by `index` along `dim`, in place:
+//!   for every position `p` of `index` (shaped like a prefix box of `src`),
+//!   `out[p with p[dim] = index[p]] (=|+=) src[p]`. `Assign` with duplicate indices keeps one of
+//!   the written values (unspecified which); `Add` sums them all (in an unspecified order for
+//!   floats). Indices are checked like `Gather`'s: negative or ≥ `out.shape[dim]` →
+//!   [`crate::Error::IndexOutOfRange`], and `out`'s contents are then unspecified.
+//!   `index_add` is `Add` with an index broadcast (stride 0) over every dim but `dim`.
+//! - `Norm` normalises over the last dim, computing in f32 (f64 for f64): layer norm is
+//!   `(x - mean) / sqrt(var + eps) * weight + bias` with the biased variance; RMS norm is
+//!   `x / sqrt(mean(x²) + eps) * weight`. `weight` and `bias` are optional, 1-D of the last
+//!   dim's size, of the input's dtype.
+//! - `CrossEntropy`: `logits` [N, C] and integer `target` [N] give `out` [N] (logits' dtype):
+//!   `-(1 - s) * logp[target] - s / C * Σ_c logp[c]` with `logp = log_softmax(logits)` and label
+//!   smoothing `s`. Rows whose target equals `ignore_index` give 0; any other target outside
+//!   `[0, C)` → [`crate::Error::IndexOutOfRange`].
 
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
@@ -73,11 +100,29 @@ pub enum UnaryOp {
     Sigmoid,
     /// The exact (erf) form: `x * 0.5 * (1 + erf(x / sqrt 2))`.
     Gelu,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+    /// Half to even.
+    Round,
+    Trunc,
+    Sign,
+    Rsqrt,
+    Recip,
+    Square,
+    Erf,
+    Log1p,
+    Expm1,
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// `log1p(exp(x))`, `x` above 20.
+    Softplus,
 }
 
 impl UnaryOp {
     /// Every unary op.
-    pub const ALL: [UnaryOp; 9] = [
+    pub const ALL: [UnaryOp; 24] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -87,6 +132,21 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Trunc,
+        UnaryOp::Sign,
+        UnaryOp::Rsqrt,
+        UnaryOp::Recip,
+        UnaryOp::Square,
+        UnaryOp::Erf,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Silu,
+        UnaryOp::Softplus,
     ];
 
     /// Lower-case name (kernel names are `<op>_<dtype>`).
@@ -101,12 +161,58 @@ impl UnaryOp {
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Gelu => "gelu",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Trunc => "trunc",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Square => "square",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Expm1 => "expm1",
+            UnaryOp::Silu => "silu",
+            UnaryOp::Softplus => "softplus",
         }
     }
 
-    /// True for ops defined on integers too (neg, abs, relu).
+    /// True for ops defined on integers too (neg, abs, relu, sign, square, and the rounding ops,
+    /// which are the identity there).
     pub const fn integer_ok(self) -> bool {
-        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+        matches!(
+            self,
+            UnaryOp::Neg
+                | UnaryOp::Abs
+                | UnaryOp::Relu
+                | UnaryOp::Sign
+                | UnaryOp::Square
+                | UnaryOp::Floor
+                | UnaryOp::Ceil
+                | UnaryOp::Round
+                | UnaryOp::Trunc
+        )
+    }
+
+    /// True for the transcendental functions (Vulkan has no f64 versions of them).
+    pub const fn transcendental(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Tanh
+                | UnaryOp::Sigmoid
+                | UnaryOp::Gelu
+                | UnaryOp::Sin
+                | UnaryOp::Cos
+                | UnaryOp::Erf
+                | UnaryOp::Log1p
+                | UnaryOp::Expm1
+                | UnaryOp::Silu
+                | UnaryOp::Softplus
+        )
     }
 }
 
@@ -196,11 +302,12 @@ pub enum ReduceOp {
     ArgMax,
     ArgMin,
     LogSumExp,
+    Prod,
 }
 
 impl ReduceOp {
     /// Every reduction.
-    pub const ALL: [ReduceOp; 7] = [
+    pub const ALL: [ReduceOp; 8] = [
         ReduceOp::Sum,
         ReduceOp::Mean,
         ReduceOp::Max,
@@ -208,6 +315,7 @@ impl ReduceOp {
         ReduceOp::ArgMax,
         ReduceOp::ArgMin,
         ReduceOp::LogSumExp,
+        ReduceOp::Prod,
     ];
 
     /// Lower-case name.
@@ -220,6 +328,7 @@ impl ReduceOp {
             ReduceOp::ArgMax => "argmax",
             ReduceOp::ArgMin => "argmin",
             ReduceOp::LogSumExp => "logsumexp",
+            ReduceOp::Prod => "prod",
         }
     }
 
@@ -228,6 +337,68 @@ impl ReduceOp {
         match self {
             ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
             _ => dtype,
+        }
+    }
+}
+
+/// Inclusive scans along one dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ScanOp {
+    Sum,
+    Prod,
+}
+
+impl ScanOp {
+    /// Every scan.
+    pub const ALL: [ScanOp; 2] = [ScanOp::Sum, ScanOp::Prod];
+
+    /// Lower-case name (`cumsum`, `cumprod`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScanOp::Sum => "cumsum",
+            ScanOp::Prod => "cumprod",
+        }
+    }
+}
+
+/// How [`Kernel::Scatter`] combines a source value with the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScatterMode {
+    /// `out[..] = src[..]`.
+    Assign,
+    /// `out[..] += src[..]`.
+    Add,
+}
+
+impl ScatterMode {
+    /// Every mode.
+    pub const ALL: [ScatterMode; 2] = [ScatterMode::Assign, ScatterMode::Add];
+
+    /// Lower-case name (`scatter`, `scatter_add`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScatterMode::Assign => "scatter",
+            ScatterMode::Add => "scatter_add",
+        }
+    }
+}
+
+/// Which normalisation a [`Kernel::Norm`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormKind {
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`.
+    Layer,
+    /// `x / sqrt(mean(x²) + eps) * weight`.
+    Rms,
+}
+
+impl NormKind {
+    /// Lower-case name (`layer_norm`, `rms_norm`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            NormKind::Layer => "layer_norm",
+            NormKind::Rms => "rms_norm",
         }
     }
 }
@@ -390,6 +561,71 @@ pub enum Kernel {
         /// Destination.
         out: TensorArg,
     },
+    /// Inclusive scan (cumsum, cumprod) along `dim`.
+    Scan {
+        /// The scan.
+        op: ScanOp,
+        /// Source.
+        input: TensorArg,
+        /// The scanned dimension.
+        dim: usize,
+        /// Destination (same shape and dtype).
+        out: TensorArg,
+    },
+    /// Stable sort along `dim`.
+    Sort {
+        /// Source.
+        input: TensorArg,
+        /// The sorted dimension.
+        dim: usize,
+        /// Largest first when true.
+        descending: bool,
+        /// Sorted values (shape and dtype of `input`).
+        values: TensorArg,
+        /// Positions along `dim` in `input` (i64, shape of `input`).
+        indices: TensorArg,
+    },
+    /// Scatter `src` into `out` (in place) at `index` along `dim`.
+    Scatter {
+        /// Assign or add.
+        mode: ScatterMode,
+        /// Values to write (dtype of `out`).
+        src: TensorArg,
+        /// Indices (i32/i64), rank of `src`, each dim ≤ `src`'s (and ≤ `out`'s but `dim`).
+        index: TensorArg,
+        /// The scattered dimension.
+        dim: usize,
+        /// Destination, read and written.
+        out: TensorArg,
+    },
+    /// Layer norm or RMS norm over the last dimension.
+    Norm {
+        /// Which normalisation.
+        kind: NormKind,
+        /// Source, rank ≥ 1.
+        input: TensorArg,
+        /// Optional scale, 1-D of the last dim's size.
+        weight: Option<TensorArg>,
+        /// Optional shift (layer norm only), 1-D of the last dim's size.
+        bias: Option<TensorArg>,
+        /// Added to the variance (mean square) before the square root.
+        eps: f64,
+        /// Destination (same shape and dtype).
+        out: TensorArg,
+    },
+    /// Per-row cross-entropy of `logits` [N, C] against integer `target` [N].
+    CrossEntropy {
+        /// Unnormalised scores [N, C] (float).
+        logits: TensorArg,
+        /// Class indices [N] (i32/i64).
+        target: TensorArg,
+        /// Rows with this target give 0.
+        ignore_index: i64,
+        /// Label smoothing in `[0, 1]`.
+        label_smoothing: f64,
+        /// Per-row loss [N], logits' dtype.
+        out: TensorArg,
+    },
 }
 
 impl Kernel {
@@ -419,6 +655,11 @@ impl Kernel {
             Kernel::Matmul { .. } => Op::Matmul,
             Kernel::Gather { .. } => Op::Gather,
             Kernel::IndexSelect { .. } => Op::IndexSelect,
+            Kernel::Scan { op, .. } => Op::Scan(*op),
+            Kernel::Sort { .. } => Op::Sort,
+            Kernel::Scatter { mode, .. } => Op::Scatter(*mode),
+            Kernel::Norm { kind, .. } => Op::Norm(*kind),
+            Kernel::CrossEntropy { .. } => Op::CrossEntropy,
         }
     }
 
@@ -434,7 +675,12 @@ impl Kernel {
             | Kernel::Reduce { input, .. }
             | Kernel::Softmax { input, .. }
             | Kernel::Gather { input, .. }
-            | Kernel::IndexSelect { input, .. } => input.dtype,
+            | Kernel::IndexSelect { input, .. }
+            | Kernel::Scan { input, .. }
+            | Kernel::Sort { input, .. }
+            | Kernel::Norm { input, .. } => input.dtype,
+            Kernel::Scatter { src, .. } => src.dtype,
+            Kernel::CrossEntropy { logits, .. } => logits.dtype,
             Kernel::Binary { lhs, .. } | Kernel::Compare { lhs, .. } | Kernel::Matmul { lhs, .. } => lhs.dtype,
             Kernel::Where { on_true, .. } => on_true.dtype,
         }
@@ -457,7 +703,22 @@ impl Kernel {
             | Kernel::Copy { input, out }
             | Kernel::Unary { input, out, .. }
             | Kernel::Reduce { input, out, .. }
-            | Kernel::Softmax { input, out, .. } => [Some(input), Some(out), None, None],
+            | Kernel::Softmax { input, out, .. }
+            | Kernel::Scan { input, out, .. } => [Some(input), Some(out), None, None],
+            Kernel::Sort {
+                input, values, indices, ..
+            } => [Some(input), Some(values), Some(indices), None],
+            Kernel::Scatter { src, index, out, .. } => [Some(src), Some(index), Some(out), None],
+            Kernel::Norm {
+                input,
+                weight,
+                bias,
+                out,
+                ..
+            } => [Some(input), weight.as_ref(), bias.as_ref(), Some(out)],
+            Kernel::CrossEntropy {
+                logits, target, out, ..
+            } => [Some(logits), Some(target), Some(out), None],
             Kernel::Binary { lhs, rhs, out, .. }
             | Kernel::Compare { lhs, rhs, out, .. }
             | Kernel::Matmul { lhs, rhs, out } => [Some(lhs), Some(rhs), Some(out), None],
@@ -520,6 +781,11 @@ pub enum Op {
     Matmul,
     Gather,
     IndexSelect,
+    Scan(ScanOp),
+    Sort,
+    Scatter(ScatterMode),
+    Norm(NormKind),
+    CrossEntropy,
 }
 
 impl Op {
@@ -533,6 +799,10 @@ impl Op {
         ops.push(Op::Where);
         ops.extend(ReduceOp::ALL.iter().map(|&o| Op::Reduce(o)));
         ops.extend([Op::Softmax, Op::LogSoftmax, Op::Matmul, Op::Gather, Op::IndexSelect]);
+        ops.extend(ScanOp::ALL.iter().map(|&o| Op::Scan(o)));
+        ops.push(Op::Sort);
+        ops.extend(ScatterMode::ALL.iter().map(|&m| Op::Scatter(m)));
+        ops.extend([Op::Norm(NormKind::Layer), Op::Norm(NormKind::Rms), Op::CrossEntropy]);
         ops
     }
 
@@ -555,6 +825,11 @@ impl Op {
             Op::Matmul => "matmul".into(),
             Op::Gather => "gather".into(),
             Op::IndexSelect => "index_select".into(),
+            Op::Scan(o) => o.name().into(),
+            Op::Sort => "sort".into(),
+            Op::Scatter(m) => m.name().into(),
+            Op::Norm(k) => k.name().into(),
+            Op::CrossEntropy => "cross_entropy".into(),
         }
     }
 
@@ -566,13 +841,16 @@ impl Op {
         let boolean = dtype == DType::Bool;
         match self {
             Op::Fill | Op::Arange | Op::Cast(_) | Op::Copy | Op::Where | Op::Gather | Op::IndexSelect => true,
+            Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
+            Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
+            Op::Norm(_) | Op::CrossEntropy => float,
             Op::Compare(_) => true,
             Op::RandomUniform | Op::RandomNormal | Op::Softmax | Op::LogSoftmax | Op::Matmul => float,
             Op::Unary(u) => float || (u.integer_ok() && !boolean),
             Op::Binary(BinaryOp::Maximum | BinaryOp::Minimum) => true,
             Op::Binary(_) => !boolean,
             Op::Reduce(ReduceOp::Mean | ReduceOp::LogSumExp) => float,
-            Op::Reduce(ReduceOp::Sum) => !boolean,
+            Op::Reduce(ReduceOp::Sum | ReduceOp::Prod) => !boolean,
             Op::Reduce(_) => true,
         }
     }

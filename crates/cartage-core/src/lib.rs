@@ -37,7 +37,9 @@ pub use buffer::DeviceBuffer;
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, ErrorKind, Result, Site};
-pub use kernel::{BinaryOp, CompareOp, Distribution, Kernel, Op, ReduceOp, TensorArg, UnaryOp};
+pub use kernel::{
+    BinaryOp, CompareOp, Distribution, Kernel, NormKind, Op, ReduceOp, ScanOp, ScatterMode, TensorArg, UnaryOp,
+};
 pub use layout::{Dims, Layout, broadcast_shapes};
 pub use pinned::{
     CopyCompletion, CopyHandle, HostStaging, PageableBuffer, PinnedBuffer, StagingBuffer, pinned_bytes_in_use,

@@ -88,6 +88,45 @@ impl Kernel {
             Kernel::Matmul { lhs, rhs, out } => matmul(lhs, rhs, out),
             Kernel::Gather { input, index, dim, out } => gather(input, index, *dim, out),
             Kernel::IndexSelect { input, index, dim, out } => index_select(input, index, *dim, out),
+            Kernel::Scan { op, input, dim, out } => {
+                let name = op.name();
+                same_shape(name, input, out)?;
+                same_dtype(name, input, out)?;
+                dim_in_range(name, *dim, input.layout.rank())?;
+                aligned(name, input)?;
+                aligned(name, out)?;
+                writable(name, out)?;
+                apart(name, input, out)
+            }
+            Kernel::Sort {
+                input,
+                dim,
+                values,
+                indices,
+                ..
+            } => sort(input, *dim, values, indices),
+            Kernel::Scatter {
+                mode,
+                src,
+                index,
+                dim,
+                out,
+            } => scatter(mode.name(), src, index, *dim, out),
+            Kernel::Norm {
+                kind,
+                input,
+                weight,
+                bias,
+                out,
+                eps,
+            } => norm(kind.name(), input, weight.as_ref(), bias.as_ref(), *eps, out),
+            Kernel::CrossEntropy {
+                logits,
+                target,
+                label_smoothing,
+                out,
+                ..
+            } => cross_entropy(logits, target, *label_smoothing, out),
         }
     }
 
@@ -109,6 +148,11 @@ impl Kernel {
             Kernel::Matmul { .. } => "matmul",
             Kernel::Gather { .. } => "gather",
             Kernel::IndexSelect { .. } => "index_select",
+            Kernel::Scan { op, .. } => op.name(),
+            Kernel::Sort { .. } => "sort",
+            Kernel::Scatter { mode, .. } => mode.name(),
+            Kernel::Norm { kind, .. } => kind.name(),
+            Kernel::CrossEntropy { .. } => "cross_entropy",
         }
     }
 }
@@ -460,4 +504,122 @@ fn index_select(input: &TensorArg, index: &TensorArg, dim: usize, out: &TensorAr
     writable("index_select", out)?;
     apart("index_select", input, out)?;
     apart("index_select", index, out)
+}
+
+fn sort(input: &TensorArg, dim: usize, values: &TensorArg, indices: &TensorArg) -> Result<()> {
+    dim_in_range("sort", dim, input.layout.rank())?;
+    same_shape("sort", input, values)?;
+    same_shape("sort", input, indices)?;
+    same_dtype("sort", input, values)?;
+    dtype_is("sort", indices, DType::I64, "sort writes i64 indices")?;
+    for arg in [input, values, indices] {
+        aligned("sort", arg)?;
+    }
+    writable("sort", values)?;
+    writable("sort", indices)?;
+    apart("sort", input, values)?;
+    apart("sort", input, indices)?;
+    apart("sort", values, indices)
+}
+
+fn scatter(name: &'static str, src: &TensorArg, index: &TensorArg, dim: usize, out: &TensorArg) -> Result<()> {
+    index_dtype(name, index)?;
+    let rank = out.layout.rank();
+    dim_in_range(name, dim, rank)?;
+    same_dtype(name, src, out)?;
+    let (i, s, o) = (index.layout.shape(), src.layout.shape(), out.layout.shape());
+    if i.len() != rank || s.len() != rank {
+        return Err(mismatch(
+            name,
+            src,
+            index,
+            format!("the index and the source must have the destination's rank {rank}"),
+        ));
+    }
+    if (0..rank).any(|d| i[d] > s[d] || (d != dim && i[d] > o[d])) {
+        return Err(mismatch(
+            name,
+            src,
+            index,
+            format!(
+                "the index {i:?} must fit inside the source {s:?}, and inside the destination {o:?} \
+                 except along dim {dim}"
+            ),
+        ));
+    }
+    for arg in [src, index, out] {
+        aligned(name, arg)?;
+    }
+    writable(name, out)?;
+    apart(name, src, out)?;
+    apart(name, index, out)
+}
+
+fn norm(
+    name: &'static str,
+    input: &TensorArg,
+    weight: Option<&TensorArg>,
+    bias: Option<&TensorArg>,
+    eps: f64,
+    out: &TensorArg,
+) -> Result<()> {
+    let shape = input.layout.shape();
+    let Some(&last) = shape.last() else {
+        return Err(Error::invalid(
+            name,
+            "the input needs at least one dimension to normalise",
+        ));
+    };
+    same_shape(name, input, out)?;
+    same_dtype(name, input, out)?;
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(name, format!("eps must be finite and ≥ 0, got {eps}")));
+    }
+    if bias.is_some() && name == "rms_norm" {
+        return Err(Error::invalid(name, "RMS norm takes no bias"));
+    }
+    for param in [weight, bias].into_iter().flatten() {
+        same_dtype(name, param, input)?;
+        if param.layout.shape() != [last] {
+            return Err(mismatch(
+                name,
+                input,
+                param,
+                format!("weight and bias must be 1-D of the last dim's size {last}"),
+            ));
+        }
+        aligned(name, param)?;
+        apart(name, param, out)?;
+    }
+    aligned(name, input)?;
+    aligned(name, out)?;
+    writable(name, out)?;
+    apart(name, input, out)
+}
+
+fn cross_entropy(logits: &TensorArg, target: &TensorArg, smoothing: f64, out: &TensorArg) -> Result<()> {
+    let name = "cross_entropy";
+    index_dtype(name, target)?;
+    let (l, t, o) = (logits.layout.shape(), target.layout.shape(), out.layout.shape());
+    if l.len() != 2 || t.len() != 1 || t[0] != l[0] || o != [l[0]] {
+        return Err(mismatch(
+            name,
+            logits,
+            target,
+            format!("logits [N, C] and target [N] give a per-row loss [N]; the output is {o:?}"),
+        ));
+    }
+    same_dtype(name, logits, out)?;
+    if !(0.0..=1.0).contains(&smoothing) {
+        return Err(Error::invalid(
+            name,
+            format!("label smoothing must lie in [0, 1], got {smoothing}"),
+        ));
+    }
+    for arg in [logits, target, out] {
+        aligned(name, arg)?;
+    }
+    writable(name, out)?;
+    apart(name, logits, out)?;
+    apart(name, target, out)
 }

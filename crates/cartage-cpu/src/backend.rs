@@ -121,6 +121,12 @@ impl CpuBackend {
             Kernel::Matmul { lhs, rhs, out } => matmul::matmul(lhs, rhs, out),
             Kernel::Gather { input, index, dim, out } => index::gather(input, index, *dim, out),
             Kernel::IndexSelect { input, index, dim, out } => index::index_select(input, index, *dim, out),
+            other => Err(cartage_core::Error::unsupported(
+                other.op().name(),
+                other.dtype(),
+                cartage_core::Device::cpu(),
+                "not implemented on this backend yet",
+            )),
         }
     }
 }

@@ -108,6 +108,7 @@ fn unary_real<T: Real>(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Resul
             UnaryOp::Tanh => map1_real::<T>(input, out, Float::tanh),
             UnaryOp::Sigmoid => map1_real::<T>(input, out, float_fn::sigmoid),
             UnaryOp::Gelu => map1_real::<T>(input, out, float_fn::gelu),
+            _ => return Err(no_kernel(op.name(), input.dtype)),
         }
     }
     Ok(())

@@ -395,7 +395,7 @@ fn float_reduce<T: Real>(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &
             ReduceOp::LogSumExp => {
                 for_each_output(input, &walks, out, |r, at, par| T::store(logsumexp::<T>(r, at, par)))
             }
-            ReduceOp::ArgMax | ReduceOp::ArgMin => {
+            ReduceOp::ArgMax | ReduceOp::ArgMin | ReduceOp::Prod => {
                 return Err(Error::invalid(op.name(), "handled by the arg reduction"));
             }
         }

@@ -116,6 +116,9 @@ pub fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
             UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Sign => x.signum() * if x == 0.0 { 0.0 } else { 1.0 },
+            UnaryOp::Square => return wrap_int(dtype, (x as i64).wrapping_mul(x as i64)) as f64,
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => x,
             other => panic!("suite bug: {} on integers", other.name()),
         };
         return wrap(dtype, v);
@@ -136,6 +139,33 @@ pub fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryOp::Gelu => x * 0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
+        UnaryOp::Sign => {
+            if x.is_nan() || x == 0.0 {
+                x
+            } else {
+                x.signum()
+            }
+        }
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Recip => 1.0 / x,
+        UnaryOp::Square => x * x,
+        UnaryOp::Erf => erf(x),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Expm1 => x.exp_m1(),
+        UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        UnaryOp::Softplus => {
+            if x > 20.0 {
+                x
+            } else {
+                x.exp().ln_1p()
+            }
+        }
     }
 }
 
@@ -302,6 +332,14 @@ pub fn reduce(op: ReduceOp, dtype: DType, shape: &[usize], values: &[f64], dims:
             ReduceOp::Min => (extreme(g, |a, b| a < b), 0.0),
             ReduceOp::ArgMax => (arg_extreme(g, |a, b| a > b), 0.0),
             ReduceOp::ArgMin => (arg_extreme(g, |a, b| a < b), 0.0),
+            ReduceOp::Prod if !dtype.is_float() => (
+                wrap_int(dtype, g.iter().fold(1i64, |p, &x| p.wrapping_mul(x as i64))) as f64,
+                0.0,
+            ),
+            ReduceOp::Prod => {
+                let p: f64 = g.iter().product();
+                (p, accumulation_eps(dtype) * n * p.abs())
+            }
             ReduceOp::LogSumExp => {
                 let m = extreme(g, |a, b| a > b);
                 let s: f64 = g.iter().map(|x| (x - m).exp()).sum();

@@ -75,6 +75,12 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
         }
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
+        other => Err(cartage_core::Error::unsupported(
+            other.op().name(),
+            other.dtype(),
+            cartage_core::Backend::device(backend),
+            "not implemented on this backend yet",
+        )),
     }
 }
 

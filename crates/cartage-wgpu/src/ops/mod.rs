@@ -42,5 +42,11 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
         Kernel::Matmul { lhs, rhs, out } => matmul::matmul(backend, lhs, rhs, out),
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
+        other => Err(cartage_core::Error::unsupported(
+            other.op().name(),
+            other.dtype(),
+            cartage_core::Backend::device(backend),
+            "not implemented on this backend yet",
+        )),
     }
 }

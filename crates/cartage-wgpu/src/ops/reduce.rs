@@ -68,9 +68,11 @@ fn ops_source(op: ReduceOp, dtype: DType) -> String {
         ReduceOp::Min => format!("S({highest}, {zero}, 0u)"),
         ReduceOp::ArgMax | ReduceOp::ArgMin => format!("S({zero}, {zero}, 0xffffffffu)"),
         ReduceOp::LogSumExp => format!("S({lowest}, {zero}, 0u)"),
+        ReduceOp::Prod => format!("S({one}, {zero}, 0u)"),
     };
     let combine = match op {
         ReduceOp::Sum | ReduceOp::Mean => "return S(a.v + b.v, a.w, 0u);".to_string(),
+        ReduceOp::Prod => "return S(a.v * b.v, a.w, 0u);".to_string(),
         ReduceOp::Max | ReduceOp::Min => {
             let better = if op == ReduceOp::Max { ">" } else { "<" };
             format!(
@@ -115,7 +117,7 @@ fn ops_source(op: ReduceOp, dtype: DType) -> String {
     };
     let out_c = wgsl::compute_type(op.output_dtype(dtype));
     let finish = match op {
-        ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min => "return s.v;".to_string(),
+        ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Max | ReduceOp::Min => "return s.v;".to_string(),
         ReduceOp::Mean => format!("return s.v / {acc}(P.count);"),
         ReduceOp::ArgMax | ReduceOp::ArgMin => "return vec2<u32>(s.i, 0u);".to_string(),
         ReduceOp::LogSumExp => "if s.v == -inf_f32() { return s.v; }
