@@ -27,6 +27,7 @@
 //! The backends compiled in are chosen by the features `cpu` (default), `cuda` and `wgpu`.
 
 pub mod bench;
+mod generator;
 pub mod loader;
 pub mod memory;
 pub mod raw;
@@ -41,9 +42,10 @@ pub use cartage_core::{
 };
 pub use cartage_core::{
     BinaryOp, CompareOp, CopyHandle, DeviceBuffer, Dims, Distribution, Event, HostStaging, Kernel, LiveBlock,
-    MemoryInfo, OomReport, Op, PageableBuffer, PinnedBuffer, ReduceOp, Site, StagingBuffer, TensorArg, UnaryOp,
-    pinned_bytes_in_use, pinned_bytes_peak,
+    MemoryInfo, NormKind, OomReport, Op, PageableBuffer, PinnedBuffer, ReduceOp, ScanOp, ScatterMode, Site,
+    StagingBuffer, TensorArg, UnaryOp, pinned_bytes_in_use, pinned_bytes_peak,
 };
+pub use generator::Generator;
 pub use loader::{HostBatch, PrefetchLoader};
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use runtime::{

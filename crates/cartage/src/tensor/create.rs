@@ -7,6 +7,8 @@
 
 use cartage_core::{DType, Device, Distribution, Element, Error, Kernel, Op, Result, Scalar, checked_numel};
 
+use crate::Generator;
+
 use super::{Tensor, caller, check};
 use crate::runtime;
 
@@ -70,7 +72,7 @@ impl Tensor {
     #[track_caller]
     pub fn rand(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
         let distribution = Distribution::Uniform { low: 0.0, high: 1.0 };
-        Tensor::random(shape, dtype, distribution, seed, device, caller())
+        Tensor::random(shape, dtype, distribution, (seed, 0), device, caller())
     }
 
     /// Uniform random numbers in `[low, high)` (float dtypes), reproducible from `seed`.
@@ -93,7 +95,7 @@ impl Tensor {
             shape,
             dtype,
             Distribution::Uniform { low, high },
-            seed,
+            (seed, 0),
             device,
             caller(),
         )
@@ -103,7 +105,32 @@ impl Tensor {
     #[track_caller]
     pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
         let distribution = Distribution::Normal { mean: 0.0, std: 1.0 };
-        Tensor::random(shape, dtype, distribution, seed, device, caller())
+        Tensor::random(shape, dtype, distribution, (seed, 0), device, caller())
+    }
+
+    /// Uniform random numbers in `[0, 1)` drawn from `rng`, which moves past them: the next draw
+    /// gives new values. See [`crate::Generator`].
+    #[track_caller]
+    pub fn rand_with(shape: &[usize], dtype: DType, rng: &mut Generator, device: &Device) -> Result<Tensor> {
+        let distribution = Distribution::Uniform { low: 0.0, high: 1.0 };
+        let draw = rng.advance(checked_numel(shape).unwrap_or(0) as u64);
+        Tensor::random(shape, dtype, distribution, draw, device, caller())
+    }
+
+    /// Standard normal random numbers drawn from `rng`, which moves past them.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Generator, Tensor};
+    /// let mut rng = Generator::new(0);
+    /// let x = Tensor::randn_with(&[2, 3], DType::F32, &mut rng, &Device::cpu())?;
+    /// assert_eq!(x.shape(), &[2, 3]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn randn_with(shape: &[usize], dtype: DType, rng: &mut Generator, device: &Device) -> Result<Tensor> {
+        let distribution = Distribution::Normal { mean: 0.0, std: 1.0 };
+        let draw = rng.advance(checked_numel(shape).unwrap_or(0) as u64);
+        Tensor::random(shape, dtype, distribution, draw, device, caller())
     }
 
     /// A tensor holding a copy of `data` (row-major) with `shape`, on `device`.
@@ -158,7 +185,7 @@ impl Tensor {
         shape: &[usize],
         dtype: DType,
         distribution: Distribution,
-        seed: u64,
+        (seed, offset): (u64, u64),
         device: &Device,
         site: cartage_core::Site,
     ) -> Result<Tensor> {
@@ -176,7 +203,7 @@ impl Tensor {
             out: out.as_arg(),
             distribution,
             seed,
-            offset: 0,
+            offset,
         };
         out.launch(&kernel, &[], out.numel())?;
         Ok(out)

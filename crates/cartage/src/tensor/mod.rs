@@ -13,11 +13,19 @@
 
 mod check;
 pub mod create;
+mod display;
 mod elementwise;
 mod host;
 mod index;
 mod linalg;
+mod math;
+pub mod nn;
+mod ops_traits;
 mod reduce;
+mod scatter;
+mod shape;
+pub mod slicing;
+mod stats;
 mod transfer;
 mod view;
 

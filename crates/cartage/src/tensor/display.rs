@@ -1,0 +1,1 @@
+//! `Display` of a tensor's values, PyTorch-style, with truncation.

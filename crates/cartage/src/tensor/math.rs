@@ -1,0 +1,1 @@
+//! Element-wise math beyond the basic ops: rounding, trigonometry, activations, clamps, logical ops.

@@ -1,0 +1,1 @@
+//! Neural-network primitives: normalisation, losses, dropout, convolution, pooling, attention.

@@ -1,0 +1,1 @@
+//! `std::ops` operators on `&Tensor` and scalars, each returning `Result<Tensor>`.

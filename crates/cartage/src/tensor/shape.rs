@@ -1,0 +1,1 @@
+//! Joining and reshaping: cat, stack, split, chunk, expand, repeat, select, flip, roll, tril/triu, pad.

@@ -1,0 +1,1 @@
+//! Slicing with ranges, steps and single indices in one call.

@@ -1,0 +1,1 @@
+//! Reductions and scans beyond sum/mean/max/min: prod, var/std, norm, any/all, cumsum/cumprod, sort, topk.
