@@ -105,7 +105,7 @@ fn elementwise(group: &mut BenchmarkGroup<'_, WallTime>, d: &BenchDevice) {
     bench(group, d, ("where", DType::F32, NUMEL), Op::Where, || {
         let (x, y) = (random(&[NUMEL], DType::F32, 1, d)?, random(&[NUMEL], DType::F32, 2, d)?);
         let cond = x.lt(&y)?;
-        Ok(Box::new(move || cond.where_(&x, &y).map(drop)))
+        Ok(Box::new(move || Tensor::where_cond(&cond, &x, &y).map(drop)))
     });
 }
 

@@ -222,7 +222,53 @@ def torch_case(task, cfg):
         return measure(timer, loop, cfg)
     if kind == "vector":
         return torch_vector(case["op"], case["numel"], gen, timer, cfg, device, dtype)
+    if kind == "model":
+        return torch_model(case, gen, timer, cfg, device)
     raise Skip("no reference for %s" % kind)
+
+
+def torch_model(case, gen, timer, cfg, device):
+    """The ops section: the same op and shape as cartage's `ModelOp`, in torch."""
+    F = torch.nn.functional
+    op = case["op"]
+    if op in ("layer_norm", "rms_norm", "softmax", "log_softmax", "cross_entropy", "exp"):
+        rows, cols = case["rows"], case["cols"]
+        x = gen(rows, cols)
+        if op == "layer_norm":
+            w, b = gen(cols), gen(cols)
+            return measure(timer, lambda: F.layer_norm(x, (cols,), w, b, 1e-5), cfg)
+        if op == "rms_norm":
+            w = gen(cols)
+            return measure(timer, lambda: F.rms_norm(x, (cols,), w, 1e-6), cfg)
+        if op == "cross_entropy":
+            target = (torch.arange(rows, device=device) * 7919) % cols
+            return measure(timer, lambda: F.cross_entropy(x, target), cfg)
+        ops = {
+            "softmax": lambda: torch.softmax(x, dim=-1),
+            "log_softmax": lambda: torch.log_softmax(x, dim=-1),
+            "exp": lambda: torch.exp(x),
+        }
+        return measure(timer, ops[op], cfg)
+    if op == "cat":
+        parts = [gen(case["part_rows"], case["cols"]) for _ in range(case["parts"])]
+        return measure(timer, lambda: torch.cat(parts, dim=0), cfg)
+    if op == "sort":
+        x = gen(case["numel"])
+        return measure(timer, lambda: torch.sort(x, dim=-1, stable=True), cfg)
+    if op == "cumsum":
+        x = gen(case["rows"], case["cols"])
+        return measure(timer, lambda: torch.cumsum(x, dim=-1), cfg)
+    if op == "conv2d":
+        side, k = case["side"], case["kernel"]
+        x = gen(case["batch"], case["channels_in"], side, side)
+        w = gen(case["channels_out"], case["channels_in"], k, k)
+        return measure(timer, lambda: F.conv2d(x, w, None, 1, case["padding"]), cfg)
+    if op == "sdpa":
+        shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
+        q, k, v = gen(*shape), gen(*shape), gen(*shape)
+        causal = case["causal"]
+        return measure(timer, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), cfg)
+    raise Skip("no reference for %s" % op)
 
 
 def torch_pipeline(case, device, timer, cfg):
@@ -378,7 +424,34 @@ def numpy_case(task, cfg):
             "softmax": softmax,
         }
         return measure(timer, ops[op], cfg)
+    if kind == "model":
+        return numpy_model(case, gen, timer, cfg)
     raise Skip("no reference for %s" % kind)
+
+
+def numpy_model(case, gen, timer, cfg):
+    """The CPU rows of the ops section, composed from numpy primitives."""
+    op = case["op"]
+    if op not in ("layer_norm", "softmax", "exp"):
+        raise Skip("no numpy reference for %s" % op)
+    rows, cols = case["rows"], case["cols"]
+    x = gen(rows, cols)
+    if op == "exp":
+        return measure(timer, lambda: np.exp(x), cfg)
+    if op == "softmax":
+        def softmax():
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        return measure(timer, softmax, cfg)
+    w, b = gen(cols), gen(cols)
+
+    def layer_norm():
+        mean = x.mean(axis=-1, keepdims=True)
+        var = x.var(axis=-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-5) * w + b
+
+    return measure(timer, layer_norm, cfg)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,6 +484,9 @@ def run(spec_path):
     for task in spec["tasks"]:
         line = {"key": task["key"]}
         use_torch = torch is not None and (task["device"] == "cpu" or task["device"].startswith("cuda"))
+        # The ops section's CPU rows are measured against numpy, as the issue's targets say.
+        if task["section"] == "ops" and task["device"] == "cpu" and np is not None:
+            use_torch = False
         library = ("torch " + torch.__version__) if use_torch else ("numpy " + np.__version__ if np else "none")
         try:
             reason = predicted_too_slow(task, history, cfg)

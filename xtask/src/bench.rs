@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: the cross-backend benchmark report, cartage's main job.
 //!
 //! In-process (no cargo at run time, so the staged binary runs on a GPU machine): find the
-//! devices of the backends asked for, plan the tasks of the report's eight sections for each
+//! devices of the backends asked for, plan the tasks of the report's nine sections for each
 //! (`bench/plan.rs`), measure them with `cartage::bench` (`bench/exec.rs`, `bench/exec/`) behind
 //! a progress bar, optionally run the same tasks with PyTorch or numpy (`bench/torch.rs`), place
 //! every row against its device's measured ceilings, and write `report.json`, `report.md` (with
@@ -26,7 +26,7 @@ use anyhow::Context;
 use cartage::{DType, DeviceKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use cases::{Case, Task};
+use cases::{Case, Section, Task};
 use plan::Plan;
 use report::{ReferenceStatus, ReferenceValue, Report, Row};
 
@@ -48,12 +48,17 @@ pub struct BenchArgs {
     /// The Python interpreter for --vs-torch.
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Only these sections, comma-separated: devices, sweep, small-tensors, transfers, syncs,
+    /// memory, precision, elementwise, ops (all when omitted).
+    #[arg(long, value_delimiter = ',')]
+    sections: Vec<String>,
 }
 
 /// Run the report.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let kinds = parse_backends(&args.backends)?;
+    let sections = parse_sections(&args.sections)?;
     let plan = Plan::new(args.quick);
     let mut report = Report {
         meta: env::meta(args.quick, SystemTime::now()),
@@ -65,8 +70,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut tasks: Vec<(cartage::Device, Task)> = Vec::new();
     for found in &discovery.devices {
         let (planned, skipped) = plan.tasks(&found.entry.device, &found.entry.name, &found.capabilities);
-        tasks.extend(planned.into_iter().map(|t| (found.device, t)));
-        report.skips.extend(skipped);
+        let chosen = |section: &Section| sections.is_empty() || sections.contains(section);
+        tasks.extend(
+            planned
+                .into_iter()
+                .filter(|t| chosen(&t.section))
+                .map(|t| (found.device, t)),
+        );
+        report.skips.extend(skipped.into_iter().filter(|s| chosen(&s.section)));
         report.devices.push(found.entry.clone());
     }
     for b in &report.backends {
@@ -196,6 +207,22 @@ fn parse_backends(names: &[String]) -> anyhow::Result<Vec<DeviceKind>> {
             "cuda" => Ok(DeviceKind::Cuda),
             "wgpu" => Ok(DeviceKind::Wgpu),
             other => anyhow::bail!("unknown backend `{other}` in --backends; expected cpu, cuda or wgpu"),
+        })
+        .collect()
+}
+
+fn parse_sections(names: &[String]) -> anyhow::Result<Vec<Section>> {
+    names
+        .iter()
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            serde_json::from_value::<Section>(serde_json::Value::String(n.clone())).map_err(|_| {
+                anyhow::anyhow!(
+                    "unknown section `{n}` in --sections; expected devices, sweep, small-tensors, transfers, \
+                     syncs, memory, precision, elementwise or ops"
+                )
+            })
         })
         .collect()
 }
@@ -359,4 +386,21 @@ fn write(dir: &Path, report: &Report) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_are_chosen_by_their_report_names() {
+        let names = ["ops".to_string(), " Small-Tensors ".to_string()];
+        assert_eq!(parse_sections(&names).unwrap(), [Section::Ops, Section::SmallTensors]);
+        let err = parse_sections(&["kernels".to_string()]).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown section `kernels`") && err.contains("ops"),
+            "{err}"
+        );
+        assert!(parse_sections(&[]).unwrap().is_empty(), "no filter: every section");
+    }
 }

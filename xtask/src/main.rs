@@ -3,10 +3,12 @@
 //! - `bench`: the cross-backend benchmark report (the README's main job).
 //! - `devices`: every device found, with its capabilities.
 //! - `lint-devices [PATH]`: hard-coded device literals outside the entry point (R17).
+//! - `ops-table`: writes `docs/OPS.md`, every op × backend × dtype from the capabilities.
 
 mod bench;
 mod devices;
 mod lint_devices;
+mod ops_table;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +28,8 @@ enum Command {
     Devices,
     /// Report hard-coded devices in Rust sources.
     LintDevices(lint_devices::LintArgs),
+    /// Write docs/OPS.md: every op × backend × dtype, from the backends' capabilities.
+    OpsTable(ops_table::OpsTableArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +47,6 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::OpsTable(args) => ops_table::run(args),
     }
 }

@@ -107,6 +107,52 @@ impl DType {
     }
 }
 
+/// The names [`DType::from_str`](std::str::FromStr::from_str) accepts for each dtype (lower
+/// case; parsing ignores case, surrounding spaces and a `torch.` prefix).
+const DTYPE_NAMES: [(DType, &[&str]); 8] = [
+    (DType::F32, &["f32", "float32", "float"]),
+    (DType::F64, &["f64", "float64", "double"]),
+    (DType::F16, &["f16", "float16", "half"]),
+    (DType::BF16, &["bf16", "bfloat16"]),
+    (DType::I32, &["i32", "int32", "int"]),
+    (DType::I64, &["i64", "int64", "long"]),
+    (DType::U8, &["u8", "uint8"]),
+    (DType::Bool, &["bool"]),
+];
+
+/// Parse a dtype name: the short names (`f32`, `bf16`, `i64`, `bool`, …), PyTorch's long
+/// names (`float32`, `bfloat16`, `int64`, …) and aliases (`float`, `double`, `half`, `int`,
+/// `long`), in any case, with or without a `torch.` prefix. Anything else is
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) listing the valid names.
+///
+/// ```
+/// use cartage_core::DType;
+/// assert_eq!("float32".parse::<DType>()?, DType::F32);
+/// assert_eq!("BF16".parse::<DType>()?, DType::BF16);
+/// assert_eq!("torch.int64".parse::<DType>()?, DType::I64);
+/// let err = "f8".parse::<DType>().unwrap_err();
+/// assert!(err.to_string().contains("bfloat16"));
+/// # Ok::<(), cartage_core::Error>(())
+/// ```
+impl std::str::FromStr for DType {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.trim().to_ascii_lowercase();
+        let name = lower.strip_prefix("torch.").unwrap_or(&lower);
+        for (dtype, names) in DTYPE_NAMES {
+            if names.contains(&name) {
+                return Ok(dtype);
+            }
+        }
+        let valid: Vec<String> = DTYPE_NAMES.iter().map(|(_, names)| names.join("/")).collect();
+        Err(crate::Error::invalid(
+            "parse dtype",
+            format!("unknown dtype `{s}`; valid names are {}", valid.join(", ")),
+        ))
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -281,6 +327,24 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(DType::from_name(d.name()), Some(d));
         }
+    }
+
+    #[test]
+    fn dtype_parses_every_name_and_refuses_others() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().ok(), Some(d));
+            assert_eq!(d.name().to_uppercase().parse::<DType>().ok(), Some(d));
+        }
+        assert_eq!(" torch.float16 ".parse::<DType>().ok(), Some(DType::F16));
+        assert_eq!("double".parse::<DType>().ok(), Some(DType::F64));
+        assert_eq!("uint8".parse::<DType>().ok(), Some(DType::U8));
+        let err = "float8".parse::<DType>().unwrap_err();
+        assert!(matches!(err, crate::Error::InvalidArgument { .. }), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("`float8`") && message.contains("f32/float32/float"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -46,7 +46,8 @@
 //!   accumulate in f32 (f64 for f64) in order along the dim; a backend may use a parallel scan
 //!   whose rounding differs by the usual reassociation error.
 //! - `Sort` along one dim is stable: equal keys keep their input order, in both directions.
-//!   NaN sorts above +inf (last ascending, first descending), as PyTorch does. `values` holds
+//!   NaN sorts above +inf (last ascending, first descending), as PyTorch does; -0.0 and +0.0
+//!   are equal keys (IEEE comparison), so they keep their input order. `values` holds
 //!   the sorted keys, `indices` (i64) their positions along `dim` in `input`.
 //! - `Scatter` writes `src` into `out` at positions chosen by `index` along `dim`, in place:
 //!   for every position `p` of `index` (shaped like a prefix box of `src`),
@@ -62,7 +63,7 @@
 //! - `CrossEntropy`: `logits` [N, C] and integer `target` [N] give `out` [N] (logits' dtype):
 //!   `-(1 - s) * logp[target] - s / C * Σ_c logp[c]` with `logp = log_softmax(logits)` and label
 //!   smoothing `s`. Rows whose target equals `ignore_index` give 0; any other target outside
-//!   `[0, C)` → [`crate::Error::IndexOutOfRange`].
+//!   `[0, C)` → [`crate::Error::IndexOutOfRange`] naming dim 1 and size C.
 
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};

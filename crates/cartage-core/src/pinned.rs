@@ -343,6 +343,62 @@ macro_rules! host_staging_over_memory {
 host_staging_over_memory!(PinnedBuffer, |buffer| Some(buffer.device));
 host_staging_over_memory!(PageableBuffer, |_buffer| None);
 
+/// Typed views (`as_slice_of::<f32>()`) for a host buffer type with `as_slice`/`as_mut_slice`.
+macro_rules! typed_views {
+    ($($buffer:ty),*) => {$(
+        impl $buffer {
+            /// The bytes viewed as `T` values (waits for a copy still in flight on the buffer).
+            /// The view is checked, never undefined behaviour: a buffer whose address is not
+            /// aligned for `T`, or whose length is not a whole number of `T`s, is
+            /// [`Error::InvalidArgument`] naming the length, the address and `T`. Host buffers
+            /// are at least 8-byte aligned (pinned ones page-aligned), so every numeric `T`
+            /// fits when the length does.
+            ///
+            /// ```
+            /// use cartage_core::PageableBuffer;
+            /// let mut staging = PageableBuffer::new(16)?;
+            /// staging.as_mut_slice_of::<f32>()?.copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+            /// assert_eq!(staging.as_slice_of::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+            /// assert_eq!(staging.as_slice_of::<u64>()?.len(), 2);
+            /// assert!(PageableBuffer::new(6)?.as_slice_of::<f32>().is_err()); // 6 bytes: 1.5 f32s
+            /// # Ok::<(), cartage_core::Error>(())
+            /// ```
+            pub fn as_slice_of<T: bytemuck::Pod>(&self) -> Result<&[T]> {
+                let bytes = self.as_slice();
+                let (len, address) = (bytes.len(), bytes.as_ptr() as usize);
+                bytemuck::try_cast_slice(bytes).map_err(|e| view_error::<T>("as_slice_of", len, address, e))
+            }
+
+            /// The bytes viewed as writable `T` values (waits for a copy still in flight);
+            /// checked as [`as_slice_of`](Self::as_slice_of).
+            pub fn as_mut_slice_of<T: bytemuck::Pod>(&mut self) -> Result<&mut [T]> {
+                let bytes = self.as_mut_slice();
+                let (len, address) = (bytes.len(), bytes.as_ptr() as usize);
+                bytemuck::try_cast_slice_mut(bytes)
+                    .map_err(|e| view_error::<T>("as_mut_slice_of", len, address, e))
+            }
+        }
+    )*};
+}
+
+typed_views!(PinnedBuffer, PageableBuffer, StagingBuffer);
+
+/// The error of a typed view that does not fit the buffer's bytes.
+fn view_error<T>(op: &'static str, len: usize, address: usize, error: bytemuck::PodCastError) -> Error {
+    let name = std::any::type_name::<T>();
+    let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+    let reason = match error {
+        bytemuck::PodCastError::TargetAlignmentGreaterAndInputNotAligned => format!(
+            "the buffer's {len} bytes start at address {address:#x}, which is not aligned to {align} bytes as `{name}` needs; view it as bytes, or as a type of smaller alignment"
+        ),
+        bytemuck::PodCastError::OutputSliceWouldHaveSlop => format!(
+            "the buffer holds {len} bytes, not a whole number of {size}-byte `{name}` values; allocate a multiple of {size} bytes"
+        ),
+        other => format!("cannot view {len} bytes as `{name}` ({size} bytes each): {other:?}"),
+    };
+    Error::invalid(op, reason)
+}
+
 /// The best staging memory a device offers: pinned where its driver can lock memory, pageable
 /// elsewhere (`Backend::alloc_staging`).
 #[derive(Debug)]

@@ -7,7 +7,7 @@ median over rounds of each side's per-round median, the best round, and the rati
 (numpy time / cartage time: above 1 means cartage is faster).
 
     cargo build --release -p cartage-cpu --example cpu_vs_numpy
-    python3 crates/cartage-cpu/examples/cpu_vs_numpy.py target/release/examples/cpu_vs_numpy [rounds]
+    python3 crates/cartage-cpu/examples/cpu_vs_numpy.py target/release/examples/cpu_vs_numpy [rounds] [case prefix]
 """
 
 import json
@@ -63,6 +63,23 @@ def numpy_cases():
     n = 1 << 24
     x = rand(n)
     out.append((f"sum_f32_{n}", 4.0 * n, "byte", lambda x=x: median_seconds(lambda: x.sum())))
+    y = np.empty(n, np.float32)
+    out.append((f"exp_f32_{n}", 8.0 * n, "byte", lambda x=x, y=y: median_seconds(lambda: np.exp(x, out=y))))
+    rows = cols = 4096
+    m = rand(rows, cols)
+    w, bias = rand(cols), rand(cols)
+
+    def softmax(m=m):
+        e = np.exp(m - m.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    def layer_norm(m=m, w=w, bias=bias):
+        mean = m.mean(1, keepdims=True)
+        var = m.var(1, keepdims=True)
+        return (m - mean) / np.sqrt(var + 1e-5) * w + bias
+
+    out.append(("softmax_f32_4096x4096", 8.0 * rows * cols, "byte", lambda: median_seconds(softmax)))
+    out.append(("layer_norm_f32_4096x4096", 8.0 * rows * cols, "byte", lambda: median_seconds(layer_norm)))
     a, b, c = rand(1000, 8, 8), rand(1000, 8, 8), np.empty((1000, 8, 8), np.float32)
     out.append(
         ("bmm_f32_1000x8x8", 2.0 * 1000 * 512, "flop", lambda: median_seconds(lambda: np.matmul(a, b, out=c)))
@@ -87,10 +104,13 @@ def rate(seconds, work, unit):
 def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else None
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    only = sys.argv[3] if len(sys.argv) > 3 else ""
     print(f"numpy {np.__version__}; {rounds} alternating rounds of {BUDGET * 1000:.0f} ms per side and case")
     header = f"{'case':<20} {'numpy median':>26} {'cartage median':>26} {'ratio':>6} {'best/best':>9}"
     print(header)
     for case, work, unit, timer in numpy_cases():
+        if not case.startswith(only):
+            continue
         ours, theirs = [], []
         for _ in range(rounds if binary else 1):
             theirs.append(timer())

@@ -1,6 +1,7 @@
 //! Times the cpu backend's kernels for the comparison with numpy made by `cpu_vs_numpy.py`
 //! (beside this file): matmul f32 n = 32…2048, add f32 of 4 and 16M elements, sum f32 of 16M
-//! elements, and a batch of 1000 8×8 matmuls. Each case is launched through `Backend::launch`
+//! elements, a batch of 1000 8×8 matmuls, exp f32 of 16M elements, and softmax and layer norm
+//! (with weight and bias) over 4096 rows of 4096 f32. Each case is launched through `Backend::launch`
 //! on preallocated buffers; the figure is the median of many repetitions after a warm-up.
 //!
 //! ```text
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cartage_core::{Backend, BinaryOp, DType, Dims, Kernel, Layout, ReduceOp, TensorArg};
+use cartage_core::{Backend, BinaryOp, DType, Dims, Kernel, Layout, NormKind, ReduceOp, TensorArg, UnaryOp};
 
 fn tensor(backend: &Arc<dyn Backend>, shape: &[usize], seed: u32) -> TensorArg {
     let numel: usize = shape.iter().product();
@@ -107,6 +108,38 @@ fn main() {
         };
         let s = median_seconds(1, budget, || launch(&kernel));
         report(&format!("sum_f32_{n}"), s, (4 * n) as f64, "byte");
+    }
+    if wanted(&format!("exp_f32_{n}")) {
+        let kernel = Kernel::Unary {
+            op: UnaryOp::Exp,
+            input: tensor(&backend, &[n], 1),
+            out: tensor(&backend, &[n], 2),
+        };
+        let s = median_seconds(1, budget, || launch(&kernel));
+        report(&format!("exp_f32_{n}"), s, (8 * n) as f64, "byte");
+    }
+    let (rows, cols) = (4096usize, 4096usize);
+    if wanted("softmax_f32_4096x4096") {
+        let kernel = Kernel::Softmax {
+            input: tensor(&backend, &[rows, cols], 1),
+            dim: 1,
+            log: false,
+            out: tensor(&backend, &[rows, cols], 2),
+        };
+        let s = median_seconds(1, budget, || launch(&kernel));
+        report("softmax_f32_4096x4096", s, (8 * rows * cols) as f64, "byte");
+    }
+    if wanted("layer_norm_f32_4096x4096") {
+        let kernel = Kernel::Norm {
+            kind: NormKind::Layer,
+            input: tensor(&backend, &[rows, cols], 1),
+            weight: Some(tensor(&backend, &[cols], 2)),
+            bias: Some(tensor(&backend, &[cols], 3)),
+            eps: 1e-5,
+            out: tensor(&backend, &[rows, cols], 4),
+        };
+        let s = median_seconds(1, budget, || launch(&kernel));
+        report("layer_norm_f32_4096x4096", s, (8 * rows * cols) as f64, "byte");
     }
     if wanted("bmm_f32_1000x8x8") {
         let kernel = Kernel::Matmul {

@@ -25,7 +25,7 @@ use cartage_core::{
 
 use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
-use crate::{elementwise, index, matmul, reduce, softmax};
+use crate::{cross_entropy, elementwise, index, matmul, norm, reduce, scan, scatter, softmax, sort, unary};
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
 pub struct CpuBackend {
@@ -98,7 +98,7 @@ impl CpuBackend {
     fn dispatch(kernel: &Kernel) -> Result<()> {
         match kernel {
             Kernel::Binary { op, lhs, rhs, out } => elementwise::binary(*op, lhs, rhs, out),
-            Kernel::Unary { op, input, out } => elementwise::unary(*op, input, out),
+            Kernel::Unary { op, input, out } => unary::unary(*op, input, out),
             Kernel::Fill { out, value } => elementwise::fill(out, *value),
             Kernel::Arange { out, start, step } => elementwise::arange(out, *start, *step),
             Kernel::Random {
@@ -121,18 +121,43 @@ impl CpuBackend {
             Kernel::Matmul { lhs, rhs, out } => matmul::matmul(lhs, rhs, out),
             Kernel::Gather { input, index, dim, out } => index::gather(input, index, *dim, out),
             Kernel::IndexSelect { input, index, dim, out } => index::index_select(input, index, *dim, out),
-            other => Err(cartage_core::Error::unsupported(
-                other.op().name(),
-                other.dtype(),
-                cartage_core::Device::cpu(),
-                "not implemented on this backend yet",
-            )),
+            Kernel::Scan { op, input, dim, out } => scan::scan(*op, input, *dim, out),
+            Kernel::Sort {
+                input,
+                dim,
+                descending,
+                values,
+                indices,
+            } => sort::sort(input, *dim, *descending, values, indices),
+            Kernel::Scatter {
+                mode,
+                src,
+                index,
+                dim,
+                out,
+            } => scatter::scatter(*mode, src, index, *dim, out),
+            Kernel::Norm {
+                kind,
+                input,
+                weight,
+                bias,
+                eps,
+                out,
+            } => norm::norm(*kind, input, weight.as_ref(), bias.as_ref(), *eps, out),
+            Kernel::CrossEntropy {
+                logits,
+                target,
+                ignore_index,
+                label_smoothing,
+                out,
+            } => cross_entropy::cross_entropy(logits, target, *ignore_index, *label_smoothing, out),
         }
     }
 }
 
 /// True when `kernel` may use more than one thread: anything with an operand of at least
-/// `CHUNK_MIN_ELEMENTS` elements, and every matmul past the register-tiled tiny sizes.
+/// `CHUNK_MIN_ELEMENTS` elements, and every matmul past the register-tiled tiny sizes. Scatter
+/// always runs on the calling thread.
 #[inline]
 fn may_go_parallel(kernel: &Kernel) -> bool {
     match kernel {
@@ -150,6 +175,9 @@ fn may_go_parallel(kernel: &Kernel) -> bool {
         | Kernel::Binary { out, .. }
         | Kernel::Compare { out, .. }
         | Kernel::Where { out, .. } => out.layout.numel() >= CHUNK_MIN_ELEMENTS,
+        Kernel::Scatter { .. } => false,
+        // Row kernels (reduce, softmax, scan, sort, norm, cross-entropy) and index kernels: the
+        // largest operand decides.
         _ => kernel
             .operand_slots()
             .into_iter()

@@ -116,6 +116,22 @@ pub trait Float:
     fn erf(self) -> Self;
     /// `self ^ e`.
     fn powf(self, e: Self) -> Self;
+    /// Sine.
+    fn sin(self) -> Self;
+    /// Cosine.
+    fn cos(self) -> Self;
+    /// Round down.
+    fn floor(self) -> Self;
+    /// Round up.
+    fn ceil(self) -> Self;
+    /// Round half to even.
+    fn round_even(self) -> Self;
+    /// Round toward zero.
+    fn trunc(self) -> Self;
+    /// `ln(1 + x)`.
+    fn ln_1p(self) -> Self;
+    /// `e^x - 1`.
+    fn exp_m1(self) -> Self;
     /// Absolute value.
     fn abs(self) -> Self;
     /// From a count (for means).
@@ -127,7 +143,7 @@ pub trait Float:
 }
 
 macro_rules! float_impl {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $exp:path, $tanh:path) => {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -139,7 +155,7 @@ macro_rules! float_impl {
             }
             #[inline(always)]
             fn exp(self) -> Self {
-                self.exp()
+                $exp(self)
             }
             #[inline(always)]
             fn ln(self) -> Self {
@@ -151,7 +167,7 @@ macro_rules! float_impl {
             }
             #[inline(always)]
             fn tanh(self) -> Self {
-                self.tanh()
+                $tanh(self)
             }
             #[inline(always)]
             fn erf(self) -> Self {
@@ -160,6 +176,38 @@ macro_rules! float_impl {
             #[inline(always)]
             fn powf(self, e: Self) -> Self {
                 self.powf(e)
+            }
+            #[inline(always)]
+            fn sin(self) -> Self {
+                self.sin()
+            }
+            #[inline(always)]
+            fn cos(self) -> Self {
+                self.cos()
+            }
+            #[inline(always)]
+            fn floor(self) -> Self {
+                self.floor()
+            }
+            #[inline(always)]
+            fn ceil(self) -> Self {
+                self.ceil()
+            }
+            #[inline(always)]
+            fn round_even(self) -> Self {
+                self.round_ties_even()
+            }
+            #[inline(always)]
+            fn trunc(self) -> Self {
+                self.trunc()
+            }
+            #[inline(always)]
+            fn ln_1p(self) -> Self {
+                self.ln_1p()
+            }
+            #[inline(always)]
+            fn exp_m1(self) -> Self {
+                self.exp_m1()
             }
             #[inline(always)]
             fn abs(self) -> Self {
@@ -181,8 +229,8 @@ macro_rules! float_impl {
     };
 }
 
-float_impl!(f32, libm::erff);
-float_impl!(f64, libm::erf);
+float_impl!(f32, libm::erff, crate::fast_math::exp_f32, crate::fast_math::tanh_f32);
+float_impl!(f64, libm::erf, f64::exp, f64::tanh);
 
 /// A float storage type and the compute type it runs in (f16/bf16 run in f32).
 pub trait Real: Pod {
@@ -306,6 +354,30 @@ pub mod float_fn {
     #[inline(always)]
     pub fn relu<F: Float>(x: F) -> F {
         if x < F::ZERO { F::ZERO } else { x }
+    }
+
+    /// -1, 0 or 1; ±0 and NaN are returned as they are.
+    #[inline(always)]
+    pub fn sign<F: Float>(x: F) -> F {
+        if x > F::ZERO {
+            F::ONE
+        } else if x < F::ZERO {
+            -F::ONE
+        } else {
+            x
+        }
+    }
+
+    /// `x · sigmoid(x)`.
+    #[inline(always)]
+    pub fn silu<F: Float>(x: F) -> F {
+        x / (F::ONE + (-x).exp())
+    }
+
+    /// `log1p(e^x)`, and `x` itself above 20 (PyTorch's threshold).
+    #[inline(always)]
+    pub fn softplus<F: Float>(x: F) -> F {
+        if x > F::from_f64(20.0) { x } else { x.exp().ln_1p() }
     }
 }
 

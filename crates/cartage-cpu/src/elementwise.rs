@@ -1,16 +1,16 @@
-//! The element-wise kernels: `Fill`, `Arange`, `Random`, `Cast`, `Copy`, `Unary`, `Binary`,
+//! The element-wise kernels: `Fill`, `Arange`, `Random`, `Cast`, `Copy`, `Binary`,
 //! `Compare` and `Where`, each dispatched on its dtype to a monomorphised map from [`crate::map`].
 //!
 //! Every function here expects a kernel that `launch` has already checked (bounds, shapes,
 //! dtypes, alignment: see [`crate::validate`]).
 
 use cartage_core::random::{normal_unit, uniform_unit};
-use cartage_core::{BinaryOp, CompareOp, DType, Device, Distribution, Error, Result, Scalar, TensorArg, UnaryOp};
+use cartage_core::{BinaryOp, CompareOp, DType, Device, Distribution, Error, Result, Scalar, TensorArg};
 
 use crate::cast::CastTarget;
 use crate::dispatch::{with_bits, with_float, with_storage};
-use crate::elem::{Arith, Bool8, Float, Pod, Real, float_fn, fmax, fmin};
-use crate::map::{copy, fill as fill_map, generate, map1, map1_real, map2, map2_real, map3};
+use crate::elem::{Arith, Bool8, Float, Pod, Real, fmax, fmin};
+use crate::map::{copy, fill as fill_map, generate, map1, map2, map2_real, map3};
 
 fn no_kernel(op: &str, dtype: DType) -> Error {
     Error::unsupported(op, dtype, Device::cpu(), "the op is not defined for this dtype")
@@ -79,52 +79,6 @@ pub fn copy_kernel(input: &TensorArg, out: &TensorArg) -> Result<()> {
 
 fn odd_size(op: &'static str) -> Error {
     Error::invalid(op, "elements of other than 1, 2, 4 or 8 bytes")
-}
-
-/// `Kernel::Unary`.
-pub fn unary(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    match input.dtype {
-        DType::F32 => unary_real::<f32>(op, input, out),
-        DType::F64 => unary_real::<f64>(op, input, out),
-        DType::F16 => unary_real::<half::f16>(op, input, out),
-        DType::BF16 => unary_real::<half::bf16>(op, input, out),
-        DType::I32 => unary_int::<i32>(op, input, out),
-        DType::I64 => unary_int::<i64>(op, input, out),
-        DType::U8 => unary_int::<u8>(op, input, out),
-        DType::Bool => Err(no_kernel(op.name(), DType::Bool)),
-    }
-}
-
-fn unary_real<T: Real>(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    // SAFETY: launch checked the kernel; `T` is the operands' storage type.
-    unsafe {
-        match op {
-            UnaryOp::Neg => map1_real::<T>(input, out, |x| -x),
-            UnaryOp::Abs => map1_real::<T>(input, out, Float::abs),
-            UnaryOp::Relu => map1_real::<T>(input, out, float_fn::relu),
-            UnaryOp::Exp => map1_real::<T>(input, out, Float::exp),
-            UnaryOp::Log => map1_real::<T>(input, out, Float::ln),
-            UnaryOp::Sqrt => map1_real::<T>(input, out, Float::sqrt),
-            UnaryOp::Tanh => map1_real::<T>(input, out, Float::tanh),
-            UnaryOp::Sigmoid => map1_real::<T>(input, out, float_fn::sigmoid),
-            UnaryOp::Gelu => map1_real::<T>(input, out, float_fn::gelu),
-            _ => return Err(no_kernel(op.name(), input.dtype)),
-        }
-    }
-    Ok(())
-}
-
-fn unary_int<T: Arith>(op: UnaryOp, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    // SAFETY: launch checked the kernel; `T` is the operands' storage type.
-    unsafe {
-        match op {
-            UnaryOp::Neg => map1(input, out, T::neg),
-            UnaryOp::Abs => map1(input, out, T::abs),
-            UnaryOp::Relu => map1(input, out, T::relu),
-            _ => return Err(no_kernel(op.name(), input.dtype)),
-        }
-    }
-    Ok(())
 }
 
 /// `Kernel::Binary`.

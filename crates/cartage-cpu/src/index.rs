@@ -76,7 +76,7 @@ fn run(
 }
 
 /// An index element type.
-trait IndexValue: Copy + Send + Sync {
+pub(crate) trait IndexValue: Copy + Send + Sync {
     /// Load the element at `p` once, as i64.
     ///
     /// # Safety
@@ -102,7 +102,7 @@ impl IndexValue for i64 {
 }
 
 /// The first out-of-range index found, by row-major output position, shared by the workers.
-struct FirstBad {
+pub(crate) struct FirstBad {
     /// The position of the earliest offender found so far (`usize::MAX`: none). Workers skip
     /// runs that start after it: they cannot hold an earlier offender.
     position: AtomicUsize,
@@ -111,7 +111,7 @@ struct FirstBad {
 }
 
 impl FirstBad {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         FirstBad {
             position: AtomicUsize::new(usize::MAX),
             found: Mutex::new(None),
@@ -120,13 +120,13 @@ impl FirstBad {
 
     /// True when an offender before `position` is already known.
     #[inline(always)]
-    fn before(&self, position: usize) -> bool {
+    pub(crate) fn before(&self, position: usize) -> bool {
         self.position.load(Ordering::Relaxed) < position
     }
 
     /// Record an offender (kept if it is the earliest so far).
     #[cold]
-    fn record(&self, position: usize, value: i64) {
+    pub(crate) fn record(&self, position: usize, value: i64) {
         let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
         if found.is_none_or(|(at, _)| position < at) {
             *found = Some((position, value));
@@ -134,7 +134,7 @@ impl FirstBad {
         }
     }
 
-    fn into_value(self) -> Option<i64> {
+    pub(crate) fn into_value(self) -> Option<i64> {
         self.found
             .into_inner()
             .unwrap_or_else(|p| p.into_inner())

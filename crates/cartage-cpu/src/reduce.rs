@@ -1,4 +1,5 @@
-//! `Kernel::Reduce`: sum, mean, max, min, argmax, argmin and logsumexp over any set of dims.
+//! `Kernel::Reduce`: sum, mean, max, min, argmax, argmin, logsumexp and prod over any set of
+//! dims.
 //!
 //! Each output element folds the reduced positions of the input (a [`Walk`] over the reduced
 //! dims, read in place whatever the strides) with one fixed tree: positions are cut into blocks
@@ -250,6 +251,51 @@ impl<T: Real> Fold for Sum<T> {
     }
 }
 
+struct Prod<T>(std::marker::PhantomData<T>);
+impl<T: Real> Fold for Prod<T> {
+    type In = T;
+    type Acc = T::C;
+    #[inline(always)]
+    fn identity(&self) -> T::C {
+        T::C::ONE
+    }
+    #[inline(always)]
+    fn step(&self, acc: T::C, x: T) -> T::C {
+        acc * x.load()
+    }
+    #[inline(always)]
+    fn merge(&self, a: T::C, b: T::C) -> T::C {
+        a * b
+    }
+    #[inline(always)]
+    fn fold_run(&self, lanes: &mut [T::C; LANES], xs: &[T]) {
+        if T::BLOCKED {
+            fold_widened(lanes, xs, |a, v| a * v)
+        } else {
+            fold_dense(self, lanes, xs)
+        }
+    }
+}
+
+/// A wrapping integer product; the field is the type's 1.
+struct IntProd<T>(T);
+impl<T: Arith> Fold for IntProd<T> {
+    type In = T;
+    type Acc = T;
+    #[inline(always)]
+    fn identity(&self) -> T {
+        self.0
+    }
+    #[inline(always)]
+    fn step(&self, acc: T, x: T) -> T {
+        T::mul(acc, x)
+    }
+    #[inline(always)]
+    fn merge(&self, a: T, b: T) -> T {
+        T::mul(a, b)
+    }
+}
+
 struct IntSum<T>(std::marker::PhantomData<T>);
 impl<T: Arith + Default> Fold for IntSum<T> {
     type In = T;
@@ -354,7 +400,7 @@ fn logsumexp<T: Real>(r: &Reduction<T>, offset: usize, parallel: bool) -> T::C {
 pub fn reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) -> Result<()> {
     match op {
         ReduceOp::ArgMax | ReduceOp::ArgMin => return crate::argreduce::arg_reduce(op, input, dims[0], out),
-        ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min if !input.dtype.is_float() => {
+        ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod if !input.dtype.is_float() => {
             return int_reduce(op, input, dims, out);
         }
         _ => {}
@@ -367,6 +413,7 @@ fn float_reduce<T: Real>(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &
     let sum = Sum::<T>(Default::default());
     let max = Extreme::<T, true>(Default::default());
     let min = Extreme::<T, false>(Default::default());
+    let prod = Prod::<T>(Default::default());
     let walks = Walks::new(input, dims, out);
     let count = walks.count;
     // SAFETY: launch checked the kernel; input and output are both `T`.
@@ -379,6 +426,7 @@ fn float_reduce<T: Real>(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &
                 ReduceOp::Mean => outer::tiled(input, out, &walks, &wide, |s| T::store(T::C::from_f64(s / n))),
                 ReduceOp::Max => outer::tiled(input, out, &walks, &max, T::store),
                 ReduceOp::Min => outer::tiled(input, out, &walks, &min, T::store),
+                ReduceOp::Prod => outer::tiled(input, out, &walks, &prod, T::store),
                 _ => false,
             };
             if done {
@@ -395,7 +443,8 @@ fn float_reduce<T: Real>(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &
             ReduceOp::LogSumExp => {
                 for_each_output(input, &walks, out, |r, at, par| T::store(logsumexp::<T>(r, at, par)))
             }
-            ReduceOp::ArgMax | ReduceOp::ArgMin | ReduceOp::Prod => {
+            ReduceOp::Prod => for_each_output(input, &walks, out, |r, at, par| T::store(r.fold(&prod, at, par))),
+            ReduceOp::ArgMax | ReduceOp::ArgMin => {
                 return Err(Error::invalid(op.name(), "handled by the arg reduction"));
             }
         }
@@ -411,6 +460,7 @@ fn int_reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) 
         out: &TensorArg,
         lowest: T,
         highest: T,
+        one: T,
     ) -> Result<()> {
         let walks = Walks::new(input, dims, out);
         // SAFETY: launch checked the kernel; input and output are both `T`.
@@ -419,6 +469,7 @@ fn int_reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) 
                 ReduceOp::Sum => int_fold(input, &walks, out, &IntSum::<T>(Default::default())),
                 ReduceOp::Max => int_fold(input, &walks, out, &OrdExtreme::<T, true>(lowest)),
                 ReduceOp::Min => int_fold(input, &walks, out, &OrdExtreme::<T, false>(highest)),
+                ReduceOp::Prod => int_fold(input, &walks, out, &IntProd(one)),
                 _ => {
                     return Err(Error::unsupported(
                         op.name(),
@@ -432,9 +483,9 @@ fn int_reduce(op: ReduceOp, input: &TensorArg, dims: &[usize], out: &TensorArg) 
         Ok(())
     }
     match input.dtype {
-        DType::I32 => typed::<i32>(op, input, dims, out, i32::MIN, i32::MAX),
-        DType::I64 => typed::<i64>(op, input, dims, out, i64::MIN, i64::MAX),
-        DType::U8 => typed::<u8>(op, input, dims, out, u8::MIN, u8::MAX),
+        DType::I32 => typed::<i32>(op, input, dims, out, i32::MIN, i32::MAX, 1),
+        DType::I64 => typed::<i64>(op, input, dims, out, i64::MIN, i64::MAX, 1),
+        DType::U8 => typed::<u8>(op, input, dims, out, u8::MIN, u8::MAX, 1),
         DType::Bool => {
             // Bool max is "any", min is "all".
             let walks = Walks::new(input, dims, out);

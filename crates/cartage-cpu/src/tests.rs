@@ -664,3 +664,263 @@ fn outer_dimension_reductions_fold_tiles_of_outputs() {
     let single = pool.install(|| download::<f32>(&b, &reduce(&b, ReduceOp::Sum, &big, &[0])));
     assert!(first.iter().zip(&single).all(|(a, c)| a.to_bits() == c.to_bits()));
 }
+
+/// Distance in units in the last place between two finite f32 of the same sign (or zero).
+fn ulps(a: f32, b: f32) -> u32 {
+    (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs() as u32
+}
+
+#[test]
+fn polynomial_exp_is_within_two_ulp_over_its_whole_range() {
+    use crate::fast_math::exp_f32;
+    let mut worst = (0u32, 0f32);
+    // Every 61st f32 between -104 and 89 (about 35 million values), through both signs.
+    let mut check = |x: f32| {
+        let want = (x as f64).exp() as f32;
+        let got = exp_f32(x);
+        let d = if want.is_infinite() || got.is_infinite() {
+            if want == got { 0 } else { u32::MAX }
+        } else {
+            ulps(got, want)
+        };
+        if d > worst.0 {
+            worst = (d, x);
+        }
+    };
+    for bits in (0..104f32.to_bits()).step_by(61) {
+        check(-f32::from_bits(bits));
+    }
+    for bits in (0..89f32.to_bits()).step_by(61) {
+        check(f32::from_bits(bits));
+    }
+    // The edges: the largest finite result, the overflow, the subnormal range, the last nonzero.
+    for x in [
+        88.72283, 88.7228, 88.72284, -87.33654, -87.5, -100.0, -103.2, -103.9, 1e-30, -1e-30,
+    ] {
+        check(x);
+    }
+    assert!(worst.0 <= 2, "{} ulp at x = {:e}", worst.0, worst.1);
+}
+
+#[test]
+fn polynomial_exp_special_values() {
+    use crate::fast_math::exp_f32;
+    assert!(exp_f32(f32::NAN).is_nan());
+    assert!(exp_f32(-f32::NAN).is_nan());
+    assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
+    assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp_f32(0.0), 1.0);
+    assert_eq!(exp_f32(-0.0), 1.0);
+    assert_eq!(exp_f32(88.8), f32::INFINITY);
+    assert_eq!(exp_f32(1e30), f32::INFINITY);
+    assert_eq!(exp_f32(f32::MAX), f32::INFINITY);
+    assert!(exp_f32(88.72283).is_finite());
+    assert_eq!(exp_f32(-104.0), 0.0);
+    assert_eq!(exp_f32(-1e30), 0.0);
+    assert_eq!(exp_f32(f32::MIN), 0.0);
+    // Subnormal results are subnormal (not flushed to zero), and tiny inputs give 1.
+    let sub = exp_f32(-100.0);
+    assert!(sub > 0.0 && !sub.is_normal());
+    assert_eq!(exp_f32(f32::MIN_POSITIVE), 1.0);
+    assert_eq!(exp_f32(-f32::from_bits(1)), 1.0);
+}
+
+#[test]
+fn polynomial_tanh_is_accurate_near_zero_and_saturates() {
+    use crate::fast_math::tanh_f32;
+    let mut worst = 0;
+    for bits in (0..20f32.to_bits()).step_by(997) {
+        for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+            let d = ulps(tanh_f32(x), (x as f64).tanh() as f32);
+            worst = worst.max(d);
+        }
+    }
+    assert!(worst <= 4, "{worst} ulp");
+    assert_eq!(tanh_f32(f32::INFINITY), 1.0);
+    assert_eq!(tanh_f32(f32::NEG_INFINITY), -1.0);
+    assert!(tanh_f32(f32::NAN).is_nan());
+    assert_eq!(tanh_f32(-0.0).to_bits(), (-0.0f32).to_bits());
+}
+
+/// The vectorised dense path and the strided path compute the very same function.
+#[test]
+fn dense_and_strided_unary_paths_agree_bit_for_bit() {
+    let b = CpuBackend::new();
+    let data: Vec<f32> = values(4099 * 2, 21).iter().map(|v| v * 9.0).collect();
+    let x = upload(&b, &data, &[4099, 2]);
+    for op in [
+        UnaryOp::Exp,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Silu,
+        UnaryOp::Round,
+    ] {
+        let dense = output(&b, DType::F32, &[4099, 2]);
+        launch(
+            &b,
+            &Kernel::Unary {
+                op,
+                input: x.clone(),
+                out: dense.clone(),
+            },
+        )
+        .unwrap();
+        let strided_in = view(&x, x.layout.transpose(0, 1).unwrap());
+        let strided = output(&b, DType::F32, &[2, 4099]);
+        launch(
+            &b,
+            &Kernel::Unary {
+                op,
+                input: strided_in,
+                out: strided.clone(),
+            },
+        )
+        .unwrap();
+        let (d, s) = (download::<f32>(&b, &dense), download::<f32>(&b, &strided));
+        for i in 0..4099 {
+            for j in 0..2 {
+                assert_eq!(d[i * 2 + j].to_bits(), s[j * 4099 + i].to_bits(), "{op:?} at {i},{j}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sort_is_stable_and_puts_nan_above_infinity() {
+    use crate::sort::sort_pairs;
+    let keys = [
+        2.0f32,
+        f32::NAN,
+        -0.0,
+        1.0,
+        f32::INFINITY,
+        0.0,
+        1.0,
+        f32::NAN,
+        f32::NEG_INFINITY,
+        2.0,
+    ];
+    let mut pairs: Vec<(f32, i64)> = keys.iter().copied().zip(0..).collect();
+    sort_pairs(&mut pairs, false);
+    let order: Vec<i64> = pairs.iter().map(|p| p.1).collect();
+    // -0 and +0 are equal keys: they keep their input order (2 before 5), as do the 1s, 2s and NaNs.
+    assert_eq!(order, vec![8, 2, 5, 3, 6, 0, 9, 4, 1, 7]);
+    sort_pairs(&mut pairs, true);
+    let order: Vec<i64> = pairs.iter().map(|p| p.1).collect();
+    assert_eq!(order, vec![1, 7, 4, 0, 9, 3, 6, 2, 5, 8]);
+}
+
+#[test]
+fn sort_launch_reads_a_transposed_input_and_writes_indices() {
+    let b = CpuBackend::new();
+    // Rows along dim 1 of the transposed view are columns of `data`.
+    let data = [3i32, 1, 1, 5, 3, 2, 1, 9, 0];
+    let x = upload(&b, &data, &[3, 3]);
+    let xt = view(&x, x.layout.transpose(0, 1).unwrap());
+    let (values, indices) = (output(&b, DType::I32, &[3, 3]), output(&b, DType::I64, &[3, 3]));
+    let kernel = Kernel::Sort {
+        input: xt,
+        dim: 1,
+        descending: true,
+        values: values.clone(),
+        indices: indices.clone(),
+    };
+    launch(&b, &kernel).unwrap();
+    // Columns: [3, 5, 1], [1, 3, 9], [1, 2, 0].
+    assert_eq!(download::<i32>(&b, &values), vec![5, 3, 1, 9, 3, 1, 2, 1, 0]);
+    assert_eq!(download::<i64>(&b, &indices), vec![1, 0, 2, 2, 1, 0, 1, 0, 2]);
+}
+
+/// A scan over an outer dim advances a tile of adjacent rows together; every row still
+/// accumulates in order, so the results equal a plain sequential scan bit for bit.
+#[test]
+fn scans_over_outer_dims_match_sequential_scans() {
+    use cartage_core::ScanOp;
+    let b = CpuBackend::new();
+    let (outer, mid, inner) = (3usize, 37usize, 70usize);
+    let data: Vec<f32> = values(outer * mid * inner, 31);
+    let x = upload(&b, &data, &[outer, mid, inner]);
+    let ints: Vec<i32> = (0..outer * mid * inner).map(|i| (i as i32 * 7919) % 13 - 6).collect();
+    let xi = upload(&b, &ints, &[outer, mid, inner]);
+    let at = |o: usize, m: usize, i: usize| (o * mid + m) * inner + i;
+    for op in ScanOp::ALL {
+        let out = output(&b, DType::F32, &[outer, mid, inner]);
+        launch(
+            &b,
+            &Kernel::Scan {
+                op,
+                input: x.clone(),
+                dim: 1,
+                out: out.clone(),
+            },
+        )
+        .unwrap();
+        let outi = output(&b, DType::I32, &[outer, mid, inner]);
+        launch(
+            &b,
+            &Kernel::Scan {
+                op,
+                input: xi.clone(),
+                dim: 1,
+                out: outi.clone(),
+            },
+        )
+        .unwrap();
+        let (got, goti) = (download::<f32>(&b, &out), download::<i32>(&b, &outi));
+        for o in 0..outer {
+            for i in 0..inner {
+                let (mut acc, mut acci) = if op == ScanOp::Sum { (0f32, 0i32) } else { (1f32, 1i32) };
+                for m in 0..mid {
+                    let k = at(o, m, i);
+                    if op == ScanOp::Sum {
+                        (acc, acci) = (acc + data[k], acci.wrapping_add(ints[k]));
+                    } else {
+                        (acc, acci) = (acc * data[k], acci.wrapping_mul(ints[k]));
+                    }
+                    assert_eq!(got[k].to_bits(), acc.to_bits(), "{op:?} at {o},{m},{i}");
+                    assert_eq!(goti[k], acci, "{op:?} i32 at {o},{m},{i}");
+                }
+            }
+        }
+    }
+}
+
+/// Scatter-add sums duplicate indices; an index past the end is a typed error naming it.
+#[test]
+fn scatter_add_sums_duplicates_and_rejects_bad_indices() {
+    use cartage_core::ScatterMode;
+    let b = CpuBackend::new();
+    let out = upload(&b, &[0i64; 8], &[2, 4]);
+    let src = upload(&b, &[1i64, 2, 3, 10, 20, 30], &[2, 3]);
+    let index = upload(&b, &[3i32, 3, 0, 1, 1, 1], &[2, 3]);
+    let kernel = Kernel::Scatter {
+        mode: ScatterMode::Add,
+        src: src.clone(),
+        index,
+        dim: 1,
+        out: out.clone(),
+    };
+    launch(&b, &kernel).unwrap();
+    assert_eq!(download::<i64>(&b, &out), vec![3, 0, 0, 3, 0, 60, 0, 0]);
+    let bad = upload(&b, &[0i32, 4, 1, 1, 1, 1], &[2, 3]);
+    let kernel = Kernel::Scatter {
+        mode: ScatterMode::Assign,
+        src,
+        index: bad,
+        dim: 1,
+        out,
+    };
+    let err = launch(&b, &kernel).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::IndexOutOfRange {
+                index: 4,
+                dim: 1,
+                size: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -55,6 +55,16 @@ template <typename T> struct MeanR {
     __device__ static Out fin(Acc a, u64 count) { return store<T>(a / (Acc)count); }
 };
 
+// Product: integers wrap (accumulated unsigned, truncated on store); the empty product is 1.
+template <typename T> struct ProdR {
+    typedef typename SumAcc<T>::type Acc;
+    typedef T Out;
+    __device__ static Acc ident() { return (Acc)1; }
+    __device__ static Acc lift(T x, u64) { return (Acc)load(x); }
+    __device__ static Acc comb(Acc a, Acc b) { return a * b; }
+    __device__ static Out fin(Acc a, u64) { return store<T>((typename Compute<T>::type)a); }
+};
+
 template <typename T> struct ExtAcc { typedef typename Compute<T>::type type; };
 template <> struct ExtAcc<u8> { typedef u32 type; };
 template <> struct ExtAcc<bool8> { typedef u32 type; };

@@ -55,6 +55,82 @@ struct OpGelu {
     __device__ static double f(double x) { return x * 0.5 * (1.0 + erf(x * 0.70710678118654752440)); }
 };
 
+struct OpSin {
+    __device__ static float f(float x) { return sinf(x); }
+    __device__ static double f(double x) { return sin(x); }
+};
+struct OpCos {
+    __device__ static float f(float x) { return cosf(x); }
+    __device__ static double f(double x) { return cos(x); }
+};
+// The rounding ops are the identity on integers.
+struct OpFloor {
+    __device__ static float f(float x) { return floorf(x); }
+    __device__ static double f(double x) { return floor(x); }
+    template <typename I> __device__ static I f(I x) { return x; }
+};
+struct OpCeil {
+    __device__ static float f(float x) { return ceilf(x); }
+    __device__ static double f(double x) { return ceil(x); }
+    template <typename I> __device__ static I f(I x) { return x; }
+};
+// Half to even (the current rounding mode of rint).
+struct OpRound {
+    __device__ static float f(float x) { return rintf(x); }
+    __device__ static double f(double x) { return rint(x); }
+    template <typename I> __device__ static I f(I x) { return x; }
+};
+struct OpTrunc {
+    __device__ static float f(float x) { return truncf(x); }
+    __device__ static double f(double x) { return trunc(x); }
+    template <typename I> __device__ static I f(I x) { return x; }
+};
+// -1, 0 or 1; NaN and ±0 return themselves.
+struct OpSign {
+    __device__ static float f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
+    __device__ static double f(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+    __device__ static i32 f(i32 x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+    __device__ static i64 f(i64 x) { return x > 0 ? 1 : (x < 0 ? -1 : 0); }
+    __device__ static u8 f(u8 x) { return x != 0 ? 1 : 0; }
+};
+struct OpRsqrt {
+    __device__ static float f(float x) { return 1.0f / sqrtf(x); }
+    __device__ static double f(double x) { return 1.0 / sqrt(x); }
+};
+struct OpRecip {
+    __device__ static float f(float x) { return 1.0f / x; }
+    __device__ static double f(double x) { return 1.0 / x; }
+};
+// Integers wrap.
+struct OpSquare {
+    __device__ static float f(float x) { return x * x; }
+    __device__ static double f(double x) { return x * x; }
+    __device__ static i32 f(i32 x) { return (i32)((u32)x * (u32)x); }
+    __device__ static i64 f(i64 x) { return (i64)((u64)x * (u64)x); }
+    __device__ static u8 f(u8 x) { return (u8)((u32)x * (u32)x); }
+};
+struct OpErf {
+    __device__ static float f(float x) { return erff(x); }
+    __device__ static double f(double x) { return erf(x); }
+};
+struct OpLog1p {
+    __device__ static float f(float x) { return log1pf(x); }
+    __device__ static double f(double x) { return log1p(x); }
+};
+struct OpExpm1 {
+    __device__ static float f(float x) { return expm1f(x); }
+    __device__ static double f(double x) { return expm1(x); }
+};
+struct OpSilu {
+    __device__ static float f(float x) { return x / (1.0f + expf(-x)); }
+    __device__ static double f(double x) { return x / (1.0 + exp(-x)); }
+};
+// log1p(exp(x)), and x itself above 20.
+struct OpSoftplus {
+    __device__ static float f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+    __device__ static double f(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+};
+
 template <typename T, typename Op> __device__ __forceinline__ T apply1(T x) { return store<T>(Op::f(load(x))); }
 
 // The layout of binary.cu's contiguous kernels: a block per THREADS × U vectors, U = UNROLL for
@@ -103,13 +179,31 @@ template <typename T> __device__ __forceinline__ T apply_code(T x, int op) {
             case 5: return apply1<T, OpRelu>(x);
             case 6: return apply1<T, OpTanh>(x);
             case 7: return apply1<T, OpSigmoid>(x);
-            default: return apply1<T, OpGelu>(x);
+            case 8: return apply1<T, OpGelu>(x);
+            case 9: return apply1<T, OpSin>(x);
+            case 10: return apply1<T, OpCos>(x);
+            case 11: return apply1<T, OpFloor>(x);
+            case 12: return apply1<T, OpCeil>(x);
+            case 13: return apply1<T, OpRound>(x);
+            case 14: return apply1<T, OpTrunc>(x);
+            case 15: return apply1<T, OpSign>(x);
+            case 16: return apply1<T, OpRsqrt>(x);
+            case 17: return apply1<T, OpRecip>(x);
+            case 18: return apply1<T, OpSquare>(x);
+            case 19: return apply1<T, OpErf>(x);
+            case 20: return apply1<T, OpLog1p>(x);
+            case 21: return apply1<T, OpExpm1>(x);
+            case 22: return apply1<T, OpSilu>(x);
+            default: return apply1<T, OpSoftplus>(x);
         }
     } else {
         switch (op) {
             case 0: return apply1<T, OpNeg>(x);
             case 1: return apply1<T, OpAbs>(x);
-            default: return apply1<T, OpRelu>(x);
+            case 15: return apply1<T, OpSign>(x);
+            case 18: return apply1<T, OpSquare>(x);
+            case 5: return apply1<T, OpRelu>(x);
+            default: return x;  // floor, ceil, round, trunc: the identity on integers
         }
     }
 }
@@ -152,9 +246,30 @@ UNARY_FLOAT(relu, OpRelu)
 UNARY_FLOAT(tanh, OpTanh)
 UNARY_FLOAT(sigmoid, OpSigmoid)
 UNARY_FLOAT(gelu, OpGelu)
+UNARY_FLOAT(sin, OpSin)
+UNARY_FLOAT(cos, OpCos)
+UNARY_FLOAT(floor, OpFloor)
+UNARY_FLOAT(ceil, OpCeil)
+UNARY_FLOAT(round, OpRound)
+UNARY_FLOAT(trunc, OpTrunc)
+UNARY_FLOAT(sign, OpSign)
+UNARY_FLOAT(rsqrt, OpRsqrt)
+UNARY_FLOAT(recip, OpRecip)
+UNARY_FLOAT(square, OpSquare)
+UNARY_FLOAT(erf, OpErf)
+UNARY_FLOAT(log1p, OpLog1p)
+UNARY_FLOAT(expm1, OpExpm1)
+UNARY_FLOAT(silu, OpSilu)
+UNARY_FLOAT(softplus, OpSoftplus)
 UNARY_INT(neg, OpNeg)
 UNARY_INT(abs, OpAbs)
 UNARY_INT(relu, OpRelu)
+UNARY_INT(sign, OpSign)
+UNARY_INT(square, OpSquare)
+UNARY_INT(floor, OpFloor)
+UNARY_INT(ceil, OpCeil)
+UNARY_INT(round, OpRound)
+UNARY_INT(trunc, OpTrunc)
 UNARY_STRIDED(f32, f32)
 UNARY_STRIDED(f64, f64)
 UNARY_STRIDED(f16, f16)

@@ -25,6 +25,7 @@ use crate::nvrtc::{self, ImageKind};
 
 const COMMON: &str = include_str!("../kernels/common.cuh");
 const REDUCE_COMMON: &str = include_str!("../kernels/reduce_common.cuh");
+const ROWS_COMMON: &str = include_str!("../kernels/rows_common.cuh");
 
 /// One kernel source file (one module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,13 +46,19 @@ pub enum SourceFile {
     Extreme,
     /// `softmax.cu`.
     Softmax,
-    /// `index.cu` (gather and index_select).
+    /// `index.cu` (gather, index_select and scatter).
     Index,
+    /// `scan.cu` (cumsum, cumprod).
+    Scan,
+    /// `sort.cu` (stable sort).
+    Sort,
+    /// `norm.cu` (layer norm, RMS norm, cross-entropy).
+    Norm,
 }
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 9] = [
+    pub const ALL: [SourceFile; 12] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -61,6 +68,9 @@ impl SourceFile {
         SourceFile::Extreme,
         SourceFile::Softmax,
         SourceFile::Index,
+        SourceFile::Scan,
+        SourceFile::Sort,
+        SourceFile::Norm,
     ];
 
     /// The file name.
@@ -75,6 +85,9 @@ impl SourceFile {
             SourceFile::Extreme => "extreme.cu",
             SourceFile::Softmax => "softmax.cu",
             SourceFile::Index => "index.cu",
+            SourceFile::Scan => "scan.cu",
+            SourceFile::Sort => "sort.cu",
+            SourceFile::Norm => "norm.cu",
         }
     }
 
@@ -89,17 +102,28 @@ impl SourceFile {
             SourceFile::Extreme => include_str!("../kernels/extreme.cu"),
             SourceFile::Softmax => include_str!("../kernels/softmax.cu"),
             SourceFile::Index => include_str!("../kernels/index.cu"),
+            SourceFile::Scan => include_str!("../kernels/scan.cu"),
+            SourceFile::Sort => include_str!("../kernels/sort.cu"),
+            SourceFile::Norm => include_str!("../kernels/norm.cu"),
         }
     }
 
-    /// The full text NVRTC compiles: `common.cuh` (and `reduce_common.cuh` for the reduction
-    /// files), then the file.
+    /// The full text NVRTC compiles: `common.cuh` (then `reduce_common.cuh` for the reduction
+    /// files and `rows_common.cuh` for the row-wise ones), then the file.
     pub fn source(self) -> String {
         let reduce = match self {
             SourceFile::Reduce | SourceFile::Extreme | SourceFile::Softmax => REDUCE_COMMON,
             _ => "",
         };
-        format!("{COMMON}\n{reduce}\n#line 1 \"{}\"\n{}", self.file_name(), self.body())
+        let rows = match self {
+            SourceFile::Softmax | SourceFile::Norm | SourceFile::Scan => ROWS_COMMON,
+            _ => "",
+        };
+        format!(
+            "{COMMON}\n{reduce}\n{rows}\n#line 1 \"{}\"\n{}",
+            self.file_name(),
+            self.body()
+        )
     }
 
     fn index(self) -> usize {

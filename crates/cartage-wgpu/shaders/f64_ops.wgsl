@@ -52,3 +52,26 @@ fn minimum_f64(a: f64, b: f64) -> f64 {
     if is_nan_f64(a) || is_nan_f64(b) { return nan_f64(); }
     return select(b, a, a < b);
 }
+fn floor_f64(x: f64) -> f64 { return floor(x); }
+fn ceil_f64(x: f64) -> f64 { return ceil(x); }
+fn trunc_f64(x: f64) -> f64 { return trunc(x); }
+// Half to even, written out (round() of 64-bit floats is not available everywhere).
+fn round_f64(x: f64) -> f64 {
+    if !(abs(x) < 4503599627370496.0lf) || x == 0.0lf { return x; }
+    let f = floor(x);
+    let d = x - f;
+    let half = f * 0.5lf;
+    var r = f;
+    if d > 0.5lf || (d == 0.5lf && floor(half) != half) { r = f + 1.0lf; }
+    // A zero result keeps the input's sign (a select, which no optimiser folds as it may x * 0).
+    if r == 0.0lf { return select(0.0lf, -0.0lf, x < 0.0lf); }
+    return r;
+}
+fn sign_f64(x: f64) -> f64 {
+    if x > 0.0lf { return 1.0lf; }
+    if x < 0.0lf { return -1.0lf; }
+    return x;
+}
+fn rsqrt_f64(x: f64) -> f64 { return 1.0lf / sqrt_f64(x); }
+fn recip_f64(x: f64) -> f64 { return 1.0lf / x; }
+fn square_f64(x: f64) -> f64 { return x * x; }

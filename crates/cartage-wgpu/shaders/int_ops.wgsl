@@ -56,3 +56,17 @@ fn pow_u32(a: u32, b: u32) -> u32 {
     }
     return r;
 }
+
+// Rounding is the identity on integers; sign is -1, 0 or 1; square wraps.
+fn floor_i32(x: i32) -> i32 { return x; }
+fn ceil_i32(x: i32) -> i32 { return x; }
+fn round_i32(x: i32) -> i32 { return x; }
+fn trunc_i32(x: i32) -> i32 { return x; }
+fn sign_i32(x: i32) -> i32 { return select(select(-1, 1, x > 0), 0, x == 0); }
+fn square_i32(x: i32) -> i32 { return x * x; }
+fn floor_u32(x: u32) -> u32 { return x; }
+fn ceil_u32(x: u32) -> u32 { return x; }
+fn round_u32(x: u32) -> u32 { return x; }
+fn trunc_u32(x: u32) -> u32 { return x; }
+fn sign_u32(x: u32) -> u32 { return select(0u, 1u, x != 0u); }
+fn square_u32(x: u32) -> u32 { return x * x; }

@@ -2,12 +2,16 @@
 //!
 //! - f32, f16, bf16, i32, u8, bool: every op defined for them. f16 and bf16 are stored packed
 //!   and computed in f32 on every adapter (SHADER_F16 is not needed for that).
-//! - f64: only with `SHADER_F64`, and not exp/log/tanh/sigmoid/gelu/pow/softmax/logsumexp,
-//!   which Vulkan's GLSL.std.450 does not define for 64-bit floats.
-//! - i64: fill, arange, copy, casts, where, gather and index_select (and as the index and
-//!   arg-reduction dtype). WGSL has no 64-bit integer arithmetic.
+//! - f64: only with `SHADER_F64`, and not the transcendental unary functions
+//!   ([`UnaryOp::transcendental`]), pow, softmax, logsumexp or cross-entropy, which need exp,
+//!   log or sin that Vulkan's GLSL.std.450 does not define for 64-bit floats; no scatter-add
+//!   (WGSL has no 64-bit atomics, and a float sum cannot be split into word-wise atomic adds).
+//! - i64: fill, arange, copy, casts, where, gather, index_select, sort and scatter (and as the
+//!   index and arg-reduction dtype). WGSL has no 64-bit integer arithmetic.
 
-use cartage_core::{BinaryOp, Capabilities, DType, Op, ReduceOp, UnaryOp};
+#[cfg(doc)]
+use cartage_core::UnaryOp;
+use cartage_core::{BinaryOp, Capabilities, DType, Op, ReduceOp, ScatterMode};
 
 use crate::context::GpuContext;
 
@@ -19,19 +23,33 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
     }
     match dtype {
         DType::F64 => match op {
-            Op::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu)
-            | Op::Binary(BinaryOp::Pow)
+            Op::Unary(u) if u.transcendental() => {
+                Some("Vulkan defines exp, log, sin and tanh only for 16- and 32-bit floats (GLSL.std.450)")
+            }
+            Op::Binary(BinaryOp::Pow)
             | Op::Softmax
             | Op::LogSoftmax
+            | Op::CrossEntropy
             | Op::Reduce(ReduceOp::LogSumExp) => {
                 Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
             }
+            Op::Scatter(ScatterMode::Add) => Some(
+                "WGSL has no 64-bit atomics, so repeated indices cannot add f64 values race-free; scatter-add in f32 or on the CPU",
+            ),
             _ => None,
         },
         DType::I64 => match op {
-            Op::Fill | Op::Arange | Op::Cast(_) | Op::Copy | Op::Where | Op::Gather | Op::IndexSelect => None,
+            Op::Fill
+            | Op::Arange
+            | Op::Cast(_)
+            | Op::Copy
+            | Op::Where
+            | Op::Gather
+            | Op::IndexSelect
+            | Op::Sort
+            | Op::Scatter(_) => None,
             _ => Some(
-                "WGSL has no 64-bit integer arithmetic; i64 tensors can be filled, copied, cast, selected and gathered, and index other tensors",
+                "WGSL has no 64-bit integer arithmetic; i64 tensors can be filled, copied, cast, selected, gathered, sorted and scattered, and index other tensors",
             ),
         },
         _ => None,

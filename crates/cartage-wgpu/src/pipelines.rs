@@ -119,8 +119,10 @@ impl PipelineCache {
         } else {
             // SAFETY: every cartage shader guards its buffer indices against the element counts
             // it is given (which `Kernel::validate` and the binding windows make consistent)
-            // and has loops bounded by uniform counts, so dropping wgpu's own bounds checks and
-            // loop bounding does not allow out-of-bounds access. CARTAGE_WGPU_CHECKED=1 restores them.
+            // and has loops bounded by uniform counts, or compare-exchange loops (scatter) that
+            // end as soon as no other invocation changed the word in between (each retry is
+            // another invocation's success), so dropping wgpu's own bounds checks and loop
+            // bounding does not allow out-of-bounds access. CARTAGE_WGPU_CHECKED=1 restores them.
             unsafe {
                 ctx.device
                     .create_shader_module_trusted(descriptor, wgpu::ShaderRuntimeChecks::unchecked())

@@ -48,12 +48,16 @@ pub use cartage_core::{
 pub use generator::Generator;
 pub use loader::{HostBatch, PrefetchLoader};
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
+pub use runtime::{DeviceExt, device_capabilities, device_info};
 pub use runtime::{
     DevicePick, RuntimeStats, alloc_pinned, alloc_staging, backend, devices, empty_cache, memory_stats,
     reset_peak_memory_stats, reset_stats, set_matmul_precision, stats, synchronize,
 };
 pub use safetensors_io::{SafetensorsFile, load_safetensors, save_safetensors, save_safetensors_with_metadata};
-pub use tensor::{Storage, Tensor};
+pub use tensor::create::NestedArray;
+pub use tensor::nn::{Conv2d, CrossEntropy, Reduction};
+pub use tensor::slicing::{ShapeArg, ShapeInt, SliceArg, SliceBound, SliceItem, SliceSpec, s};
+pub use tensor::{LerpWeight, NormOrd, Storage, Tensor};
 
 /// The README's example, compiled and run as a doctest so that it stays true.
 #[cfg(doctest)]
@@ -62,5 +66,5 @@ struct ReadmeExample;
 
 /// The names most programs need: `use cartage::prelude::*;`.
 pub mod prelude {
-    pub use crate::{DType, Device, DevicePick, Result, Tensor};
+    pub use crate::{DType, Device, DeviceExt, DevicePick, Generator, Result, Tensor, s};
 }

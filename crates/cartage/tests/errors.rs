@@ -63,7 +63,7 @@ fn device_mismatch_names_both_devices_and_both_origins() -> Result<()> {
     assert!(matches!(a.lt(&b), Err(Error::DeviceMismatch { op: "lt", .. })));
     let cond = a.gt(&a)?;
     assert!(matches!(
-        cond.where_(&a, &b),
+        Tensor::where_cond(&cond, &a, &b),
         Err(Error::DeviceMismatch { op: "where", .. })
     ));
     let index = Tensor::zeros(&[2, 3], DType::I64, &other)?;
@@ -139,7 +139,7 @@ fn float_indices_are_refused() -> Result<()> {
     }
     let cond = Tensor::zeros(&[2, 3], DType::F32, &d)?;
     assert!(matches!(
-        cond.where_(&x, &x),
+        Tensor::where_cond(&cond, &x, &x),
         Err(Error::WrongDType { op: "where", .. })
     ));
     Ok(())

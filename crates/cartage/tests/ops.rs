@@ -70,7 +70,7 @@ fn comparisons_and_where() -> Result<()> {
     let picked = Tensor::where_cond(&a.gt(&b)?, &a, &zero)?;
     close(&picked.to_vec()?, &[0.0, 0.0, 3.0]);
     let cond = Tensor::from_slice(&[true, false], &[2, 1], &cpu())?;
-    let grid = cond.where_(&a, &b.neg()?)?;
+    let grid = Tensor::where_cond(&cond, &a, &b.neg()?)?;
     assert_eq!(grid.shape(), &[2, 3]);
     close(&grid.to_vec()?, &[1.0, 5.0, 3.0, -2.0, -5.0, -1.0]);
     Ok(())

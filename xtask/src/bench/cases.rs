@@ -6,6 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod model;
+
+pub use model::ModelOp;
+
 /// The report's sections, in order (the numbering).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -26,11 +30,14 @@ pub enum Section {
     Precision,
     /// 8. Elementwise ops and reductions against the bandwidth ceiling.
     Elementwise,
+    /// 9. The ops a model needs (norms, losses, joins, sorts, scans, convolution, attention),
+    ///    against PyTorch, and on the CPU against numpy.
+    Ops,
 }
 
 impl Section {
     /// Every section, in order.
-    pub const ALL: [Section; 8] = [
+    pub const ALL: [Section; 9] = [
         Section::Devices,
         Section::Sweep,
         Section::SmallTensors,
@@ -39,6 +46,7 @@ impl Section {
         Section::Memory,
         Section::Precision,
         Section::Elementwise,
+        Section::Ops,
     ];
 
     /// The section's number in the report.
@@ -57,6 +65,7 @@ impl Section {
             Section::Memory => "Memory: empty_cache every step against keeping the cache",
             Section::Precision => "Precision: matmul in f32, TF32, f16 and bf16",
             Section::Elementwise => "Elementwise ops and reductions against the bandwidth ceiling",
+            Section::Ops => "Ops a model needs: norms, losses, cat, sort, cumsum, conv2d and attention",
         }
     }
 
@@ -71,6 +80,7 @@ impl Section {
             Section::Memory => "R21",
             Section::Precision => "R24, R32",
             Section::Elementwise => "R1",
+            Section::Ops => "R1",
         }
     }
 }
@@ -215,6 +225,8 @@ pub enum Case {
         /// Elements of the input.
         numel: usize,
     },
+    /// An op of the ops section, with its shape.
+    Model(ModelOp),
 }
 
 /// The parts of a [`Pipeline`](Case::Pipeline) step that run.
@@ -296,6 +308,7 @@ impl Case {
             Case::AllocLoop { empty_cache: true, .. } => "alloc_empty_cache_every_step".into(),
             Case::AllocLoop { empty_cache: false, .. } => "alloc_keep_cache".into(),
             Case::Vector { op, .. } => op.name().into(),
+            Case::Model(op) => op.name().into(),
         }
     }
 
@@ -311,6 +324,7 @@ impl Case {
             Case::Pipeline { batch_bytes, .. } => *batch_bytes,
             Case::LossLoop { steps, .. } | Case::AllocLoop { steps, .. } => *steps,
             Case::Vector { numel, .. } => *numel,
+            Case::Model(op) => op.numel(),
         }
     }
 
@@ -323,7 +337,7 @@ impl Case {
                 "bytes"
             }
             Case::LossLoop { .. } | Case::AllocLoop { .. } => "steps",
-            Case::Vector { .. } => "elements",
+            Case::Vector { .. } | Case::Model(_) => "elements",
         }
     }
 
@@ -411,6 +425,7 @@ impl Case {
                     ops: 1.0,
                 }
             }
+            Case::Model(op) => op.work(s),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! `cartage::bench`, and return the measurement with any case-specific counters.
 //!
 //! Compute cases live here; transfers and pipelines in `exec/io.rs`, step loops in
-//! `exec/steps.rs`.
+//! `exec/steps.rs`, the ops section in `exec/model.rs`.
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -13,6 +13,7 @@ use cartage::{DType, Device, Error, MatmulPrecision, Result, Tensor};
 use super::cases::{Case, Task, VectorOp};
 
 mod io;
+mod model;
 mod steps;
 
 /// A finished measurement and its counters (host syncs, segment allocations…).
@@ -112,6 +113,7 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
             empty_cache,
         } => Ok(steps::alloc_loop(steps, numel, empty_cache, device, bench)?),
         Case::Vector { op, numel } => Ok(vector(op, numel, dtype, device, bench)?.into()),
+        Case::Model(ref op) => Ok(model::run(op, dtype, device, bench)?.into()),
     }
 }
 

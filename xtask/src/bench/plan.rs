@@ -9,6 +9,10 @@ use cartage::{BinaryOp, Capabilities, DType, Op, ReduceOp, UnaryOp};
 use super::cases::{Case, PipelineMode, Section, Task, VectorOp};
 use super::report::Skip;
 
+mod ops;
+
+pub use ops::OpsSizes;
+
 /// Sizes and budgets of one run.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -34,6 +38,8 @@ pub struct Plan {
     pub precision_n: usize,
     /// Elements of the elementwise and reduction inputs.
     pub vector_numel: usize,
+    /// Shapes of the ops section.
+    pub ops: OpsSizes,
 }
 
 /// How long each measurement warms up and samples (shared with the reference runner).
@@ -91,6 +97,7 @@ impl Plan {
                 alloc_loop: (10, MIB),
                 precision_n: 512,
                 vector_numel: MIB,
+                ops: OpsSizes::new(true),
             }
         } else {
             Plan {
@@ -112,6 +119,7 @@ impl Plan {
                 alloc_loop: (50, 4 * MIB),
                 precision_n: 4096,
                 vector_numel: 16 * MIB,
+                ops: OpsSizes::new(false),
             }
         }
     }
@@ -263,6 +271,9 @@ impl Plan {
                 };
                 add(Section::Elementwise, dtype, case, &[vector_kernel(op)]);
             }
+        }
+        for (dtype, case, needs) in self.ops.cases(device == "cpu") {
+            add(Section::Ops, dtype, case, &needs);
         }
         (tasks, skips)
     }

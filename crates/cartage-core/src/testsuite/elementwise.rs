@@ -16,18 +16,43 @@ fn contiguous(shape: &[usize]) -> Layout {
     Layout::contiguous(shape).expect("suite shapes are small")
 }
 
+/// Inputs valid for `op`: rounding ops on a 0.5 grid (exact ties, checked half to even), sign
+/// on a grid that holds zeros, log1p above -1, rsqrt/recip away from 0 (zero, where they give
+/// +inf, is in `unary_edges`), softplus on both sides of its threshold 20, integer squares that
+/// overflow.
 fn unary_spec(op: UnaryOp) -> Spec {
     match op {
         UnaryOp::Exp => Spec::new((-5.0, 5.0), (-100, 100)),
         UnaryOp::Log => Spec::new((0.05, 10.0), (1, 100)),
         UnaryOp::Sqrt => Spec::new((0.0, 10.0), (0, 100)),
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => {
+            Spec::new((-6.0, 6.0), (-100, 100)).grid(0.5)
+        }
+        UnaryOp::Sign => Spec::new((-2.0, 2.0), (-3, 3)).grid(0.5),
+        UnaryOp::Rsqrt => Spec::new((0.05, 10.0), (1, 100)),
+        UnaryOp::Recip => Spec::new((0.25, 4.0), (1, 100)).signed(),
+        UnaryOp::Square => Spec::new((-8.0, 8.0), (-(1 << 40), 1 << 40)),
+        UnaryOp::Log1p => Spec::new((-0.95, 5.0), (0, 100)),
+        UnaryOp::Sin | UnaryOp::Cos => Spec::new((-6.0, 6.0), (-100, 100)),
+        UnaryOp::Silu => Spec::new((-10.0, 10.0), (-100, 100)),
+        UnaryOp::Softplus => Spec::new((-10.0, 30.0), (-100, 100)),
         _ => Spec::standard(),
     }
 }
 
-fn unary_tolerance(op: UnaryOp, dtype: DType) -> Tolerance {
+/// Exact for ops that move, round or compare values; one or two roundings for `square` and the
+/// transcendental tolerance (a few ulps for GPU math libraries) for the rest.
+pub(super) fn unary_tolerance(op: UnaryOp, dtype: DType) -> Tolerance {
     match op {
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => Tolerance::EXACT,
+        UnaryOp::Neg
+        | UnaryOp::Abs
+        | UnaryOp::Relu
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::Sign => Tolerance::EXACT,
+        UnaryOp::Square => Tolerance::of(dtype),
         _ => Tolerance::transcendental(dtype),
     }
 }

@@ -13,7 +13,7 @@ use super::harness::Harness;
 use super::reference::{self, Tolerance};
 use super::views::{View, ViewKind, view};
 
-const INDEX_DTYPES: [DType; 2] = [DType::I32, DType::I64];
+pub(super) const INDEX_DTYPES: [DType; 2] = [DType::I32, DType::I64];
 
 /// An index operand of `shape` viewed as `kind`, every value in `0..size`.
 fn index_operand(h: &Harness, dtype: DType, kind: ViewKind, shape: &[usize], size: usize) -> Operand {
@@ -156,14 +156,14 @@ pub fn index_select(h: &Harness) {
 }
 
 /// Launch `kernel` and require `IndexOutOfRange { index: bad, dim, size }` from the launch, the
-/// synchronize after it, or the read of `out`.
-fn expect_out_of_range(
+/// synchronize after it, or the read of `out` (any `dim` when `dim` is `None`).
+pub(super) fn expect_out_of_range(
     h: &Harness,
     what: &str,
     kernel: &Kernel,
     out: &DeviceBuffer,
     bad: i64,
-    dim: usize,
+    dim: Option<usize>,
     size: usize,
 ) {
     h.count_check();
@@ -180,7 +180,8 @@ fn expect_out_of_range(
             device,
             ..
         }) => {
-            if index != bad || d != dim || s != size || device != h.device() {
+            if index != bad || dim.is_some_and(|dim| d != dim) || s != size || device != h.device() {
+                let dim = dim.map_or_else(|| "any dim".to_string(), |d| d.to_string());
                 h.fail(format!(
                     "{what}: IndexOutOfRange names index {index}, dim {d}, size {s}, {device}; expected {bad}, {dim}, {size}, {}",
                     h.device()
@@ -227,7 +228,7 @@ pub fn index_out_of_range(h: &Harness) {
                 out: out.contiguous(&[n, cols]),
             };
             let what = format!("index_select by {index_dtype} [{n}] holding {bad} at {at}");
-            expect_out_of_range(h, &what, &kernel, &out, bad, 0, rows);
+            expect_out_of_range(h, &what, &kernel, &out, bad, Some(0), rows);
             // gather along dim 1 of [rows, cols] with an index of [rows, n / rows]-ish shape.
             let gather_shape = [1, n];
             let mut gather_values: Vec<i64> = (0..n).map(|_| h.below(cols) as i64).collect();
@@ -242,7 +243,7 @@ pub fn index_out_of_range(h: &Harness) {
                 out: out.contiguous(&gather_shape),
             };
             let what = format!("gather by {index_dtype} {gather_shape:?} holding {bad_col} at {at}");
-            expect_out_of_range(h, &what, &kernel, &out, bad_col, 1, cols);
+            expect_out_of_range(h, &what, &kernel, &out, bad_col, Some(1), cols);
         }
         // The backend still works after those errors.
         let index = index_operand(h, index_dtype, ViewKind::Contiguous, &[6], rows);

@@ -26,16 +26,24 @@ pub mod buffers;
 pub mod checks;
 pub mod convert;
 pub mod creation;
+pub mod cross_entropy;
 pub mod elementwise;
 pub mod errors;
+pub mod errors_model;
 pub mod harness;
 pub mod index;
 pub mod layout_props;
 pub mod matmul;
 pub mod memory;
+pub mod norm;
 pub mod random;
 pub mod reduce;
 pub mod reference;
+pub mod reference_model;
+pub mod scan;
+pub mod scatter;
+pub mod sort;
+pub mod unary_edges;
 pub mod views;
 
 pub use buffers::{DeviceBuffer, Operand, Spec};
@@ -99,6 +107,10 @@ macro_rules! conformance_tests {
                 suite::run(SUITE, "unary", $open, suite::elementwise::unary);
             }
             #[test]
+            fn unary_edges() {
+                suite::run(SUITE, "unary_edges", $open, suite::unary_edges::unary_edges);
+            }
+            #[test]
             fn binary() {
                 suite::run(SUITE, "binary", $open, suite::elementwise::binary);
             }
@@ -132,6 +144,22 @@ macro_rules! conformance_tests {
                 suite::run(SUITE, "softmax", $open, suite::reduce::softmax);
             }
             #[test]
+            fn scan() {
+                suite::run(SUITE, "scan", $open, suite::scan::scan);
+            }
+            #[test]
+            fn sort() {
+                suite::run(SUITE, "sort", $open, suite::sort::sort);
+            }
+            #[test]
+            fn norm() {
+                suite::run(SUITE, "norm", $open, suite::norm::norm);
+            }
+            #[test]
+            fn cross_entropy() {
+                suite::run(SUITE, "cross_entropy", $open, suite::cross_entropy::cross_entropy);
+            }
+            #[test]
             fn matmul() {
                 suite::run(SUITE, "matmul", $open, suite::matmul::matmul);
             }
@@ -153,6 +181,10 @@ macro_rules! conformance_tests {
                 );
             }
             #[test]
+            fn scatter() {
+                suite::run(SUITE, "scatter", $open, suite::scatter::scatter);
+            }
+            #[test]
             fn layout_props() {
                 suite::run(SUITE, "layout_props", $open, suite::layout_props::layout_props);
             }
@@ -163,6 +195,15 @@ macro_rules! conformance_tests {
                     "malformed_kernels",
                     $open,
                     suite::errors::malformed_kernels,
+                );
+            }
+            #[test]
+            fn malformed_model_kernels() {
+                suite::run(
+                    SUITE,
+                    "malformed_model_kernels",
+                    $open,
+                    suite::errors_model::malformed_model_kernels,
                 );
             }
         }

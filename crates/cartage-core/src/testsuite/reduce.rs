@@ -1,5 +1,6 @@
 //! `Reduce` (every op × dtype over one, several, all or no dimensions of contiguous, strided and
-//! broadcast inputs; first-index ties; float max/min/argmax/argmin again over inputs holding NaN
+//! broadcast inputs; products of magnitudes near 1, wrapping for integers, 1 when empty;
+//! first-index ties; float max/min/argmax/argmin again over inputs holding NaN
 //! and ±inf: NaN propagates, and the arg-reductions pick the first NaN) and `Softmax` /
 //! log-softmax (any dimension, max-subtracted so large inputs do not overflow). The large
 //! reductions use integer-valued inputs, whose sums are exact in any order, so one lost element
@@ -12,6 +13,7 @@ use crate::layout::{Dims, Layout};
 use super::buffers::{Operand, Spec, operand_with_specials};
 use super::harness::Harness;
 use super::reference::{self, Tolerance, accumulation_eps, reduced_shape};
+use super::scan::product_values;
 use super::views::{LARGE, ViewKind, view};
 
 fn dims_of(dims: &[usize]) -> Dims {
@@ -58,7 +60,7 @@ fn applies(op: ReduceOp, shape: &[usize], dims: &[usize]) -> bool {
     let outputs: usize = reduced_shape(shape, dims).iter().product();
     match op {
         ReduceOp::ArgMax | ReduceOp::ArgMin if dims.len() != 1 => false,
-        ReduceOp::Sum | ReduceOp::Mean => true,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod => true,
         _ => per_output > 0 || outputs == 0,
     }
 }
@@ -130,7 +132,14 @@ pub fn reduce(h: &Harness) {
             let specials = dtype.is_float() && nan_sensitive(op);
             for (shape, dims, kind) in reduce_cases() {
                 if applies(op, &shape, &dims) {
-                    let input = h.operand(dtype, kind, &shape, reduce_spec(op));
+                    let input = if op == ReduceOp::Prod {
+                        // Magnitudes near 1 keep long products finite; integers ±1..=3 wrap.
+                        let v = view(kind, &shape);
+                        let base = product_values(h, dtype, v.base_len);
+                        h.operand_from(dtype, v, &base)
+                    } else {
+                        h.operand(dtype, kind, &shape, reduce_spec(op))
+                    };
                     reduce_case(h, op, dtype, &input, &dims, false, "");
                     if specials {
                         // About one special per reduced slice: some slices hold a NaN, some an
@@ -184,6 +193,15 @@ pub fn reduce_large(h: &Harness) {
         if h.supports(Op::Reduce(op), f32) {
             let input = h.operand(f32, ViewKind::Contiguous, &[LARGE], integral);
             reduce_case(h, op, f32, &input, &[0], true, " (integer-valued, ties)");
+        }
+    }
+    // Products of ±1: exact in any order, and a dropped or repeated −1 flips the sign.
+    for dtype in [DType::F32, DType::I32] {
+        if h.supports(Op::Reduce(ReduceOp::Prod), dtype) {
+            let v = view(ViewKind::Contiguous, &[LARGE]);
+            let base: Vec<f64> = (0..LARGE).map(|_| if h.below(2) == 1 { -1.0 } else { 1.0 }).collect();
+            let input = h.operand_from(dtype, v, &base);
+            reduce_case(h, ReduceOp::Prod, dtype, &input, &[0], true, " (±1)");
         }
     }
     // A unique maximum late in the vector: a parallel argmax must combine partial results.

@@ -1,6 +1,7 @@
 //! Strided views the suite feeds to kernels: contiguous, offset, transposed, narrowed, permuted,
 //! broadcast (stride 0) and scalar-broadcast, each built over a contiguous base buffer with
-//! [`Layout`]'s own view methods, plus the table of shapes every element-wise family runs.
+//! [`Layout`]'s own view methods, the layouts of 1-D operands ([`Line`]: any kind, or stride 2),
+//! plus the table of shapes every element-wise family runs.
 
 use crate::layout::{Layout, contiguous_strides};
 
@@ -108,6 +109,42 @@ pub fn view(kind: ViewKind, shape: &[usize]) -> View {
             made(kind, 1, layout)
         }
         _ => made(ViewKind::Contiguous, numel(shape), layout_of(shape)),
+    }
+}
+
+/// A 1-D view of `n` elements with stride 2 from offset 1.
+pub fn strided_1d(n: usize) -> View {
+    View {
+        kind: ViewKind::Narrowed,
+        base_len: 2 * n + 1,
+        layout: Layout::from_parts(&[n], &[2], 1).expect("small"),
+    }
+}
+
+/// How a 1-D operand (a norm's weight or bias, cross-entropy targets and losses) is laid out.
+#[derive(Clone, Copy, Debug)]
+pub enum Line {
+    /// A view kind from [`view`].
+    Kind(ViewKind),
+    /// Stride 2 from offset 1.
+    Stride2,
+}
+
+impl Line {
+    /// The view of `n` elements.
+    pub fn view(self, n: usize) -> View {
+        match self {
+            Line::Kind(kind) => view(kind, &[n]),
+            Line::Stride2 => strided_1d(n),
+        }
+    }
+
+    /// Lower-case name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Line::Kind(kind) => kind.name(),
+            Line::Stride2 => "stride 2",
+        }
     }
 }
 

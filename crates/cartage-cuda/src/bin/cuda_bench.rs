@@ -6,7 +6,11 @@
 //! cuMemcpy from pinned and pageable memory) are measured here too. `--cold-child` is the second
 //! process of the cold-start measurement (kernels found in the on-disk cache).
 //!
-//! Usage: `cuda_bench [--quick]` on a machine with a CUDA device.
+//! `ops` mode times only the row-wise model ops (layer/RMS norm, softmax, log-softmax,
+//! cross-entropy) over 2^26 elements, reporting GB/s of the bytes each must move (`bench/ops_torch.py`
+//! prints the same rows for PyTorch).
+//!
+//! Usage: `cuda_bench [--quick]` or `cuda_bench ops` on a machine with a CUDA device.
 
 use std::ffi::c_void;
 use std::process::Command;
@@ -14,7 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cartage_core::{
-    Backend, BinaryOp, DType, DeviceBuffer, Distribution, Kernel, Layout, MatmulPrecision, ReduceOp, TensorArg,
+    Backend, BinaryOp, DType, DeviceBuffer, Distribution, Kernel, Layout, MatmulPrecision, NormKind, ReduceOp,
+    TensorArg,
 };
 use cartage_cuda::CudaBackend;
 use cartage_cuda::modules::{KernelName, SourceFile};
@@ -274,6 +279,93 @@ fn reductions(b: &Dyn, quick: bool) -> Res<()> {
     Ok(())
 }
 
+/// Elements per `ops` case: 256 MiB of f32.
+const OPS_ELEMENTS: usize = 1 << 26;
+
+/// Class targets in [0, classes) as i64: uniform floats cast down (truncation).
+fn alloc_targets(b: &Dyn, rows: usize, classes: usize) -> Res<DeviceBuffer> {
+    let uniform = DeviceBuffer::new(b, rows * 4)?;
+    Kernel::Random {
+        out: tensor(&uniform, &[rows], DType::F32),
+        distribution: Distribution::Uniform {
+            low: 0.0,
+            high: classes as f64 - 0.5,
+        },
+        seed: 11,
+        offset: 0,
+    }
+    .run(&[&uniform])?;
+    let targets = DeviceBuffer::new(b, rows * 8)?;
+    Kernel::Cast {
+        input: tensor(&uniform, &[rows], DType::F32),
+        out: tensor(&targets, &[rows], DType::I64),
+    }
+    .run(&[&uniform, &targets])?;
+    Ok(targets)
+}
+
+/// The row-wise model ops on [2^26 / cols, cols] (GB/s of the bytes each must read and write).
+fn ops(b: &Dyn) -> Res<()> {
+    let time = |k: &Kernel, bufs: &[&DeviceBuffer]| device_time(b, 5, 30, || k.run(bufs).expect("op"));
+    for dtype in [DType::F32, DType::BF16] {
+        let size = dtype.size_in_bytes();
+        for cols in [64usize, 256, 1024, 4096, 16384, 32768] {
+            let rows = OPS_ELEMENTS / cols;
+            let shape = [rows, cols];
+            let bytes = (OPS_ELEMENTS * size) as f64;
+            let x = alloc_random(b, &shape, dtype, 21)?;
+            let out = DeviceBuffer::new(b, OPS_ELEMENTS * size)?;
+            for log in [false, true] {
+                let k = Kernel::Softmax {
+                    input: tensor(&x, &shape, dtype),
+                    dim: 1,
+                    log,
+                    out: tensor(&out, &shape, dtype),
+                };
+                let name = if log { "log_softmax" } else { "softmax" };
+                let t = time(&k, &[&x, &out])?;
+                result(&format!("{name}_{dtype}_{cols}"), 2.0 * bytes / t / 1e9, "GB/s");
+            }
+            if cols != 4096 {
+                continue;
+            }
+            let (w, bias) = (
+                alloc_random(b, &[cols], dtype, 22)?,
+                alloc_random(b, &[cols], dtype, 23)?,
+            );
+            for kind in [NormKind::Layer, NormKind::Rms] {
+                let k = Kernel::Norm {
+                    kind,
+                    input: tensor(&x, &shape, dtype),
+                    weight: Some(tensor(&w, &[cols], dtype)),
+                    bias: (kind == NormKind::Layer).then(|| tensor(&bias, &[cols], dtype)),
+                    eps: 1e-5,
+                    out: tensor(&out, &shape, dtype),
+                };
+                let t = time(&k, &[&x, &w, &bias, &out])?;
+                result(
+                    &format!("{}_{dtype}_{cols}", kind.name()),
+                    2.0 * bytes / t / 1e9,
+                    "GB/s",
+                );
+            }
+            let targets = alloc_targets(b, rows, cols)?;
+            let loss = DeviceBuffer::new(b, rows * size)?;
+            let k = Kernel::CrossEntropy {
+                logits: tensor(&x, &shape, dtype),
+                target: tensor(&targets, &[rows], DType::I64),
+                ignore_index: -100,
+                label_smoothing: 0.0,
+                out: tensor(&loss, &[rows], dtype),
+            };
+            let t = time(&k, &[&x, &targets, &loss])?;
+            let moved = bytes + (rows * (8 + size)) as f64;
+            result(&format!("cross_entropy_{dtype}_{cols}"), moved / t / 1e9, "GB/s");
+        }
+    }
+    Ok(())
+}
+
 fn copies(b: &Dyn, cuda: &CudaBackend, quick: bool) -> Res<()> {
     let sizes: &[usize] = if quick {
         &[64 * MIB]
@@ -478,6 +570,12 @@ fn main() -> Res<()> {
         return cold_child();
     }
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "ops") {
+        let b = cartage_cuda::open_cuda(0)?;
+        eprintln!("cuda_bench ops on {}", b.info());
+        let d: Dyn = b.clone();
+        return ops(&d);
+    }
     let b = cold_start()?;
     eprintln!("cuda_bench on {}", b.info());
     let d: Dyn = b.clone();

@@ -1,9 +1,9 @@
-//! Gather and IndexSelect. Indices are checked on the device: an index outside its dimension is
+//! Gather, IndexSelect and Scatter. Indices are checked on the device: an index outside its dimension is
 //! recorded in a small fault record instead of being followed, and the record is read back after
 //! the launch — a host synchronisation on every gather/index_select, the price of returning
 //! `Error::IndexOutOfRange` instead of garbage or a fault.
 
-use cartage_core::{Error, Result, TensorArg};
+use cartage_core::{Error, Result, ScatterMode, TensorArg};
 use cudarc::driver::DeviceRepr;
 
 use super::geometry::{KernelShape, KernelStrides, MAX_RANK, grid};
@@ -46,28 +46,9 @@ fn check_rank(op: &'static str, input: &TensorArg) -> Result<()> {
     Ok(())
 }
 
-fn run(
-    backend: &CudaBackend,
-    op: &'static str,
-    kernel: &'static str,
-    input: &TensorArg,
-    index: &TensorArg,
-    dim: usize,
-    out: &TensorArg,
-) -> Result<()> {
-    let n = out.layout.numel();
-    if n == 0 {
-        return Ok(());
-    }
-    let geom = IndexGeom {
-        out_shape: KernelShape::new(out.layout.shape()),
-        out_strides: KernelStrides::new(out.layout.strides()),
-        in_strides: KernelStrides::new(input.layout.strides()),
-        index_strides: KernelStrides::new(index.layout.strides()),
-        dim: dim as i32,
-        pad: 0,
-        dim_size: input.layout.shape()[dim] as u64,
-    };
+/// Run `launch` with the device address of a cleared fault record, then read the record back:
+/// `Some(index)` when a kernel recorded an out-of-range index. The host waits for the launch.
+pub(super) fn with_fault(backend: &CudaBackend, launch: impl FnOnce(u64) -> Result<()>) -> Result<Option<i64>> {
     let fault = backend.allocator.alloc(FAULT_BYTES)?;
     let slice = fault.slice();
     let outcome = (|| {
@@ -77,23 +58,7 @@ fn run(
         // stream order before the kernel that writes it.
         unsafe { driver::memset_async(slice.addr(), 0, FAULT_BYTES, backend.compute.cu_stream()) }
             .map_err(driver::error(backend.device, "clear index fault"))?;
-        let name = backend.modules.kernel(KernelName::new(
-            SourceFile::Index,
-            [kernel, size_name(input.dtype), index.dtype.name(), ""],
-        ))?;
-        let (po, pi, px, pf) = (device_ptr(out), device_ptr(input), device_ptr(index), slice.addr());
-        let cfg = grid(n as u64, max_blocks(backend, &name));
-        launch_kernel!(
-            backend,
-            name,
-            cfg,
-            [input.buffer, index.buffer, out.buffer, slice],
-            &po,
-            &pi,
-            &px,
-            &pf,
-            &geom
-        )?;
+        launch(slice.addr())?;
         let mut record = [0u8; FAULT_BYTES];
         // SAFETY: `slice` is the live fault block allocated above, freed only after this read.
         unsafe { crate::copies::read(backend, slice, &mut record) }?;
@@ -101,18 +66,90 @@ fn run(
     })();
     backend.allocator.free(fault);
     let record = outcome?;
-    if u32::from_le_bytes([record[0], record[1], record[2], record[3]]) != 0 {
-        let mut value = [0u8; 8];
-        value.copy_from_slice(&record[8..16]);
-        return Err(Error::IndexOutOfRange {
-            op,
-            index: i64::from_le_bytes(value),
-            dim,
-            size: input.layout.shape()[dim],
-            device: backend.device,
-        });
+    if u32::from_le_bytes([record[0], record[1], record[2], record[3]]) == 0 {
+        return Ok(None);
     }
-    Ok(())
+    let mut value = [0u8; 8];
+    value.copy_from_slice(&record[8..16]);
+    Ok(Some(i64::from_le_bytes(value)))
+}
+
+/// One launch of an index kernel over `shape` (the output's for gather/index_select, the
+/// index's for scatter), then its index check.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    backend: &CudaBackend,
+    op: &'static str,
+    name: KernelName,
+    geom: IndexGeom,
+    (input, index, out): (&TensorArg, &TensorArg, &TensorArg),
+    dim: usize,
+    size: usize,
+) -> Result<()> {
+    let n = geom.out_shape.numel;
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = backend.modules.kernel(name)?;
+    let (po, pi, px) = (device_ptr(out), device_ptr(input), device_ptr(index));
+    let cfg = grid(n, max_blocks(backend, &kernel));
+    let fault = with_fault(backend, |pf| {
+        launch_kernel!(
+            backend,
+            kernel,
+            cfg,
+            [input.buffer, index.buffer, out.buffer],
+            &po,
+            &pi,
+            &px,
+            &pf,
+            &geom
+        )
+    })?;
+    match fault {
+        None => Ok(()),
+        Some(index) => Err(Error::IndexOutOfRange {
+            op,
+            index,
+            dim,
+            size,
+            device: backend.device,
+        }),
+    }
+}
+
+fn geometry(
+    shape: &[usize],
+    out: &TensorArg,
+    input: &TensorArg,
+    index: &TensorArg,
+    dim: usize,
+    size: usize,
+) -> IndexGeom {
+    IndexGeom {
+        out_shape: KernelShape::new(shape),
+        out_strides: KernelStrides::new(out.layout.strides()),
+        in_strides: KernelStrides::new(input.layout.strides()),
+        index_strides: KernelStrides::new(index.layout.strides()),
+        dim: dim as i32,
+        pad: 0,
+        dim_size: size as u64,
+    }
+}
+
+fn gather_like(
+    backend: &CudaBackend,
+    op: &'static str,
+    input: &TensorArg,
+    index: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+) -> Result<()> {
+    check_rank(op, input)?;
+    let size = input.layout.shape()[dim];
+    let geom = geometry(out.layout.shape(), out, input, index, dim, size);
+    let name = KernelName::new(SourceFile::Index, [op, size_name(input.dtype), index.dtype.name(), ""]);
+    run(backend, op, name, geom, (input, index, out), dim, size)
 }
 
 pub(super) fn gather(
@@ -122,8 +159,7 @@ pub(super) fn gather(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
-    check_rank("gather", input)?;
-    run(backend, "gather", "gather", input, index, dim, out)
+    gather_like(backend, "gather", input, index, dim, out)
 }
 
 pub(super) fn index_select(
@@ -133,6 +169,32 @@ pub(super) fn index_select(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
-    check_rank("index_select", input)?;
-    run(backend, "index_select", "index_select", input, index, dim, out)
+    gather_like(backend, "index_select", input, index, dim, out)
+}
+
+/// Scatter `src` into `out` at `index` along `dim` (assign by size, add by dtype with atomics).
+pub(super) fn scatter(
+    backend: &CudaBackend,
+    mode: ScatterMode,
+    src: &TensorArg,
+    index: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+) -> Result<()> {
+    let op = mode.name();
+    check_rank(op, out)?;
+    let size = out.layout.shape()[dim];
+    // Positions run over the index's shape; the source is read there (its strides, its box).
+    let geom = geometry(index.layout.shape(), out, src, index, dim, size);
+    let name = match mode {
+        ScatterMode::Assign => KernelName::new(
+            SourceFile::Index,
+            ["scatter", size_name(src.dtype), index.dtype.name(), ""],
+        ),
+        ScatterMode::Add => KernelName::new(
+            SourceFile::Index,
+            ["scatter_add", src.dtype.name(), index.dtype.name(), ""],
+        ),
+    };
+    run(backend, op, name, geom, (src, index, out), dim, size)
 }

@@ -17,6 +17,9 @@ mod elementwise;
 pub mod geometry;
 mod index;
 mod reduce;
+mod rows;
+mod scan;
+mod sort;
 
 /// Queue the [`crate::modules::LoadedKernel`] `$kernel` on the compute stream after ordering it
 /// behind the users of `$slices` (an array of the operands' buffers); the arguments must be
@@ -75,12 +78,36 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
         }
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
-        other => Err(cartage_core::Error::unsupported(
-            other.op().name(),
-            other.dtype(),
-            cartage_core::Backend::device(backend),
-            "not implemented on this backend yet",
-        )),
+        Kernel::Scan { op, input, dim, out } => scan::scan(backend, *op, input, *dim, out),
+        Kernel::Sort {
+            input,
+            dim,
+            descending,
+            values,
+            indices,
+        } => sort::sort(backend, input, *dim, *descending, values, indices),
+        Kernel::Scatter {
+            mode,
+            src,
+            index,
+            dim,
+            out,
+        } => index::scatter(backend, *mode, src, index, *dim, out),
+        Kernel::Norm {
+            kind,
+            input,
+            weight,
+            bias,
+            eps,
+            out,
+        } => rows::norm(backend, *kind, input, weight.as_ref(), bias.as_ref(), *eps, out),
+        Kernel::CrossEntropy {
+            logits,
+            target,
+            ignore_index,
+            label_smoothing,
+            out,
+        } => rows::cross_entropy(backend, logits, target, *ignore_index, *label_smoothing, out),
     }
 }
 

@@ -101,7 +101,7 @@ pub(super) fn reduce(
     let dense = cols <= 1 || (cols_c.dims.len() == 1 && cols_c.strides[0][0] == 1);
     let rows_side_by_side = rows_c.strides[0].last() == Some(&1);
     let file = match op {
-        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::LogSumExp => SourceFile::Reduce,
+        ReduceOp::Sum | ReduceOp::Mean | ReduceOp::LogSumExp | ReduceOp::Prod => SourceFile::Reduce,
         _ => SourceFile::Extreme,
     };
     let kernel = backend
@@ -163,6 +163,9 @@ pub(super) fn reduce(
 }
 
 pub(super) fn softmax(backend: &CudaBackend, input: &TensorArg, dim: usize, log: bool, out: &TensorArg) -> Result<()> {
+    if super::rows::softmax_fast(backend, input, dim, log, out)? {
+        return Ok(());
+    }
     let op = if log { "log_softmax" } else { "softmax" };
     let rank = input.layout.rank();
     let shape = input.layout.shape();

@@ -103,7 +103,13 @@ impl IndexChecks {
 
 impl IndexChecks {
     /// A slot for an op launched now by this thread, and the window of the flags buffer.
-    fn reserve(&mut self, backend: &WgpuBackend, op: &'static str, dim: usize, size: usize) -> Result<(u32, Window)> {
+    pub(crate) fn reserve(
+        &mut self,
+        backend: &WgpuBackend,
+        op: &'static str,
+        dim: usize,
+        size: usize,
+    ) -> Result<(u32, Window)> {
         if self.pending.len() == SLOTS {
             self.collect(backend)?;
         }

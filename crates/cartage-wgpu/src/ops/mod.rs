@@ -1,14 +1,20 @@
 //! One arm per [`Kernel`] variant, each in the module of its kernel family.
 
+pub(crate) mod cross_entropy;
 pub(crate) mod elementwise;
 pub(crate) mod geometry;
 pub(crate) mod index;
 pub(crate) mod map;
 pub(crate) mod matmul;
+pub(crate) mod norm;
 pub(crate) mod patch;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod rows;
+pub(crate) mod scan;
+pub(crate) mod scatter;
 pub(crate) mod softmax;
+pub(crate) mod sort;
 
 use cartage_core::{Kernel, Result};
 
@@ -42,11 +48,35 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
         Kernel::Matmul { lhs, rhs, out } => matmul::matmul(backend, lhs, rhs, out),
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
-        other => Err(cartage_core::Error::unsupported(
-            other.op().name(),
-            other.dtype(),
-            cartage_core::Backend::device(backend),
-            "not implemented on this backend yet",
-        )),
+        Kernel::Scan { op, input, dim, out } => scan::scan(backend, *op, input, *dim, out),
+        Kernel::Sort {
+            input,
+            dim,
+            descending,
+            values,
+            indices,
+        } => sort::sort(backend, input, *dim, *descending, values, indices),
+        Kernel::Scatter {
+            mode,
+            src,
+            index,
+            dim,
+            out,
+        } => scatter::scatter(backend, *mode, src, index, *dim, out),
+        Kernel::Norm {
+            kind,
+            input,
+            weight,
+            bias,
+            eps,
+            out,
+        } => norm::norm(backend, *kind, input, weight.as_ref(), bias.as_ref(), *eps, out),
+        Kernel::CrossEntropy {
+            logits,
+            target,
+            ignore_index,
+            label_smoothing,
+            out,
+        } => cross_entropy::cross_entropy(backend, logits, target, *ignore_index, *label_smoothing, out),
     }
 }

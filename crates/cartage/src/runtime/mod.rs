@@ -5,12 +5,16 @@
 //! - [`DevicePick`] (`Device::pick()`) is the one place that reads `CARTAGE_DEVICE`.
 //! - [`memory_stats`], [`empty_cache`], [`reset_peak_memory_stats`] and [`synchronize`] act on
 //!   one device; [`stats`] reports host syncs (with call sites) and implicit copies.
+//! - [`device_info`], [`device_capabilities`] and the [`DeviceExt`] trait describe a device.
 //!
 //! There is no "current device": every function here takes the device it acts on.
 
+mod device_info;
 mod pick;
 mod registry;
 mod stats;
+
+pub use device_info::{DeviceExt, device_capabilities, device_info};
 
 pub use pick::{DEVICE_ENV, DevicePick, pick_from};
 pub use registry::{BackendStatus, backend, backend_statuses, devices, is_software_adapter};

@@ -4,8 +4,14 @@
 //!
 //! Random tensors draw element `i` from Philox at counter `i` under the given seed, so one seed
 //! gives the same values on every backend.
+//!
+//! [`Tensor::new`] builds from nested arrays of any [`Element`] (up to rank 3): the shape comes
+//! from the array type ([`NestedArray`]).
 
-use cartage_core::{DType, Device, Distribution, Element, Error, Kernel, Op, Result, Scalar, checked_numel};
+use cartage_core::{
+    BinaryOp, DType, Device, Distribution, Element, Error, Kernel, Op, Result, Scalar, Site, checked_numel,
+};
+use half::{bf16, f16};
 
 use crate::Generator;
 
@@ -133,6 +139,224 @@ impl Tensor {
         Tensor::random(shape, dtype, distribution, draw, device, caller())
     }
 
+    /// `steps` values evenly spaced from `start` to `end`, both included exactly (the last
+    /// element is written as `end` itself). Computed on the device in f64 and converted to
+    /// `dtype`; `steps = 1` gives `[start]`, `steps = 0` an empty tensor.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::linspace(0.0, 1.0, 5, DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        let site = caller();
+        if !(start.is_finite() && end.is_finite()) {
+            return Err(Error::invalid(
+                "linspace",
+                format!("start {start} and end {end} must be finite"),
+            ));
+        }
+        check::defined_for("linspace", Op::Arange, dtype, "any dtype")?;
+        let backend = runtime::backend(device)?;
+        let out = Tensor::alloc_on(&backend, &[steps], dtype, site)?;
+        let step = if steps > 1 {
+            (end - start) / (steps - 1) as f64
+        } else {
+            0.0
+        };
+        let kernel = Kernel::Arange {
+            out: out.as_arg(),
+            start,
+            step,
+        };
+        out.launch(&kernel, &[], steps)?;
+        if steps > 1 {
+            let last = out.narrow(0, steps - 1, 1)?;
+            let fill = Kernel::Fill {
+                out: last.as_arg(),
+                value: Scalar::Float(end),
+            };
+            last.launch(&fill, &[], 1)?;
+        }
+        Ok(out)
+    }
+
+    /// The `n × n` identity matrix, built on the device (an `arange` compared with itself).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let i = Tensor::eye(2, DType::I64, &Device::cpu())?;
+    /// assert_eq!(i.to_vec::<i64>()?, vec![1, 0, 0, 1]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        let site = caller();
+        // i32 where it holds n (wgpu has no i64 comparison).
+        let index_dtype = if n <= i32::MAX as usize { DType::I32 } else { DType::I64 };
+        let a = Tensor::arange(0.0, n as f64, 1.0, index_dtype, device)?;
+        let diagonal = a.reshape(&[n, 1])?.eq(&a.reshape(&[1, n])?)?;
+        let out = diagonal.to_dtype(dtype)?;
+        Ok(Tensor { origin: site, ..out })
+    }
+
+    /// Zeros of this tensor's shape, dtype and device.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::ones(&[2, 3], DType::I32, &Device::cpu())?;
+    /// let z = x.zeros_like()?;
+    /// assert_eq!((z.shape(), z.dtype()), (&[2usize, 3][..], DType::I32));
+    /// assert_eq!(z.to_vec::<i32>()?, vec![0; 6]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::fill_new(self.shape(), Scalar::Int(0), self.dtype, &self.device, caller())
+    }
+
+    /// Ones of this tensor's shape, dtype and device.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.ones_like()?.to_vec::<f32>()?, vec![1.0, 1.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::fill_new(self.shape(), Scalar::Int(1), self.dtype, &self.device, caller())
+    }
+
+    /// `value` (converted to this tensor's dtype) in this tensor's shape, dtype and device.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.full_like(2.5)?.to_vec::<f32>()?, vec![2.5, 2.5]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn full_like(&self, value: impl Into<Scalar>) -> Result<Tensor> {
+        Tensor::fill_new(self.shape(), value.into(), self.dtype, &self.device, caller())
+    }
+
+    /// Integers drawn uniformly from `[low, high)`, reproducible from `seed`, as `dtype` (any
+    /// numeric dtype). Drawn on the device: uniform floats in `[0, high - low)`, floored by the
+    /// cast to i64, shifted by `low`, cast to `dtype`. `high - low` may be at most 2^24 where the
+    /// device has no f64 random numbers, else 2^52.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::randint(-3, 3, &[100], DType::I64, 0, &Device::cpu())?;
+    /// assert!(x.to_vec::<i64>()?.iter().all(|v| (-3..3).contains(v)));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn randint(low: i64, high: i64, shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
+        Tensor::randint_at(low, high, shape, dtype, (seed, 0), device, caller())
+    }
+
+    /// [`Tensor::randint`] drawn from `rng`, which moves past the draw.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Generator, Tensor};
+    /// let mut rng = Generator::new(3);
+    /// let a = Tensor::randint_with(0, 1000, &[8], DType::I32, &mut rng, &Device::cpu())?;
+    /// let b = Tensor::randint_with(0, 1000, &[8], DType::I32, &mut rng, &Device::cpu())?;
+    /// assert_ne!(a.to_vec::<i32>()?, b.to_vec::<i32>()?);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn randint_with(
+        low: i64,
+        high: i64,
+        shape: &[usize],
+        dtype: DType,
+        rng: &mut Generator,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let draw = rng.advance(checked_numel(shape).unwrap_or(0) as u64);
+        Tensor::randint_at(low, high, shape, dtype, draw, device, caller())
+    }
+
+    fn randint_at(
+        low: i64,
+        high: i64,
+        shape: &[usize],
+        dtype: DType,
+        draw: (u64, u64),
+        device: &Device,
+        site: Site,
+    ) -> Result<Tensor> {
+        if dtype == DType::Bool {
+            return Err(Error::WrongDType {
+                op: "randint",
+                dtype,
+                expected: "a numeric dtype",
+            });
+        }
+        let backend = runtime::backend(device)?;
+        let caps = backend.capabilities();
+        let (float, limit) = if caps.supports(Op::RandomUniform, DType::F64) {
+            (DType::F64, 1u64 << 52)
+        } else {
+            (DType::F32, 1u64 << 24)
+        };
+        let range = high.checked_sub(low).filter(|&r| r > 0 && r as u64 <= limit);
+        let Some(range) = range else {
+            return Err(Error::invalid(
+                "randint",
+                format!("the range [{low}, {high}) must be non-empty and span at most {limit} integers on {device}"),
+            ));
+        };
+        // Integer work in i64 where the device has i64 arithmetic, else in i32 (wgpu).
+        let work = if caps.supports(Op::Binary(BinaryOp::Add), DType::I64) {
+            DType::I64
+        } else {
+            DType::I32
+        };
+        let fits_i32 = i32::try_from(low).is_ok() && i32::try_from(high).is_ok();
+        if work == DType::I32 && !fits_i32 {
+            return Err(Error::invalid(
+                "randint",
+                format!("{device} has no 64-bit integer arithmetic: low {low} and high {high} must fit in i32"),
+            ));
+        }
+        let distribution = Distribution::Uniform {
+            low: 0.0,
+            high: range as f64,
+        };
+        let uniform = Tensor::random(shape, float, distribution, draw, device, site)?;
+        // The draws are ≥ 0, so the cast (truncation) is the floor. Rounding can land a draw on
+        // `range` itself: clamp to the last integer, then shift by `low`.
+        let ints = uniform.to_dtype(work)?;
+        let top = ints.scalar_like(Scalar::Int(range - 1), site)?;
+        let bottom = ints.scalar_like(Scalar::Int(low), site)?;
+        let shifted = ints.minimum(&top)?.add(&bottom)?;
+        let out = shifted.to_dtype(dtype)?;
+        Ok(Tensor { origin: site, ..out })
+    }
+
+    /// A tensor from a nested array of any [`Element`]: `[T; N]`, `[[T; N]; M]` or
+    /// `[[[T; N]; M]; L]`, whose shape is taken from the type.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.shape(), &[2, 3]);
+    /// assert_eq!(x.to_vec2::<f32>()?, vec![vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn new<A: NestedArray>(data: A, device: &Device) -> Result<Tensor> {
+        let mut values = Vec::with_capacity(A::SHAPE.iter().product());
+        data.flatten_into(&mut values);
+        Tensor::from_vec(values, A::SHAPE, device)
+    }
+
     /// A tensor holding a copy of `data` (row-major) with `shape`, on `device`.
     #[track_caller]
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: &Device) -> Result<Tensor> {
@@ -220,3 +444,41 @@ impl Tensor {
         Ok(out)
     }
 }
+
+/// A nested array [`Tensor::new`] accepts: `[T; N]`, `[[T; N]; M]` or `[[[T; N]; M]; L]` of any
+/// [`Element`] `T`.
+pub trait NestedArray {
+    /// The element type.
+    type Elem: Element;
+    /// The shape, outermost first.
+    const SHAPE: &'static [usize];
+    /// Append the elements in row-major order.
+    fn flatten_into(&self, out: &mut Vec<Self::Elem>);
+}
+
+macro_rules! nested_arrays {
+    ($($t:ty),*) => {$(
+        impl<const N: usize> NestedArray for [$t; N] {
+            type Elem = $t;
+            const SHAPE: &'static [usize] = &[N];
+            fn flatten_into(&self, out: &mut Vec<$t>) {
+                out.extend_from_slice(self);
+            }
+        }
+        impl<const N: usize, const M: usize> NestedArray for [[$t; N]; M] {
+            type Elem = $t;
+            const SHAPE: &'static [usize] = &[M, N];
+            fn flatten_into(&self, out: &mut Vec<$t>) {
+                self.iter().for_each(|row| out.extend_from_slice(row));
+            }
+        }
+        impl<const N: usize, const M: usize, const L: usize> NestedArray for [[[$t; N]; M]; L] {
+            type Elem = $t;
+            const SHAPE: &'static [usize] = &[L, M, N];
+            fn flatten_into(&self, out: &mut Vec<$t>) {
+                self.iter().flatten().for_each(|row| out.extend_from_slice(row));
+            }
+        }
+    )*};
+}
+nested_arrays!(f32, f64, f16, bf16, i32, i64, u8, bool);

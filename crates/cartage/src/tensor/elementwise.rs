@@ -7,7 +7,8 @@ use cartage_core::{BinaryOp, CompareOp, DType, Kernel, Op, Result, Scalar, Site,
 use super::{Tensor, caller, check};
 
 const ARITHMETIC_DTYPES: &str = "a numeric dtype; bool takes part only in maximum/minimum (or/and) and comparisons";
-const UNARY_DTYPES: &str = "a float dtype (neg, abs and relu also take integers)";
+const UNARY_DTYPES: &str =
+    "a float dtype (neg, abs, relu, sign, square, floor, ceil, round and trunc also take integers)";
 
 macro_rules! binary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:expr;)*) => {$(
@@ -118,19 +119,26 @@ impl Tensor {
         gelu => UnaryOp::Gelu;
     }
 
-    /// `cond ? on_true : on_false` element-wise; `cond` is bool, all three broadcast together.
+    /// `cond ? on_true : on_false` element-wise (PyTorch's `torch.where(cond, a, b)`, which
+    /// returns a new tensor); `cond` is bool, all three broadcast together.
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// # fn main() -> cartage::Result<()> {
+    /// let cpu = Device::cpu();
+    /// let x = Tensor::from_slice(&[-1.0f32, 2.0, -3.0], &[3], &cpu)?;
+    /// let zero = Tensor::zeros(&[], DType::F32, &cpu)?;
+    /// let positive = Tensor::where_cond(&x.gt(&zero)?, &x, &zero)?;
+    /// assert_eq!(positive.to_vec::<f32>()?, vec![0.0, 2.0, 0.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-        Tensor::select_where(cond, on_true, on_false, caller())
+        Tensor::where_at(cond, on_true, on_false, caller())
     }
 
-    /// `self ? on_true : on_false` element-wise (`self` is the bool condition).
-    #[track_caller]
-    pub fn where_(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-        Tensor::select_where(self, on_true, on_false, caller())
-    }
-
-    fn binary(&self, op: BinaryOp, rhs: &Tensor, site: Site) -> Result<Tensor> {
+    pub(super) fn binary(&self, op: BinaryOp, rhs: &Tensor, site: Site) -> Result<Tensor> {
         let name = op.name();
         check::same_device_and_dtype(name, self, rhs)?;
         check::defined_for(name, Op::Binary(op), self.dtype, ARITHMETIC_DTYPES)?;
@@ -158,7 +166,7 @@ impl Tensor {
         Ok(out)
     }
 
-    fn compare(&self, op: CompareOp, rhs: &Tensor, site: Site) -> Result<Tensor> {
+    pub(super) fn compare(&self, op: CompareOp, rhs: &Tensor, site: Site) -> Result<Tensor> {
         let name = op.name();
         check::same_device_and_dtype(name, self, rhs)?;
         let (lhs_layout, rhs_layout, shape) = check::broadcast_pair(name, self, rhs)?;
@@ -173,7 +181,7 @@ impl Tensor {
         Ok(out)
     }
 
-    fn unary(&self, op: UnaryOp, site: Site) -> Result<Tensor> {
+    pub(super) fn unary(&self, op: UnaryOp, site: Site) -> Result<Tensor> {
         check::defined_for(op.name(), Op::Unary(op), self.dtype, UNARY_DTYPES)?;
         let out = self.alloc_like(self.shape(), self.dtype, site)?;
         let kernel = Kernel::Unary {
@@ -185,7 +193,7 @@ impl Tensor {
         Ok(out)
     }
 
-    fn select_where(cond: &Tensor, on_true: &Tensor, on_false: &Tensor, site: Site) -> Result<Tensor> {
+    pub(super) fn where_at(cond: &Tensor, on_true: &Tensor, on_false: &Tensor, site: Site) -> Result<Tensor> {
         check::same_device("where", cond, on_true)?;
         check::same_device("where", on_true, on_false)?;
         if cond.dtype != DType::Bool {

@@ -1,4 +1,4 @@
-//! Host reads: `to_vec`, `to_vec_f64` and `item`. Each is an explicit synchronisation point —
+//! Host reads: `to_vec`, `to_vec2`, `to_vec3`, `to_vec_f64` and `item`. Each is an explicit synchronisation point —
 //! the host waits for the device — and is counted with its call site in `cartage::stats()`, so
 //! a loop that reads back every step shows up (R5).
 
@@ -17,6 +17,64 @@ impl Tensor {
         self.expect_dtype::<T>("to_vec", site)?;
         runtime::record_host_sync(site);
         Ok(T::from_le_bytes_slice(&self.read_bytes(site)?))
+    }
+
+    /// The rows of a rank-2 tensor ([`Error::InvalidArgument`] naming the shape for another
+    /// rank; [`Error::DTypeMismatch`] unless `T` is the element type).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::I64, &Device::cpu())?.reshape(&[2, 3])?;
+    /// assert_eq!(x.to_vec2::<i64>()?, vec![vec![0, 1, 2], vec![3, 4, 5]]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn to_vec2<T: Element>(&self) -> Result<Vec<Vec<T>>> {
+        let site = caller();
+        self.expect_rank("to_vec2", 2)?;
+        self.expect_dtype::<T>("to_vec2", site)?;
+        runtime::record_host_sync(site);
+        let (count, len) = (self.shape()[0], self.shape()[1]);
+        nested_fits::<T>(self, count)?;
+        let flat = T::from_le_bytes_slice(&self.read_bytes(site)?);
+        Ok(rows(flat, len, count))
+    }
+
+    /// The nested rows of a rank-3 tensor (errors as for [`Tensor::to_vec2`]).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 4.0, 1.0, DType::I32, &Device::cpu())?.reshape(&[2, 1, 2])?;
+    /// assert_eq!(x.to_vec3::<i32>()?, vec![vec![vec![0, 1]], vec![vec![2, 3]]]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn to_vec3<T: Element>(&self) -> Result<Vec<Vec<Vec<T>>>> {
+        let site = caller();
+        self.expect_rank("to_vec3", 3)?;
+        self.expect_dtype::<T>("to_vec3", site)?;
+        runtime::record_host_sync(site);
+        let (a, b, c) = (self.shape()[0], self.shape()[1], self.shape()[2]);
+        let count = a.saturating_mul(b);
+        nested_fits::<T>(self, count)?;
+        let flat = T::from_le_bytes_slice(&self.read_bytes(site)?);
+        let inner = rows(flat, c, count);
+        let mut it = inner.into_iter();
+        Ok((0..a).map(|_| it.by_ref().take(b).collect()).collect())
+    }
+
+    fn expect_rank(&self, op: &'static str, rank: usize) -> Result<()> {
+        if self.rank() == rank {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            op,
+            format!(
+                "the tensor has shape {:?} (rank {}); `{op}` needs rank {rank}: reshape it first or use `to_vec`",
+                self.shape(),
+                self.rank()
+            ),
+        ))
     }
 
     /// The elements in row-major order, widened to `f64` (any dtype; booleans are 0 or 1).
@@ -96,4 +154,28 @@ impl Tensor {
 
 fn widen<T: Element>(bytes: &[u8]) -> Vec<f64> {
     T::from_le_bytes_slice(bytes).into_iter().map(Element::to_f64).collect()
+}
+
+/// `flat` cut into `count` rows of `len` elements (`count` empty rows when `len` is 0).
+fn rows<T: Copy>(flat: Vec<T>, len: usize, count: usize) -> Vec<Vec<T>> {
+    if len == 0 {
+        return vec![Vec::new(); count];
+    }
+    flat.chunks(len).map(<[T]>::to_vec).collect()
+}
+
+/// Fail with [`Error::SizeOverflow`] when `count` empty rows (of an empty tensor such as
+/// `[huge, 0]`) would not fit in host memory's address space.
+fn nested_fits<T>(t: &Tensor, count: usize) -> Result<()> {
+    let fits = count
+        .checked_mul(std::mem::size_of::<Vec<T>>())
+        .is_some_and(|bytes| bytes <= isize::MAX as usize / 2);
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::SizeOverflow {
+            shape: t.shape().to_vec(),
+            dtype: t.dtype,
+        })
+    }
 }

@@ -2,7 +2,7 @@
 //! i64 on every device (a float index is [`Error::WrongDType`] everywhere, R27); an index out of
 //! range is [`Error::IndexOutOfRange`] reported by the device, never garbage.
 
-use cartage_core::{Dims, Error, Kernel, Result, resolve_dim};
+use cartage_core::{Dims, Error, Kernel, Result, Site, resolve_dim};
 
 use super::{Tensor, caller, check};
 
@@ -47,10 +47,14 @@ impl Tensor {
     /// The entries of dimension `dim` listed by the 1-D `index`, in that order.
     #[track_caller]
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        let site = caller();
+        let d = resolve_dim("index_select", dim, self.rank())?;
+        self.index_select_at(d, index, caller())
+    }
+
+    /// [`Tensor::index_select`] along the resolved dimension `d`.
+    pub(super) fn index_select_at(&self, d: usize, index: &Tensor, site: Site) -> Result<Tensor> {
         check::same_device("index_select", self, index)?;
         check::index_dtype("index_select", index)?;
-        let d = resolve_dim("index_select", dim, self.rank())?;
         if index.rank() != 1 {
             return Err(Error::ShapeMismatch {
                 op: "index_select",

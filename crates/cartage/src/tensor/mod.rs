@@ -7,9 +7,14 @@
 //! origin, so an error names the line that decided where the data lives.
 //!
 //! The methods live in one file per job: [`create`](self::create) (constructors),
-//! `view` (views), `elementwise` (unary, binary, comparison, where), `reduce`
-//! (reductions, softmax), `linalg` (matmul), `index` (gather, index_select),
-//! `transfer` (moves, casts, contiguous, copy_from, async copies) and `host` (reads).
+//! `view` (views), `shape` (cat, stack, split, expand, repeat, flip, roll, tril/triu, pad),
+//! [`slicing`](self::slicing) (`x.i((1..3, .., 2))`), `elementwise` (unary, binary, comparison,
+//! `where_cond`), `math` (rounding, trigonometry, activations, clamps, logical ops),
+//! `ops_traits` (`&a + &b`), `reduce` (reductions, softmax), `stats` (prod, var/std, norm,
+//! any/all, scans, sort, topk), `linalg` (matmul), `index` (gather, index_select), `scatter`
+//! (masked_fill, scatter, index_add, one_hot, nonzero, embedding), [`nn`](self::nn)
+//! (normalisation, losses, dropout, convolution, pooling, attention), `transfer` (moves, casts,
+//! contiguous, copy_from, async copies), `host` (reads) and `display` (printing values).
 
 mod check;
 pub mod create;
@@ -28,6 +33,9 @@ pub mod slicing;
 mod stats;
 mod transfer;
 mod view;
+
+pub use math::LerpWeight;
+pub use stats::NormOrd;
 
 use std::fmt;
 use std::panic::Location;
@@ -96,16 +104,12 @@ pub struct Tensor {
     origin: Site,
 }
 
+/// Shape, dtype, device and origin, then the values of a tensor of at most 16 elements
+/// (reading them is a counted host sync): `Tensor([2], f32, cpu, from src/main.rs:4:13,
+/// values=[1.0000, 2.0000])`.
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Tensor({:?}, {}, {}, from {})",
-            self.shape(),
-            self.dtype,
-            self.device,
-            self.origin
-        )
+        display::debug(self, f)
     }
 }
 

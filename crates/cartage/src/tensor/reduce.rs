@@ -97,8 +97,14 @@ impl Tensor {
         self.reduce_resolved(op, dims, false, site)
     }
 
-    fn reduce(&self, op: ReduceOp, dims: &[isize], keepdim: bool, site: Site) -> Result<Tensor> {
-        let name = op.name();
+    pub(super) fn reduce(&self, op: ReduceOp, dims: &[isize], keepdim: bool, site: Site) -> Result<Tensor> {
+        let resolved = self.resolve_dims(op.name(), dims)?;
+        self.reduce_resolved(op, resolved, keepdim, site)
+    }
+
+    /// `dims` (negative from the end) as sorted, distinct indices; an empty list, a dimension
+    /// out of range or one named twice is an error naming `name` and the dims given.
+    pub(super) fn resolve_dims(&self, name: &'static str, dims: &[isize]) -> Result<Dims> {
         if dims.is_empty() {
             return Err(Error::invalid(
                 name,
@@ -116,10 +122,10 @@ impl Tensor {
                 format!("dimensions {dims:?} name one dimension twice"),
             ));
         }
-        self.reduce_resolved(op, resolved, keepdim, site)
+        Ok(resolved)
     }
 
-    fn reduce_resolved(&self, op: ReduceOp, dims: Dims, keepdim: bool, site: Site) -> Result<Tensor> {
+    pub(super) fn reduce_resolved(&self, op: ReduceOp, dims: Dims, keepdim: bool, site: Site) -> Result<Tensor> {
         let name = op.name();
         match op {
             ReduceOp::Mean | ReduceOp::LogSumExp => check::float(name, self.dtype)?,

@@ -4,6 +4,7 @@
 
 use cartage_core::{Dims, Error, Result, resolve_dim};
 
+use super::slicing::{self, ShapeArg, resolve_shape};
 use super::{Tensor, caller, check};
 use crate::runtime;
 
@@ -23,9 +24,27 @@ impl Tensor {
         self.transpose(-2, -1)
     }
 
-    /// Reorder dimensions: output dimension `i` is input dimension `perm[i]`.
-    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout.permute(perm)?))
+    /// Reorder dimensions: output dimension `i` is input dimension `perm[i]` (negative counts
+    /// from the end). Anything but a permutation of the dimensions is
+    /// [`Error::InvalidArgument`] naming the list.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.permute(&[2, 0, 1])?.shape(), &[4, 2, 3]);
+    /// assert_eq!(x.permute(&[-1, 0, 1])?.shape(), &[4, 2, 3]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
+        let rank = self.rank();
+        let resolved: Option<Dims> = perm.iter().map(|&p| resolve_dim("permute", p, rank).ok()).collect();
+        let Some(resolved) = resolved else {
+            return Err(Error::invalid(
+                "permute",
+                format!("{perm:?} is not a permutation of 0..{rank}: a dimension is out of range for rank {rank}"),
+            ));
+        };
+        Ok(self.with_layout(self.layout.permute(&resolved)?))
     }
 
     /// Keep `len` entries of dimension `dim` starting at `start`.
@@ -60,10 +79,22 @@ impl Tensor {
     }
 
     /// The same elements with another shape of the same element count: a view when the strides
-    /// allow it, else a contiguous copy (logged and counted as an implicit copy).
+    /// allow it, else a contiguous copy (logged and counted as an implicit copy). One size may
+    /// be `-1`, inferred from the element count; the shape may be given as `usize`, `isize`,
+    /// `i32` or `i64` ([`crate::tensor::slicing::ShapeArg`]).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.reshape(&[6, 4])?.shape(), &[6, 4]);
+    /// assert_eq!(x.reshape(&[-1, 2])?.shape(), &[12, 2]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
-    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+    pub fn reshape<S: ShapeArg + ?Sized>(&self, shape: &S) -> Result<Tensor> {
         let site = caller();
+        let shape = resolve_shape("reshape", &shape.entries(), self.shape(), self.numel())?;
+        let shape = &shape[..];
         let view = self
             .layout
             .reshape(shape)
@@ -86,6 +117,100 @@ impl Tensor {
     #[track_caller]
     pub fn flatten(&self) -> Result<Tensor> {
         self.reshape(&[self.numel()])
+    }
+
+    /// Merge dimensions `start..=end` (negative counts from the end) into one: a view when the
+    /// strides allow it, else a copy like [`Tensor::reshape`]. A rank-0 tensor becomes `[1]`.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4, 5], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.flatten_dims(1, 2)?.shape(), &[2, 12, 5]);
+    /// assert_eq!(x.flatten_dims(1, -1)?.shape(), &[2, 60]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn flatten_dims(&self, start: isize, end: isize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return self.reshape(&[1usize]);
+        }
+        let a = resolve_dim("flatten_dims", start, self.rank())?;
+        let b = resolve_dim("flatten_dims", end, self.rank())?;
+        if a > b {
+            return Err(Error::invalid(
+                "flatten_dims",
+                format!("start dimension {start} comes after end dimension {end}"),
+            ));
+        }
+        let shape = self.shape();
+        let mut out: Dims = Dims::from_slice(&shape[..a]);
+        out.push(shape[a..=b].iter().product());
+        out.extend_from_slice(&shape[b + 1..]);
+        self.reshape(&out)
+    }
+
+    /// View with the sizes `sizes` (numpy broadcasting, like [`Tensor::broadcast_to`]); a `-1`
+    /// keeps this tensor's size in that dimension. Expanded dimensions have stride 0 (no copy).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0], &[2, 1], &Device::cpu())?;
+    /// let y = x.expand(&[3, -1, 4])?;
+    /// assert_eq!(y.shape(), &[3, 2, 4]);
+    /// assert!(y.shares_storage(&x));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn expand(&self, sizes: &[isize]) -> Result<Tensor> {
+        let rank = self.rank();
+        if sizes.len() < rank {
+            return Err(Error::invalid(
+                "expand",
+                format!(
+                    "{} sizes {sizes:?} for a tensor of rank {rank} (shape {:?}); give at least one size per dimension",
+                    sizes.len(),
+                    self.shape()
+                ),
+            ));
+        }
+        let lead = sizes.len() - rank;
+        let mut target = Dims::with_capacity(sizes.len());
+        for (i, &s) in sizes.iter().enumerate() {
+            target.push(match s {
+                -1 if i >= lead => self.shape()[i - lead],
+                s if s >= 0 => s as usize,
+                _ => {
+                    return Err(Error::invalid(
+                        "expand",
+                        format!(
+                            "size {s} at dimension {i} of {sizes:?}: sizes must be ≥ 0, or -1 to keep an \
+                             existing dimension"
+                        ),
+                    ));
+                }
+            });
+        }
+        let layout = self
+            .layout
+            .broadcast_to(&target)
+            .map_err(|e| check::rename(e, "expand").with_dtype(self.dtype))?;
+        Ok(self.with_layout(layout))
+    }
+
+    /// The entry `index` of dimension `dim`, with that dimension dropped (a view). Negative
+    /// `dim` and `index` count from the end; an index outside the dimension is
+    /// [`Error::IndexOutOfRange`].
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::I64, &Device::cpu())?.reshape(&[2, 3])?;
+    /// assert_eq!(x.select(1, -1)?.to_vec::<i64>()?, vec![2, 5]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn select(&self, dim: isize, index: isize) -> Result<Tensor> {
+        let d = resolve_dim("select", dim, self.rank())?;
+        let at = slicing::resolve_index("select", index as i64, d, self.shape()[d], self)?;
+        let narrowed = self.layout.narrow(d, at, 1)?;
+        Ok(self.with_layout(narrowed.squeeze(d)?))
     }
 
     /// Collapse the layout to `shape` without checking more than the element count: used where

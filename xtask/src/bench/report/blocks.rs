@@ -6,6 +6,7 @@ use crate::bench::cases::Section;
 
 mod section_devices;
 mod section_matmul;
+mod section_ops;
 mod section_steps;
 mod section_transfers;
 
@@ -72,6 +73,7 @@ pub fn build(report: &Report) -> Vec<Block> {
             Section::Memory => section_steps::memory(report),
             Section::Precision => section_matmul::precision(report),
             Section::Elementwise => section_steps::elementwise(report),
+            Section::Ops => section_ops::build(report),
         });
         let empty = report.section_rows(section).next().is_none() && report.section_skips(section).next().is_none();
         if empty && section != Section::Devices {

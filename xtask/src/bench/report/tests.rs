@@ -219,7 +219,7 @@ fn every_section_is_present_and_says_what_was_not_measured() {
             _ => None,
         })
         .collect();
-    assert_eq!(headings.len(), 8, "{headings:?}");
+    assert_eq!(headings.len(), Section::ALL.len(), "{headings:?}");
     for (i, section) in Section::ALL.iter().enumerate() {
         assert!(headings[i].starts_with(&format!("{}. {}", i + 1, section.title())));
     }
@@ -291,4 +291,51 @@ fn json_rows_carry_the_fields_the_issue_names() {
     }
     let back: Report = serde_json::from_str(&text).unwrap();
     assert_eq!(back.rows.len(), report.rows.len());
+}
+
+#[test]
+fn the_ops_section_shows_the_speed_against_the_target() {
+    use crate::bench::cases::ModelOp;
+    let mut report = sample_report();
+    let norm = Case::Model(ModelOp::LayerNorm { rows: 8192, cols: 4096 });
+    let sdpa = Case::Model(ModelOp::Sdpa {
+        batch: 8,
+        heads: 16,
+        seq: 1024,
+        head_dim: 64,
+        causal: true,
+    });
+    let mut fast = row(Section::Ops, "cuda:0", "f32", norm, 1e-3);
+    fast.reference = Some(ReferenceValue {
+        library: "torch 2.11.0".into(),
+        median: 2e-3,
+        p10: 2e-3,
+        p90: 2e-3,
+        ratio: 0.5,
+    });
+    let mut slow = row(Section::Ops, "cuda:0", "bf16", sdpa, 4e-3);
+    slow.reference = Some(ReferenceValue {
+        library: "torch 2.11.0".into(),
+        median: 1e-3,
+        p10: 1e-3,
+        p90: 1e-3,
+        ratio: 4.0,
+    });
+    report.rows.extend([fast, slow]);
+    report.finalize();
+    let text = format!("{:?}", build(&report));
+    assert!(
+        text.contains("[8192, 4096]") && text.contains("2.0×") && text.contains("≥ 1.0× ✓"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[8, 16, 1024, 64], causal") && text.contains("≥ 0.8× ✗"),
+        "{text}"
+    );
+    let sdpa_row = report.rows.iter().find(|r| r.case == "sdpa_causal").unwrap();
+    assert_eq!(
+        sdpa_row.rate_unit.as_deref(),
+        Some("GFLOP/s"),
+        "attention is rated by its arithmetic"
+    );
 }

@@ -1,1 +1,47 @@
 //! Neural-network primitives: normalisation, losses, dropout, convolution, pooling, attention.
+//!
+//! One file per job: `norm` (layer norm, RMS norm: one `Kernel::Norm` each), `loss`
+//! (cross-entropy through `Kernel::CrossEntropy`, NLL composed, reductions on the device),
+//! `dropout` (composed from a random draw), `window` (padding and the sliding-window view shared
+//! by convolution and pooling), `conv` (2-D convolution as im2col plus one batched matmul),
+//! `pool` (max and average pooling: one reduction over the window view) and `attention`
+//! (scaled dot-product attention, composed). The option types live here, in `tensor::nn`.
+
+mod attention;
+mod conv;
+mod dropout;
+mod loss;
+mod norm;
+mod pool;
+mod window;
+
+pub use conv::Conv2d;
+pub use loss::{CrossEntropy, Reduction};
+
+use cartage_core::{DType, Kernel, Result, Scalar, Site};
+
+use super::Tensor;
+
+impl Tensor {
+    /// The same elements with `shape` (same element count): a view when the strides allow it,
+    /// else a contiguous copy first. Internal, so that the NN ops do not depend on the public
+    /// `reshape`'s argument type.
+    fn reshape_internal(&self, shape: &[usize], site: Site) -> Result<Tensor> {
+        if let Some(layout) = self.layout.reshape(shape)? {
+            return Ok(self.with_layout(layout));
+        }
+        self.contiguous_at(site)?.view_contiguous(shape)
+    }
+
+    /// A fresh contiguous tensor of `shape` and `dtype` on this tensor's device, every element
+    /// `value`.
+    fn fill_new_like(&self, shape: &[usize], dtype: DType, value: Scalar, site: Site) -> Result<Tensor> {
+        let out = self.alloc_like(shape, dtype, site)?;
+        let kernel = Kernel::Fill {
+            out: out.as_arg(),
+            value,
+        };
+        out.launch(&kernel, &[], out.numel())?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,244 @@
+//! The row-wise kernels (softmax, log-softmax, layer norm, RMS norm, cross-entropy) at every row
+//! length from 64 to 32768 and at lengths that are not whole 16-byte vectors, in f32 and bf16,
+//! against a float64 reference: each length takes a different register layout (a warp per row,
+//! blocks of 128–1024 threads, 1–8 vectors per thread) or the strided kernels.
+//!
+//! Without a CUDA device every test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
+
+use std::sync::Arc;
+
+use cartage_core::{Backend, DType, DeviceBuffer, Kernel, Layout, NormKind, TensorArg};
+use half::bf16;
+
+fn required() -> bool {
+    std::env::var("CARTAGE_REQUIRE")
+        .map(|v| v.split(',').any(|k| k.trim() == "cuda"))
+        .unwrap_or(false)
+}
+
+fn backend(test: &str) -> Option<Arc<dyn Backend>> {
+    match cartage_cuda::open(0) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            assert!(
+                !required(),
+                "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:0: {e}"
+            );
+            eprintln!("SKIP cuda/{test}: {e}");
+            None
+        }
+    }
+}
+
+/// Deterministic values in [-4, 4) (an LCG), rounded to `dtype`.
+fn values(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = ((state >> 40) as f64 / (1u64 << 24) as f64) * 8.0 - 4.0;
+            round(v, dtype)
+        })
+        .collect()
+}
+
+fn round(v: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        _ => v as f32 as f64,
+    }
+}
+
+fn upload(b: &Arc<dyn Backend>, v: &[f64], dtype: DType) -> DeviceBuffer {
+    let bytes: Vec<u8> = match dtype {
+        DType::BF16 => v.iter().flat_map(|&x| bf16::from_f64(x).to_le_bytes()).collect(),
+        DType::I64 => v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect(),
+        _ => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+    };
+    let buf = DeviceBuffer::new(b, bytes.len().max(1)).expect("alloc");
+    buf.write(0, &bytes).expect("write");
+    buf
+}
+
+/// A poisoned output: every element NaN, so an element left unwritten fails the comparison.
+fn poisoned(b: &Arc<dyn Backend>, n: usize, dtype: DType) -> DeviceBuffer {
+    upload(b, &vec![f64::NAN; n], dtype)
+}
+
+fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
+    let mut bytes = vec![0u8; n * dtype.size_in_bytes()];
+    buf.read(0, &mut bytes).expect("read");
+    match dtype {
+        DType::BF16 => bytes
+            .chunks(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        _ => bytes
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+    }
+}
+
+fn arg(buf: &DeviceBuffer, shape: &[usize], dtype: DType) -> TensorArg {
+    buf.arg(Layout::contiguous(shape).expect("layout"), dtype)
+}
+
+/// Largest error relative to the reference's scale, per element: |got - want| / (1 + |want|).
+fn check(what: &str, got: &[f64], want: &[f64], dtype: DType) {
+    let tol = if dtype == DType::BF16 { 2e-2 } else { 1e-5 };
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / (1.0 + w.abs());
+        assert!(err <= tol, "{what}: element {i}: got {g}, want {w} (error {err:e})");
+    }
+}
+
+/// Row lengths: every power of two from 64 to 32768, and lengths that are not whole vectors.
+const LENGTHS: [usize; 13] = [
+    64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 100, 4097, 40000,
+];
+
+fn rows_for(cols: usize) -> usize {
+    (1 << 18) / cols + 3
+}
+
+#[test]
+fn softmax_and_log_softmax_at_every_row_length() {
+    let Some(b) = backend("softmax_and_log_softmax_at_every_row_length") else {
+        return;
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        for cols in LENGTHS {
+            let rows = rows_for(cols);
+            let x = values(rows * cols, cols as u64, dtype);
+            let input = upload(&b, &x, dtype);
+            for log in [false, true] {
+                let out = poisoned(&b, rows * cols, dtype);
+                Kernel::Softmax {
+                    input: arg(&input, &[rows, cols], dtype),
+                    dim: 1,
+                    log,
+                    out: arg(&out, &[rows, cols], dtype),
+                }
+                .run(&[&input, &out])
+                .expect("softmax");
+                let mut want = Vec::with_capacity(x.len());
+                for row in x.chunks(cols) {
+                    let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+                    want.extend(row.iter().map(|v| if log { v - m - s.ln() } else { (v - m).exp() / s }));
+                }
+                let want: Vec<f64> = want.iter().map(|&v| round(v, dtype)).collect();
+                let got = download(&out, rows * cols, dtype);
+                check(&format!("softmax log={log} {dtype} cols {cols}"), &got, &want, dtype);
+            }
+        }
+    }
+}
+
+#[test]
+fn layer_and_rms_norm_at_every_row_length() {
+    let Some(b) = backend("layer_and_rms_norm_at_every_row_length") else {
+        return;
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        for cols in LENGTHS {
+            let rows = rows_for(cols);
+            // An offset mean, so that the variance is not E[x²].
+            let x: Vec<f64> = values(rows * cols, cols as u64 + 7, dtype)
+                .iter()
+                .map(|v| round(v + 3.0, dtype))
+                .collect();
+            let w = values(cols, 1, dtype);
+            let bias = values(cols, 2, dtype);
+            let (input, wb, bb) = (upload(&b, &x, dtype), upload(&b, &w, dtype), upload(&b, &bias, dtype));
+            for kind in [NormKind::Layer, NormKind::Rms] {
+                let out = poisoned(&b, rows * cols, dtype);
+                let eps = 1e-5;
+                Kernel::Norm {
+                    kind,
+                    input: arg(&input, &[rows, cols], dtype),
+                    weight: Some(arg(&wb, &[cols], dtype)),
+                    bias: (kind == NormKind::Layer).then(|| arg(&bb, &[cols], dtype)),
+                    eps,
+                    out: arg(&out, &[rows, cols], dtype),
+                }
+                .run(&[&input, &wb, &bb, &out])
+                .expect("norm");
+                let mut want = Vec::with_capacity(x.len());
+                for row in x.chunks(cols) {
+                    let n = cols as f64;
+                    let (mean, shift) = match kind {
+                        NormKind::Layer => (row.iter().sum::<f64>() / n, 1.0),
+                        NormKind::Rms => (0.0, 0.0),
+                    };
+                    let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+                    let r = 1.0 / (var + eps).sqrt();
+                    want.extend(
+                        row.iter()
+                            .enumerate()
+                            .map(|(c, v)| round((v - mean) * r * w[c] + shift * bias[c], dtype)),
+                    );
+                }
+                let got = download(&out, rows * cols, dtype);
+                check(&format!("{} {dtype} cols {cols}", kind.name()), &got, &want, dtype);
+            }
+        }
+    }
+}
+
+#[test]
+fn cross_entropy_at_every_row_length() {
+    let Some(b) = backend("cross_entropy_at_every_row_length") else {
+        return;
+    };
+    for dtype in [DType::F32, DType::BF16] {
+        for cols in LENGTHS {
+            let rows = rows_for(cols);
+            let x = values(rows * cols, cols as u64 + 3, dtype);
+            // Every fifth row is ignored (-100); the others aim at a spread of classes.
+            let targets: Vec<f64> = (0..rows)
+                .map(|r| if r % 5 == 4 { -100.0 } else { ((r * 7919) % cols) as f64 })
+                .collect();
+            let (logits, target) = (upload(&b, &x, dtype), upload(&b, &targets, DType::I64));
+            for smoothing in [0.0, 0.1] {
+                let out = poisoned(&b, rows, dtype);
+                Kernel::CrossEntropy {
+                    logits: arg(&logits, &[rows, cols], dtype),
+                    target: arg(&target, &[rows], DType::I64),
+                    ignore_index: -100,
+                    label_smoothing: smoothing,
+                    out: arg(&out, &[rows], dtype),
+                }
+                .run(&[&logits, &target, &out])
+                .expect("cross_entropy");
+                let want: Vec<f64> = x
+                    .chunks(cols)
+                    .zip(&targets)
+                    .map(|(row, &t)| {
+                        if t < 0.0 {
+                            return 0.0;
+                        }
+                        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let lse = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+                        let mean_logp = row.iter().map(|v| v - lse).sum::<f64>() / cols as f64;
+                        round(
+                            -(1.0 - smoothing) * (row[t as usize] - lse) - smoothing * mean_logp,
+                            dtype,
+                        )
+                    })
+                    .collect();
+                let got = download(&out, rows, dtype);
+                check(
+                    &format!("cross_entropy {dtype} cols {cols} s {smoothing}"),
+                    &got,
+                    &want,
+                    dtype,
+                );
+            }
+        }
+    }
+}

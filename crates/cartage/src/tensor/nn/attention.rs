@@ -1,0 +1,112 @@
+//! Scaled dot-product attention, composed from matmul, scale, masks built or applied on the
+//! device, softmax and matmul (not a fused kernel: the `[.., L, S]` scores are materialised).
+
+use cartage_core::{DType, Error, Result, Scalar, broadcast_shapes};
+
+use crate::tensor::{Tensor, caller, check};
+
+const NAME: &str = "scaled_dot_product_attention";
+
+impl Tensor {
+    /// `softmax(q·kᵀ · scale + mask) · v` for `q` `[.., L, E]`, `k` `[.., S, E]` and `v`
+    /// `[.., S, Ev]`, giving `[.., L, Ev]`; batch dimensions broadcast as in
+    /// [`Tensor::matmul`]. `scale` defaults to `1 / sqrt(E)`.
+    ///
+    /// `mask` broadcasts to the scores `[.., L, S]`: a bool mask keeps the positions where it is
+    /// true (the others become `-inf`); a float mask (the query's dtype) is added. With
+    /// `causal`, query `i` attends to keys `j ≤ i` only (the upper triangle becomes `-inf`,
+    /// built on the device); it combines with `mask`. A row with every key masked gives NaN, as
+    /// PyTorch's reference implementation does. Float dtypes.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let q = Tensor::from_slice(&[1.0f32, 0.0, 0.0, 1.0], &[2, 2], &cpu)?;
+    /// let k = q.clone();
+    /// let v = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &cpu)?;
+    /// let out = Tensor::scaled_dot_product_attention(&q, &k, &v, None, true, None)?;
+    /// // The first query sees only the first key.
+    /// assert_eq!(&out.to_vec::<f32>()?[..2], &[1.0, 2.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn scaled_dot_product_attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+        causal: bool,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        let site = caller();
+        check::same_device_and_dtype(NAME, q, k)?;
+        check::same_device_and_dtype(NAME, k, v)?;
+        check::float(NAME, q.dtype)?;
+        let mismatch = |lhs: &Tensor, rhs: &Tensor, reason: String| Error::ShapeMismatch {
+            op: NAME,
+            lhs: lhs.shape().to_vec(),
+            rhs: rhs.shape().to_vec(),
+            reason,
+        };
+        if q.rank() < 2 || k.rank() < 2 || v.rank() < 2 {
+            return Err(mismatch(
+                q,
+                k,
+                format!(
+                    "query, key and value need at least two dimensions [.., L, E], [.., S, E], [.., S, Ev]; \
+                     the value is {:?}",
+                    v.shape()
+                ),
+            ));
+        }
+        let (l, e) = (q.shape()[q.rank() - 2], q.shape()[q.rank() - 1]);
+        let (s, ek) = (k.shape()[k.rank() - 2], k.shape()[k.rank() - 1]);
+        let sv = v.shape()[v.rank() - 2];
+        if e != ek {
+            return Err(mismatch(
+                q,
+                k,
+                format!("the query has embedding size {e} but the key has {ek}"),
+            ));
+        }
+        if s != sv {
+            return Err(mismatch(
+                k,
+                v,
+                format!("the key has {s} positions but the value has {sv}"),
+            ));
+        }
+        let scale = scale.unwrap_or(1.0 / (e as f64).sqrt());
+        if !scale.is_finite() {
+            return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
+        }
+        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+        if let Some(mask) = mask {
+            check::same_device(NAME, q, mask)?;
+            let fits = broadcast_shapes(mask.shape(), scores.shape()).is_ok_and(|b| b.as_slice() == scores.shape());
+            if !fits {
+                return Err(mismatch(
+                    mask,
+                    &scores,
+                    "the mask must broadcast to the attention scores [.., L, S] (the right-hand shape)".into(),
+                ));
+            }
+            scores = if mask.dtype == DType::Bool {
+                let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
+                Tensor::where_cond(mask, &scores, &neg_inf)?
+            } else {
+                check::same_dtype(NAME, q, mask)?;
+                scores.add(mask)?
+            };
+        }
+        if causal {
+            let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device)?;
+            let rows = rows.with_layout(rows.layout.unsqueeze(1)?);
+            let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device)?;
+            let keep = cols.le(&rows)?;
+            let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
+            scores = Tensor::where_cond(&keep, &scores, &neg_inf)?;
+        }
+        scores.softmax(-1)?.matmul(v)
+    }
+}

@@ -1,0 +1,89 @@
+//! Layer norm and RMS norm over the last dimension: one `Kernel::Norm` each, one pass over the
+//! input, which is read in place whatever its strides.
+
+use cartage_core::{Error, Kernel, NormKind, Result, Site};
+
+use crate::tensor::{Tensor, caller, check};
+
+impl Tensor {
+    /// Layer normalisation over the last dimension:
+    /// `(x - mean) / sqrt(var + eps) * weight + bias`, with the biased variance, computed in f32
+    /// (f64 for f64) in one kernel. `weight` and `bias` are optional, 1-D of the last
+    /// dimension's size, of this tensor's dtype and device. Float dtypes; `eps` finite and ≥ 0.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
+    /// let y = x.layer_norm(None, None, 0.0)?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![-1.0, 1.0, -1.0, 1.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn layer_norm(&self, weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        self.normalize_last(NormKind::Layer, weight, bias, eps, caller())
+    }
+
+    /// RMS normalisation over the last dimension: `x / sqrt(mean(x²) + eps) * weight`, computed
+    /// in f32 (f64 for f64) in one kernel. `weight` is optional, 1-D of the last dimension's
+    /// size, of this tensor's dtype and device. Float dtypes; `eps` finite and ≥ 0.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[3.0f32, -3.0], &[1, 2], &Device::cpu())?;
+    /// let w = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::cpu())?;
+    /// assert_eq!(x.rms_norm(Some(&w), 0.0)?.to_vec::<f32>()?, vec![1.0, -2.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        self.normalize_last(NormKind::Rms, weight, None, eps, caller())
+    }
+
+    fn normalize_last(
+        &self,
+        kind: NormKind,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+        site: Site,
+    ) -> Result<Tensor> {
+        let name = kind.name();
+        check::float(name, self.dtype)?;
+        let Some(&last) = self.shape().last() else {
+            return Err(Error::invalid(
+                name,
+                "the input is a scalar (shape []); it needs at least one dimension to normalise over",
+            ));
+        };
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::invalid(name, format!("eps must be finite and ≥ 0, got {eps}")));
+        }
+        for (role, param) in [("weight", weight), ("bias", bias)] {
+            let Some(param) = param else { continue };
+            check::same_device_and_dtype(name, self, param)?;
+            if param.shape() != [last] {
+                return Err(Error::ShapeMismatch {
+                    op: name,
+                    lhs: self.shape().to_vec(),
+                    rhs: param.shape().to_vec(),
+                    reason: format!(
+                        "the {role} has shape {:?} but must be 1-D of the input's last dimension, size {last}",
+                        param.shape()
+                    ),
+                });
+            }
+        }
+        let out = self.alloc_like(self.shape(), self.dtype, site)?;
+        let kernel = Kernel::Norm {
+            kind,
+            input: self.as_arg(),
+            weight: weight.map(Tensor::as_arg),
+            bias: bias.map(Tensor::as_arg),
+            eps,
+            out: out.as_arg(),
+        };
+        let inputs: Vec<&Tensor> = std::iter::once(self).chain(weight).chain(bias).collect();
+        out.launch(&kernel, &inputs, out.numel())?;
+        Ok(out)
+    }
+}

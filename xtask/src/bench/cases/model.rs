@@ -1,0 +1,315 @@
+//! The cases of the ops section: the fused NN primitives, joins, sorts, scans, convolution and
+//! attention a model needs, each with the shape it runs at and the work one call does.
+
+use serde::{Deserialize, Serialize};
+
+use super::Work;
+
+/// One op of the ops section, with its shape. The PyTorch counterpart of each is named in its
+/// doc; on the CPU the reference is numpy composed from its primitives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ModelOp {
+    /// `x.layer_norm(Some(&w), Some(&b), 1e-5)` over rows of `cols` (`F.layer_norm`).
+    LayerNorm {
+        /// Rows.
+        rows: usize,
+        /// Elements per row (the normalised dim).
+        cols: usize,
+    },
+    /// `x.rms_norm(Some(&w), 1e-6)` over rows of `cols` (`F.rms_norm`).
+    RmsNorm {
+        /// Rows.
+        rows: usize,
+        /// Elements per row.
+        cols: usize,
+    },
+    /// `x.softmax(-1)` (`torch.softmax`).
+    Softmax {
+        /// Rows.
+        rows: usize,
+        /// Elements per row.
+        cols: usize,
+    },
+    /// `x.log_softmax(-1)` (`torch.log_softmax`).
+    LogSoftmax {
+        /// Rows.
+        rows: usize,
+        /// Elements per row.
+        cols: usize,
+    },
+    /// `logits.cross_entropy(&target, ..)`, mean over rows of `cols` classes (`F.cross_entropy`).
+    CrossEntropy {
+        /// Rows (samples).
+        rows: usize,
+        /// Classes.
+        cols: usize,
+    },
+    /// `x.exp()` over rows of `cols` (`np.exp` on the CPU).
+    Exp {
+        /// Rows.
+        rows: usize,
+        /// Elements per row.
+        cols: usize,
+    },
+    /// `Tensor::cat` of `parts` tensors `[part_rows, cols]` along dim 0 (`torch.cat`).
+    Cat {
+        /// Tensors joined.
+        parts: usize,
+        /// Rows of each part.
+        part_rows: usize,
+        /// Columns of every part.
+        cols: usize,
+    },
+    /// `x.sort(-1, false)` of a 1-D tensor (`torch.sort`), values and i64 indices.
+    Sort {
+        /// Elements.
+        numel: usize,
+    },
+    /// `x.cumsum(-1)` of `[rows, cols]` (`torch.cumsum`).
+    Cumsum {
+        /// Rows.
+        rows: usize,
+        /// Elements per row (the scanned dim).
+        cols: usize,
+    },
+    /// `x.conv2d(&w, None, ..)`: `[batch, channels_in, side, side]` with a square kernel, stride
+    /// 1 (`F.conv2d`).
+    Conv2d {
+        /// Batch.
+        batch: usize,
+        /// Input channels.
+        channels_in: usize,
+        /// Output channels.
+        channels_out: usize,
+        /// Height and width of the input.
+        side: usize,
+        /// Height and width of the kernel.
+        kernel: usize,
+        /// Zero padding on every side.
+        padding: usize,
+    },
+    /// `Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, None)` with q, k, v of
+    /// `[batch, heads, seq, head_dim]` (`F.scaled_dot_product_attention`).
+    Sdpa {
+        /// Batch.
+        batch: usize,
+        /// Heads.
+        heads: usize,
+        /// Sequence length (queries and keys).
+        seq: usize,
+        /// Head dimension.
+        head_dim: usize,
+        /// Causal mask.
+        causal: bool,
+    },
+}
+
+impl ModelOp {
+    /// The op's name in case names (`layer_norm`, `sdpa_causal`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelOp::LayerNorm { .. } => "layer_norm",
+            ModelOp::RmsNorm { .. } => "rms_norm",
+            ModelOp::Softmax { .. } => "softmax",
+            ModelOp::LogSoftmax { .. } => "log_softmax",
+            ModelOp::CrossEntropy { .. } => "cross_entropy",
+            ModelOp::Exp { .. } => "exp",
+            ModelOp::Cat { .. } => "cat",
+            ModelOp::Sort { .. } => "sort",
+            ModelOp::Cumsum { .. } => "cumsum",
+            ModelOp::Conv2d { .. } => "conv2d",
+            ModelOp::Sdpa { causal: true, .. } => "sdpa_causal",
+            ModelOp::Sdpa { causal: false, .. } => "sdpa",
+        }
+    }
+
+    /// Elements of the main input (of the output for `cat`).
+    pub fn numel(&self) -> usize {
+        match *self {
+            ModelOp::LayerNorm { rows, cols }
+            | ModelOp::RmsNorm { rows, cols }
+            | ModelOp::Softmax { rows, cols }
+            | ModelOp::LogSoftmax { rows, cols }
+            | ModelOp::CrossEntropy { rows, cols }
+            | ModelOp::Exp { rows, cols }
+            | ModelOp::Cumsum { rows, cols } => rows * cols,
+            ModelOp::Cat { parts, part_rows, cols } => parts * part_rows * cols,
+            ModelOp::Sort { numel } => numel,
+            ModelOp::Conv2d {
+                batch,
+                channels_in,
+                side,
+                ..
+            } => batch * channels_in * side * side,
+            ModelOp::Sdpa {
+                batch,
+                heads,
+                seq,
+                head_dim,
+                ..
+            } => batch * heads * seq * head_dim,
+        }
+    }
+
+    /// The shape as the report shows it (`[8192, 4096]`, `8 × [2048, 4096]`).
+    pub fn shape(&self) -> String {
+        match *self {
+            ModelOp::LayerNorm { rows, cols }
+            | ModelOp::RmsNorm { rows, cols }
+            | ModelOp::Softmax { rows, cols }
+            | ModelOp::LogSoftmax { rows, cols }
+            | ModelOp::CrossEntropy { rows, cols }
+            | ModelOp::Exp { rows, cols }
+            | ModelOp::Cumsum { rows, cols } => format!("[{rows}, {cols}]"),
+            ModelOp::Cat { parts, part_rows, cols } => format!("{parts} × [{part_rows}, {cols}]"),
+            ModelOp::Sort { numel } => format!("[{numel}]"),
+            ModelOp::Conv2d {
+                batch,
+                channels_in,
+                channels_out,
+                side,
+                kernel,
+                padding,
+            } => format!(
+                "[{batch}, {channels_in}, {side}, {side}] ⊛ {kernel}×{kernel} → {channels_out}, padding {padding}"
+            ),
+            ModelOp::Sdpa {
+                batch,
+                heads,
+                seq,
+                head_dim,
+                causal,
+            } => format!(
+                "[{batch}, {heads}, {seq}, {head_dim}]{}",
+                if causal { ", causal" } else { "" }
+            ),
+        }
+    }
+
+    /// The speed the issue asks for against the reference library (its time ÷ ours), where it
+    /// names one.
+    pub fn target(&self) -> Option<f64> {
+        match self {
+            ModelOp::LayerNorm { .. }
+            | ModelOp::RmsNorm { .. }
+            | ModelOp::Softmax { .. }
+            | ModelOp::CrossEntropy { .. }
+            | ModelOp::Exp { .. } => Some(1.0),
+            ModelOp::Cat { .. } | ModelOp::Sort { .. } | ModelOp::Cumsum { .. } | ModelOp::Conv2d { .. } => Some(0.9),
+            ModelOp::Sdpa { .. } => Some(0.8),
+            ModelOp::LogSoftmax { .. } => None,
+        }
+    }
+
+    /// True when arithmetic, not memory, bounds the op (its rate is shown in GFLOP/s).
+    pub fn compute_bound(&self) -> bool {
+        matches!(self, ModelOp::Conv2d { .. } | ModelOp::Sdpa { .. })
+    }
+
+    /// The work of one call for elements of `s` bytes.
+    pub fn work(&self, s: f64) -> Work {
+        let n = self.numel() as f64;
+        let streamed = |read: f64, written: f64, flops: f64, extra_bytes: f64| Work {
+            flops: flops * n,
+            device_bytes: (read + written) * n * s + extra_bytes,
+            link_bytes: 0.0,
+            ops: 1.0,
+        };
+        match *self {
+            // Read x (the statistics pass stays in cache), write y; weight and bias are one row.
+            ModelOp::LayerNorm { cols, .. } => streamed(1.0, 1.0, 8.0, 2.0 * cols as f64 * s),
+            ModelOp::RmsNorm { cols, .. } => streamed(1.0, 1.0, 5.0, cols as f64 * s),
+            ModelOp::Softmax { .. } | ModelOp::LogSoftmax { .. } => streamed(1.0, 1.0, 5.0, 0.0),
+            // Read the logits and one i64 target per row; the loss is one value per row.
+            ModelOp::CrossEntropy { rows, .. } => streamed(1.0, 0.0, 5.0, 8.0 * rows as f64),
+            ModelOp::Exp { .. } => streamed(1.0, 1.0, 1.0, 0.0),
+            ModelOp::Cat { .. } => streamed(1.0, 1.0, 0.0, 0.0),
+            // One read and one write of values and i64 indices, at the least.
+            ModelOp::Sort { .. } => Work {
+                flops: n * n.log2().max(1.0),
+                ..streamed(1.0, 1.0, 0.0, 8.0 * n)
+            },
+            ModelOp::Cumsum { .. } => streamed(1.0, 1.0, 1.0, 0.0),
+            ModelOp::Conv2d {
+                batch,
+                channels_in,
+                channels_out,
+                side,
+                kernel,
+                padding,
+            } => {
+                let out_side = (side + 2 * padding + 1).saturating_sub(kernel) as f64;
+                let out = batch as f64 * channels_out as f64 * out_side * out_side;
+                let weight = (channels_out * channels_in * kernel * kernel) as f64;
+                Work {
+                    flops: 2.0 * out * (channels_in * kernel * kernel) as f64,
+                    device_bytes: (n + out + weight) * s,
+                    link_bytes: 0.0,
+                    ops: 1.0,
+                }
+            }
+            // Two [seq, seq] products per head (half of each under a causal mask); q, k, v read
+            // and the output written once.
+            ModelOp::Sdpa { seq, causal, .. } => {
+                let products = 4.0 * n * seq as f64;
+                Work {
+                    flops: if causal { products / 2.0 } else { products },
+                    device_bytes: 4.0 * n * s,
+                    link_bytes: 0.0,
+                    ops: 1.0,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conv_and_attention_count_their_multiply_adds() {
+        let conv = ModelOp::Conv2d {
+            batch: 1,
+            channels_in: 2,
+            channels_out: 3,
+            side: 4,
+            kernel: 3,
+            padding: 1,
+        };
+        // 3 × 4 × 4 outputs, each 2 × 3 × 3 multiply-adds.
+        assert_eq!(conv.work(4.0).flops, 2.0 * 48.0 * 18.0);
+        let full = ModelOp::Sdpa {
+            batch: 1,
+            heads: 1,
+            seq: 8,
+            head_dim: 4,
+            causal: false,
+        };
+        // QKᵀ and PV: 2 × (8 × 8 × 4) multiply-adds.
+        assert_eq!(full.work(2.0).flops, 2.0 * 2.0 * 256.0);
+        let causal = ModelOp::Sdpa {
+            batch: 1,
+            heads: 1,
+            seq: 8,
+            head_dim: 4,
+            causal: true,
+        };
+        assert_eq!(causal.work(2.0).flops * 2.0, full.work(2.0).flops);
+        assert_eq!(causal.name(), "sdpa_causal");
+    }
+
+    #[test]
+    fn ops_round_trip_through_json_for_the_reference_runner() {
+        let op = ModelOp::Cat {
+            parts: 8,
+            part_rows: 2048,
+            cols: 4096,
+        };
+        let json = serde_json::to_string(&op).unwrap();
+        assert!(json.contains(r#""op":"cat""#), "{json}");
+        assert_eq!(serde_json::from_str::<ModelOp>(&json).unwrap(), op);
+        assert_eq!(op.numel(), 8 * 2048 * 4096);
+    }
+}

@@ -1,0 +1,114 @@
+//! The ops section's shapes for the full report and for `--quick`, and its task list: on a GPU
+//! every op against PyTorch; on the CPU `layer_norm`, `softmax` and `exp` against numpy.
+
+use cartage::{DType, NormKind, Op, ReduceOp, ScanOp, UnaryOp};
+
+use crate::bench::cases::{Case, ModelOp};
+
+/// The shapes of the ops section.
+#[derive(Clone, Debug)]
+pub struct OpsSizes {
+    /// Rows of the norms, softmaxes, cross-entropy and `exp` (each row holds `cols`).
+    pub rows: usize,
+    /// Elements per row (4096, a transformer's hidden size).
+    pub cols: usize,
+    /// Rows of the CPU's rows-of-4096 cases (CPU memory bandwidth is far lower).
+    pub cpu_rows: usize,
+    /// (parts, rows of each part) of `cat`, each part `[rows, cols]`.
+    pub cat: (usize, usize),
+    /// Elements sorted.
+    pub sort: usize,
+    /// (rows, cols) of `cumsum` along the last dim.
+    pub cumsum: (usize, usize),
+    /// (batch, channels, side) of the 3×3 convolution (channels in = out, padding 1).
+    pub conv: (usize, usize, usize),
+    /// (batch, heads, seq, head dim) of causal attention.
+    pub sdpa: (usize, usize, usize, usize),
+}
+
+impl OpsSizes {
+    /// The shapes, or small ones for the smoke run.
+    pub fn new(quick: bool) -> OpsSizes {
+        if quick {
+            OpsSizes {
+                rows: 64,
+                cols: 4096,
+                cpu_rows: 64,
+                cat: (4, 64),
+                sort: 1 << 16,
+                cumsum: (64, 4096),
+                conv: (2, 16, 28),
+                sdpa: (1, 2, 256, 64),
+            }
+        } else {
+            OpsSizes {
+                rows: 8192,
+                cols: 4096,
+                cpu_rows: 2048,
+                // 8 parts of 32 MiB in f32.
+                cat: (8, 2048),
+                sort: 1 << 20,
+                cumsum: (4096, 4096),
+                conv: (32, 64, 56),
+                sdpa: (8, 16, 1024, 64),
+            }
+        }
+    }
+
+    /// The section's cases on a device (`cpu` or not), each with its dtype and the kernels it needs.
+    pub fn cases(&self, cpu: bool) -> Vec<(DType, Case, Vec<Op>)> {
+        let cols = self.cols;
+        let mut out = Vec::new();
+        let mut add = |dtype: DType, op: ModelOp, needs: &[Op]| out.push((dtype, Case::Model(op), needs.to_vec()));
+        if cpu {
+            let rows = self.cpu_rows;
+            add(
+                DType::F32,
+                ModelOp::LayerNorm { rows, cols },
+                &[Op::Norm(NormKind::Layer)],
+            );
+            add(DType::F32, ModelOp::Softmax { rows, cols }, &[Op::Softmax]);
+            add(DType::F32, ModelOp::Exp { rows, cols }, &[Op::Unary(UnaryOp::Exp)]);
+            return out;
+        }
+        let rows = self.rows;
+        for dtype in [DType::F32, DType::BF16] {
+            add(dtype, ModelOp::LayerNorm { rows, cols }, &[Op::Norm(NormKind::Layer)]);
+            add(dtype, ModelOp::RmsNorm { rows, cols }, &[Op::Norm(NormKind::Rms)]);
+            add(dtype, ModelOp::Softmax { rows, cols }, &[Op::Softmax]);
+            add(dtype, ModelOp::LogSoftmax { rows, cols }, &[Op::LogSoftmax]);
+            add(
+                dtype,
+                ModelOp::CrossEntropy { rows, cols },
+                &[Op::CrossEntropy, Op::Reduce(ReduceOp::Mean)],
+            );
+        }
+        let (parts, part_rows) = self.cat;
+        add(DType::F32, ModelOp::Cat { parts, part_rows, cols }, &[Op::Copy]);
+        add(DType::F32, ModelOp::Sort { numel: self.sort }, &[Op::Sort]);
+        let (rows, cols) = self.cumsum;
+        add(DType::F32, ModelOp::Cumsum { rows, cols }, &[Op::Scan(ScanOp::Sum)]);
+        let (batch, channels, side) = self.conv;
+        for dtype in [DType::F32, DType::BF16] {
+            let conv = ModelOp::Conv2d {
+                batch,
+                channels_in: channels,
+                channels_out: channels,
+                side,
+                kernel: 3,
+                padding: 1,
+            };
+            add(dtype, conv, &[Op::Matmul]);
+        }
+        let (batch, heads, seq, head_dim) = self.sdpa;
+        let sdpa = ModelOp::Sdpa {
+            batch,
+            heads,
+            seq,
+            head_dim,
+            causal: true,
+        };
+        add(DType::BF16, sdpa, &[Op::Matmul, Op::Softmax]);
+        out
+    }
+}
