@@ -56,10 +56,23 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
     }
 }
 
+/// The ops and dtypes that run on an adapter with (`has_f64`) or without `SHADER_F64`; the
+/// device-specific fields (buffer limits, timing) are left at their defaults. This is what the
+/// ops table in the docs is generated from, without a GPU.
+///
+/// ```
+/// use cartage_core::{DType, Op, UnaryOp};
+/// let caps = cartage_wgpu::capabilities_for(true);
+/// assert!(caps.supports(Op::Unary(UnaryOp::Sqrt), DType::F64));
+/// assert!(!caps.supports(Op::Unary(UnaryOp::Exp), DType::F64));
+/// ```
+pub fn capabilities_for(has_f64: bool) -> Capabilities {
+    Capabilities::all_defined(|op, dtype| refusal(op, dtype, has_f64).is_some())
+}
+
 /// The capabilities of the device behind `ctx`.
 pub(crate) fn capabilities(ctx: &GpuContext) -> Capabilities {
-    let has_f64 = ctx.has(wgpu::Features::SHADER_F64);
-    let mut caps = Capabilities::all_defined(|op, dtype| refusal(op, dtype, has_f64).is_some());
+    let mut caps = capabilities_for(ctx.has(wgpu::Features::SHADER_F64));
     caps.max_buffer_bytes = ctx.max_binding();
     caps.native_f16 = false;
     caps.device_timing = ctx.has(wgpu::Features::TIMESTAMP_QUERY);

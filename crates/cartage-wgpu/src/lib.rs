@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cartage_core::{Backend, Device, Error, Result};
 
 pub use backend::WgpuBackend;
+pub use capabilities::capabilities_for;
 pub use ops::matmul::MatmulTiling;
 
 /// The number of wgpu adapters on this machine (0 without a Vulkan driver; never a panic).
