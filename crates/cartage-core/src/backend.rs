@@ -32,10 +32,12 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// Every op for every dtype it is defined for (see [`Op::defined_for`]), minus `except`.
+    /// Every op for every dtype it is defined for (see [`Op::defined_for`]), minus `except` and
+    /// minus the optional fused kernels ([`Op::optional`]), which a backend adds with
+    /// [`Capabilities::add`] where it implements them.
     pub fn all_defined(except: impl Fn(Op, DType) -> bool) -> Self {
         let mut supported = HashSet::new();
-        for op in Op::all() {
+        for op in Op::all().into_iter().filter(|op| !op.optional()) {
             for dtype in DType::ALL {
                 if op.defined_for(dtype) && !except(op, dtype) {
                     supported.insert((op, dtype));
@@ -46,6 +48,11 @@ impl Capabilities {
             supported,
             ..Default::default()
         }
+    }
+
+    /// List `op` for `dtype` too (an optional fused kernel the backend implements).
+    pub fn add(&mut self, op: Op, dtype: DType) {
+        self.supported.insert((op, dtype));
     }
 
     /// True when `op` runs for `dtype` here.

@@ -64,6 +64,15 @@
 //!   `-(1 - s) * logp[target] - s / C * Σ_c logp[c]` with `logp = log_softmax(logits)` and label
 //!   smoothing `s`. Rows whose target equals `ignore_index` give 0; any other target outside
 //!   `[0, C)` → [`crate::Error::IndexOutOfRange`] naming dim 1 and size C.
+//! - `Conv2d` and `Attention` are *optional fused kernels* ([`Op::optional`]): a backend lists
+//!   them only where it has a fused implementation (cuDNN, a flash-attention kernel), and the
+//!   frontend composes the same result from other kernels elsewhere.
+//!   `Conv2d`: input [N, C, H, W] and weight [O, C/groups, kh, kw] (both any strides) give the
+//!   contiguous `out` [N, O, OH, OW], `OH = (H + 2·pad − dil·(kh − 1) − 1) / stride + 1`;
+//!   cross-correlation as PyTorch; f32 may use TF32 under [`crate::MatmulPrecision`]'s setting.
+//!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
+//!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
+//!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
 
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
@@ -614,6 +623,38 @@ pub enum Kernel {
         /// Destination (same shape and dtype).
         out: TensorArg,
     },
+    /// 2-D convolution (an optional fused kernel; see the module docs).
+    Conv2d {
+        /// Input [N, C, H, W].
+        input: TensorArg,
+        /// Filters [O, C/groups, kh, kw].
+        weight: TensorArg,
+        /// Step of the window, (height, width).
+        stride: [usize; 2],
+        /// Zeros added on each side, (height, width).
+        padding: [usize; 2],
+        /// Spacing of the window's taps, (height, width).
+        dilation: [usize; 2],
+        /// Channel groups (C and O divisible by it).
+        groups: usize,
+        /// Destination [N, O, OH, OW], contiguous.
+        out: TensorArg,
+    },
+    /// Fused scaled dot-product attention (an optional fused kernel; see the module docs).
+    Attention {
+        /// Queries [B, L, E].
+        q: TensorArg,
+        /// Keys [B, S, E].
+        k: TensorArg,
+        /// Values [B, S, Ev].
+        v: TensorArg,
+        /// Multiplies q·kᵀ before the softmax.
+        scale: f64,
+        /// Mask out keys after the query's position.
+        causal: bool,
+        /// Destination [B, L, Ev], contiguous.
+        out: TensorArg,
+    },
     /// Per-row cross-entropy of `logits` [N, C] against integer `target` [N].
     CrossEntropy {
         /// Unnormalised scores [N, C] (float).
@@ -661,6 +702,8 @@ impl Kernel {
             Kernel::Scatter { mode, .. } => Op::Scatter(*mode),
             Kernel::Norm { kind, .. } => Op::Norm(*kind),
             Kernel::CrossEntropy { .. } => Op::CrossEntropy,
+            Kernel::Conv2d { .. } => Op::Conv2d,
+            Kernel::Attention { .. } => Op::Attention,
         }
     }
 
@@ -682,6 +725,8 @@ impl Kernel {
             | Kernel::Norm { input, .. } => input.dtype,
             Kernel::Scatter { src, .. } => src.dtype,
             Kernel::CrossEntropy { logits, .. } => logits.dtype,
+            Kernel::Conv2d { input, .. } => input.dtype,
+            Kernel::Attention { q, .. } => q.dtype,
             Kernel::Binary { lhs, .. } | Kernel::Compare { lhs, .. } | Kernel::Matmul { lhs, .. } => lhs.dtype,
             Kernel::Where { on_true, .. } => on_true.dtype,
         }
@@ -720,6 +765,8 @@ impl Kernel {
             Kernel::CrossEntropy {
                 logits, target, out, ..
             } => [Some(logits), Some(target), Some(out), None],
+            Kernel::Conv2d { input, weight, out, .. } => [Some(input), Some(weight), Some(out), None],
+            Kernel::Attention { q, k, v, out, .. } => [Some(q), Some(k), Some(v), Some(out)],
             Kernel::Binary { lhs, rhs, out, .. }
             | Kernel::Compare { lhs, rhs, out, .. }
             | Kernel::Matmul { lhs, rhs, out } => [Some(lhs), Some(rhs), Some(out), None],
@@ -787,6 +834,8 @@ pub enum Op {
     Scatter(ScatterMode),
     Norm(NormKind),
     CrossEntropy,
+    Conv2d,
+    Attention,
 }
 
 impl Op {
@@ -804,6 +853,7 @@ impl Op {
         ops.push(Op::Sort);
         ops.extend(ScatterMode::ALL.iter().map(|&m| Op::Scatter(m)));
         ops.extend([Op::Norm(NormKind::Layer), Op::Norm(NormKind::Rms), Op::CrossEntropy]);
+        ops.extend([Op::Conv2d, Op::Attention]);
         ops
     }
 
@@ -831,7 +881,16 @@ impl Op {
             Op::Scatter(m) => m.name().into(),
             Op::Norm(k) => k.name().into(),
             Op::CrossEntropy => "cross_entropy".into(),
+            Op::Conv2d => "conv2d".into(),
+            Op::Attention => "attention".into(),
         }
+    }
+
+    /// True for the optional fused kernels (`Conv2d`, `Attention`): a backend lists them only
+    /// where it has a fused implementation ([`crate::Capabilities::all_defined`] leaves them
+    /// out), and the frontend composes them from other kernels elsewhere.
+    pub const fn optional(&self) -> bool {
+        matches!(self, Op::Conv2d | Op::Attention)
     }
 
     /// Whether the op is defined for `dtype` at all (independent of any backend; see the
@@ -844,7 +903,7 @@ impl Op {
             Op::Fill | Op::Arange | Op::Cast(_) | Op::Copy | Op::Where | Op::Gather | Op::IndexSelect => true,
             Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
             Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
-            Op::Norm(_) | Op::CrossEntropy => float,
+            Op::Norm(_) | Op::CrossEntropy | Op::Conv2d | Op::Attention => float,
             Op::Compare(_) => true,
             Op::RandomUniform | Op::RandomNormal | Op::Softmax | Op::LogSoftmax | Op::Matmul => float,
             Op::Unary(u) => float || (u.integer_ok() && !boolean),

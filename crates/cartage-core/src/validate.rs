@@ -127,6 +127,18 @@ impl Kernel {
                 out,
                 ..
             } => cross_entropy(logits, target, *label_smoothing, out),
+            Kernel::Conv2d {
+                input,
+                weight,
+                stride,
+                padding,
+                dilation,
+                groups,
+                out,
+            } => conv2d(input, weight, *stride, *padding, *dilation, *groups, out),
+            Kernel::Attention {
+                q, k, v, scale, out, ..
+            } => attention(q, k, v, *scale, out),
         }
     }
 
@@ -153,6 +165,8 @@ impl Kernel {
             Kernel::Scatter { mode, .. } => mode.name(),
             Kernel::Norm { kind, .. } => kind.name(),
             Kernel::CrossEntropy { .. } => "cross_entropy",
+            Kernel::Conv2d { .. } => "conv2d",
+            Kernel::Attention { .. } => "attention",
         }
     }
 }
@@ -622,4 +636,110 @@ fn cross_entropy(logits: &TensorArg, target: &TensorArg, smoothing: f64, out: &T
     writable(name, out)?;
     apart(name, logits, out)?;
     apart(name, target, out)
+}
+
+/// The output size of one convolution axis, or `None` when the window does not fit.
+pub(crate) fn conv_out_size(
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    dilation: usize,
+) -> Option<usize> {
+    let span = dilation.checked_mul(kernel.checked_sub(1)?)?.checked_add(1)?;
+    let padded = size.checked_add(padding.checked_mul(2)?)?;
+    Some(padded.checked_sub(span)? / stride + 1)
+}
+
+fn conv2d(
+    input: &TensorArg,
+    weight: &TensorArg,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+    groups: usize,
+    out: &TensorArg,
+) -> Result<()> {
+    let name = "conv2d";
+    let (x, w, o) = (input.layout.shape(), weight.layout.shape(), out.layout.shape());
+    if x.len() != 4 || w.len() != 4 || o.len() != 4 {
+        return Err(mismatch(
+            name,
+            input,
+            weight,
+            "the conv2d kernel takes input [N, C, H, W], weight [O, C/groups, kh, kw] and output [N, O, OH, OW]",
+        ));
+    }
+    if stride.contains(&0) || dilation.contains(&0) || groups == 0 {
+        return Err(Error::invalid(
+            name,
+            format!("stride {stride:?}, dilation {dilation:?} and groups {groups} must be ≥ 1"),
+        ));
+    }
+    if x[1] % groups != 0 || w[0] % groups != 0 || w[1] * groups != x[1] || w[2] == 0 || w[3] == 0 {
+        return Err(mismatch(
+            name,
+            input,
+            weight,
+            format!(
+                "input has {} channels but weight expects {} (× groups {groups}), with O = {} divisible by groups",
+                x[1], w[1], w[0]
+            ),
+        ));
+    }
+    let oh = conv_out_size(x[2], w[2], stride[0], padding[0], dilation[0]);
+    let ow = conv_out_size(x[3], w[3], stride[1], padding[1], dilation[1]);
+    match (oh, ow) {
+        (Some(oh), Some(ow)) if o == [x[0], w[0], oh, ow] => {}
+        _ => {
+            return Err(mismatch(
+                name,
+                input,
+                out,
+                format!(
+                    "the output must be [N, O, OH, OW] = {:?} for this window",
+                    [x[0], w[0], oh.unwrap_or(0), ow.unwrap_or(0)]
+                ),
+            ));
+        }
+    }
+    same_dtype(name, input, weight)?;
+    same_dtype(name, input, out)?;
+    if !out.layout.is_contiguous() {
+        return Err(Error::invalid(name, "the output must be contiguous [N, O, OH, OW]"));
+    }
+    for arg in [input, weight, out] {
+        aligned(name, arg)?;
+    }
+    apart(name, input, out)?;
+    apart(name, weight, out)
+}
+
+fn attention(q: &TensorArg, k: &TensorArg, v: &TensorArg, scale: f64, out: &TensorArg) -> Result<()> {
+    let name = "attention";
+    let (qs, ks, vs, os) = (q.layout.shape(), k.layout.shape(), v.layout.shape(), out.layout.shape());
+    let ranks = qs.len() == 3 && ks.len() == 3 && vs.len() == 3 && os.len() == 3;
+    if !ranks || ks[0] != qs[0] || vs[0] != qs[0] || ks[2] != qs[2] || vs[1] != ks[1] || os != [qs[0], qs[1], vs[2]] {
+        return Err(mismatch(
+            name,
+            q,
+            k,
+            "the attention kernel takes q [B, L, E], k [B, S, E], v [B, S, Ev] and writes [B, L, Ev]",
+        ));
+    }
+    if !scale.is_finite() {
+        return Err(Error::invalid(name, format!("the scale must be finite, got {scale}")));
+    }
+    same_dtype(name, q, k)?;
+    same_dtype(name, q, v)?;
+    same_dtype(name, q, out)?;
+    if !out.layout.is_contiguous() {
+        return Err(Error::invalid(name, "the output must be contiguous [B, L, Ev]"));
+    }
+    for arg in [q, k, v, out] {
+        aligned(name, arg)?;
+    }
+    apart(name, q, out)?;
+    apart(name, k, out)?;
+    apart(name, v, out)
 }

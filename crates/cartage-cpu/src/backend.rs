@@ -151,6 +151,12 @@ impl CpuBackend {
                 label_smoothing,
                 out,
             } => cross_entropy::cross_entropy(logits, target, *ignore_index, *label_smoothing, out),
+            Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
+                kernel.op().name(),
+                kernel.dtype(),
+                cartage_core::Device::cpu(),
+                "no fused kernel here; the frontend composes it from other kernels",
+            )),
         }
     }
 }
