@@ -102,29 +102,30 @@ __device__ void norm_strided(const T* in, T* out, const T* w, const T* b, const 
     }
 }
 
-// The block limit of each V as in softmax.cu (V1/V2: 1024, V4: 512, V8: 256).
+// The block limit of each V as in softmax.cu (V1/V2: 1024, V4: 512, V8: 256); f32 layer norm's
+// V4 keeps 1024 (64 registers), which measured faster on the H200 (1.22× against 0.99×).
 #define NORM_FAST(KN, RMS, TN, T, V, BOUND)                                                                        \
     extern "C" __global__ void __launch_bounds__(BOUND)                                                            \
         norm_##KN##_##TN##_v##V(const T* in, T* out, const T* w, const T* b, RowGeom g) {                          \
         norm_fast<T, V, RMS>(in, out, w, b, g);                                                                    \
     }
-#define NORM(KN, RMS, TN, T)                                                                                       \
+#define NORM(KN, RMS, TN, T, B4)                                                                                   \
     NORM_FAST(KN, RMS, TN, T, 1, 1024) \
     NORM_FAST(KN, RMS, TN, T, 2, 1024) \
-    NORM_FAST(KN, RMS, TN, T, 4, 512) \
+    NORM_FAST(KN, RMS, TN, T, 4, B4) \
     NORM_FAST(KN, RMS, TN, T, 8, 256) \
     extern "C" __global__ void __launch_bounds__(1024)                                                             \
         norm_##KN##_##TN##_strided(const T* in, T* out, const T* w, const T* b, RowGeom g) {                       \
         norm_strided<T, RMS>(in, out, w, b, g);                                                                    \
     }
-#define NORM_BOTH(TN, T)       \
-    NORM(layer, false, TN, T)  \
-    NORM(rms, true, TN, T)
-
-NORM_BOTH(f32, f32)
-NORM_BOTH(f64, f64)
-NORM_BOTH(f16, f16)
-NORM_BOTH(bf16, bf16)
+NORM(layer, false, f32, f32, 1024)
+NORM(rms, true, f32, f32, 512)
+NORM(layer, false, f64, f64, 512)
+NORM(rms, true, f64, f64, 512)
+NORM(layer, false, f16, f16, 512)
+NORM(rms, true, f16, f16, 512)
+NORM(layer, false, bf16, bf16, 512)
+NORM(rms, true, bf16, bf16, 512)
 
 // ---- cross-entropy -----------------------------------------------------------------------------
 

@@ -119,18 +119,20 @@ template <typename T, int V> __device__ void softmax_fast(const T* in, T* out, c
 }
 
 // The block limit of each V leaves the registers a thread needs to hold its vectors (V1/V2:
-// 1024 threads, 64 registers; V4: 512, 128; V8: 256, 255); the host keeps blocks within it.
+// 1024 threads, 64 registers; V4: 512, 128; V8: 256, 255); the host keeps blocks within 512.
+// f32's V4 keeps the 64-register limit of 1024: its few spills cost less on the H200 than the
+// occupancy 94 registers would lose (1.31× against 1.04× PyTorch at rows of 4096).
 #define SOFTMAX_FAST(TN, T, V, BOUND)                                                                               \
     extern "C" __global__ void __launch_bounds__(BOUND) softmax_fast_##TN##_v##V(const T* in, T* out, RowGeom g) {  \
         softmax_fast<T, V>(in, out, g);                                                                             \
     }
-#define SOFTMAX_FAST_ALL(TN, T) \
-    SOFTMAX_FAST(TN, T, 1, 1024) SOFTMAX_FAST(TN, T, 2, 1024) SOFTMAX_FAST(TN, T, 4, 512) SOFTMAX_FAST(TN, T, 8, 256)
+#define SOFTMAX_FAST_ALL(TN, T, B4) \
+    SOFTMAX_FAST(TN, T, 1, 1024) SOFTMAX_FAST(TN, T, 2, 1024) SOFTMAX_FAST(TN, T, 4, B4) SOFTMAX_FAST(TN, T, 8, 256)
 
-SOFTMAX_FAST_ALL(f32, f32)
-SOFTMAX_FAST_ALL(f64, f64)
-SOFTMAX_FAST_ALL(f16, f16)
-SOFTMAX_FAST_ALL(bf16, bf16)
+SOFTMAX_FAST_ALL(f32, f32, 1024)
+SOFTMAX_FAST_ALL(f64, f64, 512)
+SOFTMAX_FAST_ALL(f16, f16, 512)
+SOFTMAX_FAST_ALL(bf16, bf16, 512)
 
 // Fold K values into a running (max, sum of exp(x - max)): one rescale for the lot. A NaN sticks
 // in the max (and so in every output of the row).

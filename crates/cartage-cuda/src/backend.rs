@@ -306,3 +306,36 @@ impl Backend for CudaBackend {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cartage_core::{NormKind, ReduceOp, ScanOp, ScatterMode, UnaryOp};
+
+    use super::*;
+
+    /// The model ops are listed for every dtype they are defined for (and only those).
+    #[test]
+    fn capabilities_list_the_model_ops() {
+        let caps = CudaBackend::capabilities((9, 0), None);
+        for dtype in DType::ALL {
+            let ops = [
+                Op::Unary(UnaryOp::Silu),
+                Op::Unary(UnaryOp::Sign),
+                Op::Reduce(ReduceOp::Prod),
+                Op::Scan(ScanOp::Sum),
+                Op::Scan(ScanOp::Prod),
+                Op::Sort,
+                Op::Scatter(ScatterMode::Assign),
+                Op::Scatter(ScatterMode::Add),
+                Op::Norm(NormKind::Layer),
+                Op::Norm(NormKind::Rms),
+                Op::CrossEntropy,
+            ];
+            for op in ops {
+                assert_eq!(caps.supports(op, dtype), op.defined_for(dtype), "{op:?} {dtype}");
+            }
+        }
+        assert!(caps.supports(Op::Sort, DType::Bool) && caps.supports(Op::Scatter(ScatterMode::Add), DType::U8));
+        assert!(!caps.supports(Op::CrossEntropy, DType::I32));
+    }
+}

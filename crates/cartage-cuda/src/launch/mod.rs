@@ -108,6 +108,12 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             label_smoothing,
             out,
         } => rows::cross_entropy(backend, logits, target, *ignore_index, *label_smoothing, out),
+        Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
+            kernel.op().name(),
+            kernel.dtype(),
+            cartage_core::Backend::device(backend),
+            "no fused kernel here; the frontend composes it from other kernels",
+        )),
     }
 }
 
