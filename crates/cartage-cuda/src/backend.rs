@@ -49,6 +49,20 @@ impl std::fmt::Debug for CudaBackend {
     }
 }
 
+/// The ops and dtypes that run on a device of compute capability `cc`: every defined op, with
+/// bf16 matmul from Ampere (8.0) on. The device-specific fields (memory, timing) are left at
+/// their defaults. This is what the ops table in the docs is generated from, without a GPU.
+///
+/// ```
+/// use cartage_core::{DType, Op};
+/// assert!(cartage_cuda::capabilities_for((9, 0)).supports(Op::Matmul, DType::BF16));
+/// assert!(!cartage_cuda::capabilities_for((7, 5)).supports(Op::Matmul, DType::BF16));
+/// ```
+pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
+    let ampere = cc.0 >= 8;
+    Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere)
+}
+
 impl CudaBackend {
     pub(crate) fn new(ordinal: usize) -> Result<Self> {
         let device = Device::cuda(ordinal);
@@ -116,8 +130,7 @@ impl CudaBackend {
     }
 
     fn capabilities(cc: (i32, i32), total: Option<u64>) -> Capabilities {
-        let ampere = cc.0 >= 8;
-        let mut caps = Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere);
+        let mut caps = capabilities_for(cc);
         caps.max_buffer_bytes = total.unwrap_or(0);
         caps.native_f16 = cc >= (5, 3);
         caps.device_timing = true;

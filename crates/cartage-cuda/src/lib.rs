@@ -31,7 +31,7 @@ pub mod modules;
 mod nvrtc;
 pub mod ordering;
 
-pub use backend::CudaBackend;
+pub use backend::{CudaBackend, capabilities_for};
 
 /// The number of CUDA devices on this machine: 0 when there is no driver or no device.
 pub fn device_count() -> Result<usize> {

@@ -1,15 +1,15 @@
 //! The table's backend columns: the capabilities of each backend, obtained without a GPU.
 //!
 //! - `cpu`: the CPU backend's own `capabilities()`.
-//! - `cuda`: an sm_90 device (H200). The CUDA backend builds its capabilities from the compute
-//!   capability in a private function, so until the crate exposes one
-//!   (`cartage_cuda::capabilities_for(cc)`) [`assumed_cuda`] mirrors its rule here.
-//! - `wgpu`: an adapter with `SHADER_F16` and `SHADER_F64`, and one without. The wgpu backend
-//!   derives its capabilities from the adapter's features in a crate-private function, so until
-//!   it exposes one (`cartage_wgpu::capabilities_for(features)`) [`assumed_wgpu`] mirrors its
-//!   rule; a test checks the mirror against a real adapter whenever one is found.
+//! - `cuda`: an sm_90 device (H200), from `cartage_cuda::capabilities_for`, the rule the backend
+//!   itself uses (an optional fused kernel that depends on a library found at run time, such as
+//!   cuDNN, is noted under the table).
+//! - `wgpu`: an adapter with `SHADER_F64`, and one without, from `cartage_wgpu::capabilities_for`.
+//!   A test checks each rule against a real device whenever one is found.
+//!
+//! Built without the `cuda` or `wgpu` feature, that column is empty.
 
-use cartage::{BinaryOp, Capabilities, DType, Device, Op, ReduceOp, ScatterMode};
+use cartage::{Capabilities, Device};
 
 /// One backend column of the table.
 pub struct Column {
@@ -52,55 +52,37 @@ pub fn all() -> anyhow::Result<Vec<Column>> {
     ])
 }
 
-/// The CUDA backend's capabilities for compute capability `cc`: every defined op, but bf16
-/// matmul only from Ampere (8.0) on. Mirrors `CudaBackend::capabilities` in `cartage-cuda`.
+/// The CUDA backend's capabilities for compute capability `cc` (`cartage_cuda::capabilities_for`).
 pub fn assumed_cuda(cc: (i32, i32)) -> Capabilities {
-    let ampere = cc.0 >= 8;
-    Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere)
-}
-
-/// The wgpu backend's capabilities for an adapter with (`has_f64`) or without `SHADER_F64`.
-/// Mirrors `refusal` in `cartage-wgpu/src/capabilities.rs`.
-pub fn assumed_wgpu(has_f64: bool) -> Capabilities {
-    Capabilities::all_defined(|op, dtype| wgpu_refuses(op, dtype, has_f64))
-}
-
-fn wgpu_refuses(op: Op, dtype: DType, has_f64: bool) -> bool {
-    let touches_f64 = dtype == DType::F64 || op == Op::Cast(DType::F64);
-    if touches_f64 && !has_f64 {
-        return true;
+    #[cfg(feature = "cuda")]
+    {
+        cartage_cuda::capabilities_for(cc)
     }
-    match dtype {
-        DType::F64 => match op {
-            Op::Unary(u) => u.transcendental(),
-            Op::Binary(BinaryOp::Pow)
-            | Op::Softmax
-            | Op::LogSoftmax
-            | Op::CrossEntropy
-            | Op::Reduce(ReduceOp::LogSumExp)
-            | Op::Scatter(ScatterMode::Add) => true,
-            _ => false,
-        },
-        DType::I64 => !matches!(
-            op,
-            Op::Fill
-                | Op::Arange
-                | Op::Cast(_)
-                | Op::Copy
-                | Op::Where
-                | Op::Gather
-                | Op::IndexSelect
-                | Op::Sort
-                | Op::Scatter(_)
-        ),
-        _ => false,
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = cc;
+        Capabilities::default()
+    }
+}
+
+/// The wgpu backend's capabilities for an adapter with (`has_f64`) or without `SHADER_F64`
+/// (`cartage_wgpu::capabilities_for`).
+pub fn assumed_wgpu(has_f64: bool) -> Capabilities {
+    #[cfg(feature = "wgpu")]
+    {
+        cartage_wgpu::capabilities_for(has_f64)
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let _ = has_f64;
+        Capabilities::default()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cartage::UnaryOp;
+    use cartage::{BinaryOp, DType, Op, UnaryOp};
 
     /// The (op, dtype) pairs on which two capability sets disagree.
     fn differences(a: &Capabilities, b: &Capabilities) -> Vec<String> {
@@ -136,7 +118,7 @@ mod tests {
         assert!(
             diff.is_empty(),
             "{} ({}, SHADER_F64: {has_f64}) supports differently from the assumed wgpu column: {diff:?}; \
-             update `assumed_wgpu` in xtask/src/ops_table/columns.rs to the backend's rule",
+             the backend's `capabilities_for` and its `capabilities()` disagree",
             info.device,
             info.name
         );
@@ -163,7 +145,7 @@ mod tests {
         assert!(
             diff.is_empty(),
             "{} ({}, sm_{}{}) supports differently from the assumed cuda column: {diff:?}; \
-             update `assumed_cuda` in xtask/src/ops_table/columns.rs to the backend's rule",
+             the backend's `capabilities_for` and its `capabilities()` disagree",
             info.device,
             info.name,
             cc.0,
