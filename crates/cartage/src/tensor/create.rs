@@ -19,19 +19,41 @@ use super::{Tensor, caller, check};
 use crate::runtime;
 
 impl Tensor {
-    /// A tensor of zeros.
+    /// A tensor of zeros, filled on the device.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!((x.shape(), x.dtype()), (&[2usize, 3][..], DType::F32));
+    /// assert_eq!(x.to_vec::<f32>()?, vec![0.0; 6]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         Tensor::fill_new(shape, Scalar::Int(0), dtype, device, caller())
     }
 
-    /// A tensor of ones.
+    /// A tensor of ones, filled on the device.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::ones(&[2], DType::I32, &Device::cpu())?;
+    /// assert_eq!(x.to_vec::<i32>()?, vec![1, 1]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         Tensor::fill_new(shape, Scalar::Int(1), dtype, device, caller())
     }
 
     /// A tensor with every element `value` (converted to `dtype` with `as` semantics).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::full(&[3], 2.7, DType::I64, &Device::cpu())?;
+    /// assert_eq!(x.to_vec::<i64>()?, vec![2, 2, 2]); // 2.7 as i64
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType, device: &Device) -> Result<Tensor> {
         Tensor::fill_new(shape, value.into(), dtype, device, caller())
@@ -39,6 +61,15 @@ impl Tensor {
 
     /// A tensor whose contents are not meaningful yet, to be overwritten (by `copy_from` or an
     /// asynchronous copy). cartage never exposes uninitialised memory: it is filled with zeros.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let x = Tensor::empty(&[2], DType::F32, &cpu)?;
+    /// x.copy_from(&Tensor::from_slice(&[1.0f32, 2.0], &[2], &cpu)?)?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn empty(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         Tensor::fill_new(shape, Scalar::Int(0), dtype, device, caller())
@@ -46,6 +77,15 @@ impl Tensor {
 
     /// `start, start + step, …` below `end` (above it for a negative step), computed on the
     /// device in f64 and converted to `dtype`: `ceil((end − start) / step)` elements.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 5.0, 2.0, DType::I64, &Device::cpu())?;
+    /// assert_eq!(x.to_vec::<i64>()?, vec![0, 2, 4]);
+    /// let y = Tensor::arange(1.0, 0.0, -0.25, DType::F32, &Device::cpu())?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.0, 0.75, 0.5, 0.25]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: &Device) -> Result<Tensor> {
         let site = caller();
@@ -74,7 +114,17 @@ impl Tensor {
         Ok(out)
     }
 
-    /// Uniform random numbers in `[0, 1)` (float dtypes), reproducible from `seed`.
+    /// Uniform random numbers in `[0, 1)` (float dtypes), reproducible from `seed`: the same
+    /// seed gives the same values (on every backend).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::rand(&[100], DType::F32, 7, &Device::cpu())?;
+    /// assert!(x.to_vec::<f32>()?.iter().all(|v| (0.0..1.0).contains(v)));
+    /// let again = Tensor::rand(&[100], DType::F32, 7, &Device::cpu())?;
+    /// assert_eq!(x.to_vec::<f32>()?, again.to_vec::<f32>()?);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn rand(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
         let distribution = Distribution::Uniform { low: 0.0, high: 1.0 };
@@ -82,6 +132,13 @@ impl Tensor {
     }
 
     /// Uniform random numbers in `[low, high)` (float dtypes), reproducible from `seed`.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::rand_uniform(&[100], -2.0, 2.0, DType::F64, 0, &Device::cpu())?;
+    /// assert!(x.to_vec::<f64>()?.iter().all(|v| (-2.0..2.0).contains(v)));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn rand_uniform(
         shape: &[usize],
@@ -108,6 +165,14 @@ impl Tensor {
     }
 
     /// Standard normal random numbers (float dtypes), reproducible from `seed`.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::randn(&[1000], DType::F32, 0, &Device::cpu())?;
+    /// let mean = x.mean_all()?.item::<f32>()?;
+    /// assert!(mean.abs() < 0.2, "{mean}");
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
         let distribution = Distribution::Normal { mean: 0.0, std: 1.0 };
@@ -116,6 +181,15 @@ impl Tensor {
 
     /// Uniform random numbers in `[0, 1)` drawn from `rng`, which moves past them: the next draw
     /// gives new values. See [`crate::Generator`].
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Generator, Tensor};
+    /// let mut rng = Generator::new(0);
+    /// let a = Tensor::rand_with(&[4], DType::F32, &mut rng, &Device::cpu())?;
+    /// let b = Tensor::rand_with(&[4], DType::F32, &mut rng, &Device::cpu())?;
+    /// assert_ne!(a.to_vec::<f32>()?, b.to_vec::<f32>()?);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn rand_with(shape: &[usize], dtype: DType, rng: &mut Generator, device: &Device) -> Result<Tensor> {
         let distribution = Distribution::Uniform { low: 0.0, high: 1.0 };
@@ -357,7 +431,16 @@ impl Tensor {
         Tensor::from_vec(values, A::SHAPE, device)
     }
 
-    /// A tensor holding a copy of `data` (row-major) with `shape`, on `device`.
+    /// A tensor holding a copy of `data` (row-major) with `shape`, on `device`; the dtype
+    /// comes from the element type. `data.len()` must equal the element count of `shape`.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], &Device::cpu())?;
+    /// assert_eq!((x.shape(), x.dtype()), (&[2usize, 2][..], DType::F32));
+    /// assert!(Tensor::from_slice(&[1.0f32, 2.0], &[3], &Device::cpu()).is_err());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: &Device) -> Result<Tensor> {
         let site = caller();
@@ -382,7 +465,15 @@ impl Tensor {
         Ok(out)
     }
 
-    /// A tensor holding `data` (row-major) with `shape`, on `device`.
+    /// A tensor holding `data` (row-major) with `shape`, on `device` (as
+    /// [`Tensor::from_slice`]).
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::from_vec(vec![1u8, 2, 3], &[3], &Device::cpu())?;
+    /// assert_eq!(x.to_vec::<u8>()?, vec![1, 2, 3]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize], device: &Device) -> Result<Tensor> {
         Tensor::from_slice(&data, shape, device)

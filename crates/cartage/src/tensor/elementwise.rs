@@ -54,68 +54,301 @@ macro_rules! unary_methods {
 
 impl Tensor {
     binary_methods! {
-        /// `self + rhs`, broadcasting.
+        /// `self + rhs`, broadcasting (numpy rules). Both operands must have the same dtype and
+        /// device: nothing is promoted or moved implicitly.
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([[1.0f32, 2.0], [3.0, 4.0]], &cpu)?;
+        /// let row = Tensor::new([10.0f32, 20.0], &cpu)?;
+        /// assert_eq!(x.add(&row)?.to_vec::<f32>()?, vec![11.0, 22.0, 13.0, 24.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         add => BinaryOp::Add;
         /// `self - rhs`, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([5i64, 7], &cpu)?;
+        /// assert_eq!(x.sub(&Tensor::new([1i64, 2], &cpu)?)?.to_vec::<i64>()?, vec![4, 5]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         sub => BinaryOp::Sub;
         /// `self * rhs`, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{DType, Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.5f32, -2.0], &cpu)?;
+        /// let two = Tensor::full(&[], 2.0, DType::F32, &cpu)?; // shape [] broadcasts to any shape
+        /// assert_eq!(x.mul(&two)?.to_vec::<f32>()?, vec![3.0, -4.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         mul => BinaryOp::Mul;
-        /// `self / rhs`, broadcasting (integers truncate; `x / 0` is 0 for integers).
+        /// `self / rhs`, broadcasting (integers truncate toward zero; `x / 0` is 0 for integers).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([7i32, -7, 1], &cpu)?;
+        /// let y = x.div(&Tensor::new([2i32, 2, 0], &cpu)?)?;
+        /// assert_eq!(y.to_vec::<i32>()?, vec![3, -3, 0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         div => BinaryOp::Div;
         /// `self ^ rhs`, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([2.0f32, 3.0], &cpu)?;
+        /// assert_eq!(x.pow(&Tensor::new([3.0f32, 2.0], &cpu)?)?.to_vec::<f32>()?, vec![8.0, 9.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         pow => BinaryOp::Pow;
         /// Element-wise maximum, broadcasting (logical or for bool).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 5.0], &cpu)?;
+        /// assert_eq!(x.maximum(&Tensor::new([3.0f32, 2.0], &cpu)?)?.to_vec::<f32>()?, vec![3.0, 5.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         maximum => BinaryOp::Maximum;
         /// Element-wise minimum, broadcasting (logical and for bool).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 5.0], &cpu)?;
+        /// assert_eq!(x.minimum(&Tensor::new([3.0f32, 2.0], &cpu)?)?.to_vec::<f32>()?, vec![1.0, 2.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         minimum => BinaryOp::Minimum;
     }
 
     scalar_methods! {
-        /// `self + value` (the value is converted to this tensor's dtype).
+        /// `self + value`. The value is converted to this tensor's dtype (`as` semantics), filled
+        /// on the device and broadcast.
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 2.0], &cpu)?;
+        /// assert_eq!(x.add_scalar(0.5)?.to_vec::<f32>()?, vec![1.5, 2.5]);
+        /// let n = Tensor::new([1i32, 2], &cpu)?;
+        /// assert_eq!(n.add_scalar(1.7)?.to_vec::<i32>()?, vec![2, 3]); // 1.7 as i32 is 1
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         add_scalar => BinaryOp::Add;
-        /// `self - value`.
+        /// `self - value` (converted to this tensor's dtype).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 2.0], &cpu)?;
+        /// assert_eq!(x.sub_scalar(1.0)?.to_vec::<f32>()?, vec![0.0, 1.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         sub_scalar => BinaryOp::Sub;
-        /// `self * value`.
+        /// `self * value` (converted to this tensor's dtype).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1i64, -2], &cpu)?;
+        /// assert_eq!(x.mul_scalar(3)?.to_vec::<i64>()?, vec![3, -6]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         mul_scalar => BinaryOp::Mul;
-        /// `self / value`.
+        /// `self / value` (converted to this tensor's dtype; integers truncate).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 3.0], &cpu)?;
+        /// assert_eq!(x.div_scalar(2.0)?.to_vec::<f32>()?, vec![0.5, 1.5]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         div_scalar => BinaryOp::Div;
-        /// `self ^ value`.
+        /// `self ^ value` (converted to this tensor's dtype).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([3.0f32, -2.0], &cpu)?;
+        /// assert_eq!(x.pow_scalar(2.0)?.to_vec::<f32>()?, vec![9.0, 4.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         pow_scalar => BinaryOp::Pow;
     }
 
     compare_methods! {
-        /// `self == rhs` as bool, broadcasting.
+        /// `self == rhs` as bool, broadcasting (operands of one dtype).
+        ///
+        /// ```
+        /// use cartage::{DType, Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1i32, 2, 3], &cpu)?;
+        /// let y = x.eq(&Tensor::new([1i32, 0, 3], &cpu)?)?;
+        /// assert_eq!((y.dtype(), y.to_vec::<bool>()?), (DType::Bool, vec![true, false, true]));
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         eq => CompareOp::Eq;
         /// `self != rhs` as bool, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1i32, 2, 3], &cpu)?;
+        /// assert_eq!(x.ne(&Tensor::new([1i32, 0, 3], &cpu)?)?.to_vec::<bool>()?, vec![false, true, false]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         ne => CompareOp::Ne;
         /// `self < rhs` as bool, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{DType, Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 2.0, 3.0], &cpu)?;
+        /// let two = Tensor::full(&[], 2.0, DType::F32, &cpu)?;
+        /// assert_eq!(x.lt(&two)?.to_vec::<bool>()?, vec![true, false, false]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         lt => CompareOp::Lt;
         /// `self <= rhs` as bool, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{DType, Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 2.0, 3.0], &cpu)?;
+        /// let two = Tensor::full(&[], 2.0, DType::F32, &cpu)?;
+        /// assert_eq!(x.le(&two)?.to_vec::<bool>()?, vec![true, true, false]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         le => CompareOp::Le;
         /// `self > rhs` as bool, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{DType, Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 2.0, 3.0], &cpu)?;
+        /// let two = Tensor::full(&[], 2.0, DType::F32, &cpu)?;
+        /// assert_eq!(x.gt(&two)?.to_vec::<bool>()?, vec![false, false, true]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         gt => CompareOp::Gt;
         /// `self >= rhs` as bool, broadcasting.
+        ///
+        /// ```
+        /// use cartage::{DType, Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1.0f32, 2.0, 3.0], &cpu)?;
+        /// let two = Tensor::full(&[], 2.0, DType::F32, &cpu)?;
+        /// assert_eq!(x.ge(&two)?.to_vec::<bool>()?, vec![false, true, true]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         ge => CompareOp::Ge;
     }
 
     unary_methods! {
-        /// `-self`.
+        /// `-self` (integers too).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([1i32, -2], &cpu)?;
+        /// assert_eq!(x.neg()?.to_vec::<i32>()?, vec![-1, 2]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         neg => UnaryOp::Neg;
-        /// `|self|`.
+        /// `|self|` (integers too).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([-1.5f32, 2.0], &cpu)?;
+        /// assert_eq!(x.abs()?.to_vec::<f32>()?, vec![1.5, 2.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         abs => UnaryOp::Abs;
-        /// `e^self`.
+        /// `e^self` (float dtypes).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let y = Tensor::new([0.0f32, 1.0], &cpu)?.exp()?.to_vec::<f32>()?;
+        /// assert_eq!(y[0], 1.0);
+        /// assert!((y[1] - std::f32::consts::E).abs() < 1e-6);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         exp => UnaryOp::Exp;
-        /// Natural logarithm.
+        /// Natural logarithm (float dtypes).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let y = Tensor::new([1.0f32, std::f32::consts::E], &cpu)?.log()?.to_vec::<f32>()?;
+        /// assert_eq!(y[0], 0.0);
+        /// assert!((y[1] - 1.0).abs() < 1e-6);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         log => UnaryOp::Log;
-        /// Square root.
+        /// Square root (float dtypes).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([4.0f32, 9.0], &cpu)?;
+        /// assert_eq!(x.sqrt()?.to_vec::<f32>()?, vec![2.0, 3.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         sqrt => UnaryOp::Sqrt;
-        /// `max(self, 0)`.
+        /// `max(self, 0)` (integers too).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let x = Tensor::new([-1.0f32, 0.0, 2.0], &cpu)?;
+        /// assert_eq!(x.relu()?.to_vec::<f32>()?, vec![0.0, 0.0, 2.0]);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         relu => UnaryOp::Relu;
-        /// Hyperbolic tangent.
+        /// Hyperbolic tangent (float dtypes).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let y = Tensor::new([0.0f32, 1.0], &cpu)?.tanh()?.to_vec::<f32>()?;
+        /// assert_eq!(y[0], 0.0);
+        /// assert!((y[1] - 0.7615942).abs() < 1e-6);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         tanh => UnaryOp::Tanh;
-        /// `1 / (1 + e^-self)`.
+        /// `1 / (1 + e^-self)` (float dtypes).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let y = Tensor::new([0.0f32, 2.0], &cpu)?.sigmoid()?.to_vec::<f32>()?;
+        /// assert_eq!(y[0], 0.5);
+        /// assert!((y[1] - 0.8807971).abs() < 1e-6);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         sigmoid => UnaryOp::Sigmoid;
-        /// GELU, exact (erf) form.
+        /// GELU, exact (erf) form: `x * Φ(x)` (float dtypes).
+        ///
+        /// ```
+        /// use cartage::{Device, Tensor};
+        /// let cpu = Device::cpu();
+        /// let y = Tensor::new([0.0f32, 1.0], &cpu)?.gelu()?.to_vec::<f32>()?;
+        /// assert_eq!(y[0], 0.0);
+        /// assert!((y[1] - 0.8413447).abs() < 1e-6);
+        /// # Ok::<(), cartage::Error>(())
+        /// ```
         gelu => UnaryOp::Gelu;
     }
 

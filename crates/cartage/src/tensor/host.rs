@@ -11,6 +11,15 @@ use crate::runtime;
 impl Tensor {
     /// The elements in row-major order. `T` must be this tensor's element type
     /// ([`Error::DTypeMismatch`] otherwise: convert with `to_dtype` first, or use `to_vec_f64`).
+    /// A host sync, counted in `cartage::stats()`; a strided view is made contiguous first.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0], [3.0, 4.0]], &Device::cpu())?;
+    /// assert_eq!(x.t()?.to_vec::<f32>()?, vec![1.0, 3.0, 2.0, 4.0]);
+    /// assert!(x.to_vec::<f64>().is_err()); // the dtype is f32
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let site = caller();
@@ -78,6 +87,15 @@ impl Tensor {
     }
 
     /// The elements in row-major order, widened to `f64` (any dtype; booleans are 0 or 1).
+    /// A host sync, like [`Tensor::to_vec`].
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([3i32, -1], &Device::cpu())?;
+    /// assert_eq!(x.to_vec_f64()?, vec![3.0, -1.0]);
+    /// assert_eq!(Tensor::new([true, false], &Device::cpu())?.to_vec_f64()?, vec![1.0, 0.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
         let site = caller();
@@ -95,7 +113,16 @@ impl Tensor {
         })
     }
 
-    /// The one element of a tensor with exactly one element ([`Error::NotAScalar`] otherwise).
+    /// The one element of a tensor with exactly one element ([`Error::NotAScalar`] otherwise);
+    /// `T` must be the element type. A host sync: avoid it inside a hot loop.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([1.0f32, 2.0, 3.0], &Device::cpu())?;
+    /// assert_eq!(x.sum_all()?.item::<f32>()?, 6.0);
+    /// assert!(x.item::<f32>().is_err()); // three elements
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn item<T: Element>(&self) -> Result<T> {
         let site = caller();

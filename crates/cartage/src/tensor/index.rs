@@ -9,7 +9,15 @@ use super::{Tensor, caller, check};
 impl Tensor {
     /// `out[i][j][k] = self[index[i][j][k]][j][k]` for `dim = 0` (and likewise for other
     /// dims): the output has `index`'s shape; `index` has this tensor's rank and no dimension
-    /// other than `dim` larger than this tensor's.
+    /// other than `dim` larger than this tensor's. Negative `dim` counts from the end.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0], [3.0, 4.0]], &Device::cpu())?;
+    /// let index = Tensor::new([[0i64, 0], [1, 0]], &Device::cpu())?;
+    /// assert_eq!(x.gather(1, &index)?.to_vec::<f32>()?, vec![1.0, 1.0, 4.0, 3.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let site = caller();
@@ -44,7 +52,16 @@ impl Tensor {
         Ok(out)
     }
 
-    /// The entries of dimension `dim` listed by the 1-D `index`, in that order.
+    /// The entries of dimension `dim` (negative counts from the end) listed by the 1-D i32/i64
+    /// `index`, in that order (repeats allowed); a copy, not a view.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::I64, &Device::cpu())?.reshape(&[3, 2])?;
+    /// let rows = x.index_select(0, &Tensor::new([2i32, 0, 2], &Device::cpu())?)?;
+    /// assert_eq!(rows.to_vec2::<i64>()?, vec![vec![4, 5], vec![0, 1], vec![4, 5]]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let d = resolve_dim("index_select", dim, self.rank())?;

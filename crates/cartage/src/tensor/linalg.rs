@@ -11,6 +11,17 @@ use crate::runtime;
 
 impl Tensor {
     /// Matrix product (see the module docs for ranks and broadcasting). Float dtypes only.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let a = Tensor::new([[1.0f32, 2.0], [3.0, 4.0]], &cpu)?;
+    /// let b = Tensor::new([[5.0f32, 6.0], [7.0, 8.0]], &cpu)?;
+    /// assert_eq!(a.matmul(&b)?.to_vec2::<f32>()?, vec![vec![19.0, 22.0], vec![43.0, 50.0]]);
+    /// let batch = Tensor::zeros(&[3, 2, 4], DType::F32, &cpu)?; // [4, 5] broadcasts over 3
+    /// assert_eq!(batch.matmul(&Tensor::zeros(&[4, 5], DType::F32, &cpu)?)?.shape(), &[3, 2, 5]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let site = caller();

@@ -6,13 +6,13 @@
 //! (`#[track_caller]`) where the tensor was created or last moved; views keep their source's
 //! origin, so an error names the line that decided where the data lives.
 //!
-//! The methods live in one file per job: [`create`](self::create) (constructors),
+//! The methods live in one file per job: [`create`] (constructors),
 //! `view` (views), `shape` (cat, stack, split, expand, repeat, flip, roll, tril/triu, pad),
-//! [`slicing`](self::slicing) (`x.i((1..3, .., 2))`), `elementwise` (unary, binary, comparison,
+//! [`slicing`] (`x.i((1..3, .., 2))`), `elementwise` (unary, binary, comparison,
 //! `where_cond`), `math` (rounding, trigonometry, activations, clamps, logical ops),
 //! `ops_traits` (`&a + &b`), `reduce` (reductions, softmax), `stats` (prod, var/std, norm,
 //! any/all, scans, sort, topk), `linalg` (matmul), `index` (gather, index_select), `scatter`
-//! (masked_fill, scatter, index_add, one_hot, nonzero, embedding), [`nn`](self::nn)
+//! (masked_fill, scatter, index_add, one_hot, nonzero, embedding), [`nn`]
 //! (normalisation, losses, dropout, convolution, pooling, attention), `transfer` (moves, casts,
 //! contiguous, copy_from, async copies), `host` (reads) and `display` (printing values).
 
@@ -115,41 +115,100 @@ impl fmt::Debug for Tensor {
 
 impl Tensor {
     /// The sizes of each dimension.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.shape(), &[2, 3]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
     }
 
     /// Same as [`Tensor::shape`].
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.dims(), x.shape());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn dims(&self) -> &[usize] {
         self.layout.shape()
     }
 
-    /// Number of dimensions.
+    /// Number of dimensions (0 for a scalar of shape `[]`).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.rank(), 3);
+    /// assert_eq!(x.sum_all()?.rank(), 0);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn rank(&self) -> usize {
         self.layout.rank()
     }
 
-    /// Number of elements.
+    /// Number of elements (1 for shape `[]`, 0 when any dimension is 0).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.numel(), 24);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn numel(&self) -> usize {
         self.layout.numel()
     }
 
     /// The element type.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::from_slice(&[1i64, 2], &[2], &Device::cpu())?;
+    /// assert_eq!(x.dtype(), DType::I64);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
     /// Where the data lives.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.device(), Device::cpu());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn device(&self) -> Device {
         self.device
     }
 
     /// Shape, strides and offset (in elements).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.layout().strides(), &[3, 1]);
+    /// assert_eq!(x.t()?.layout().strides(), &[1, 3]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
 
     /// Where this tensor was created or last moved (views keep their source's origin).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.origin().line(), line!() - 1);
+    /// assert_eq!(x.t()?.origin(), x.origin());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn origin(&self) -> Site {
         self.origin
     }
@@ -157,36 +216,89 @@ impl Tensor {
     /// Bytes of the elements this tensor views: numel × dtype size (R19). Cannot overflow: a
     /// layout spans at most [`cartage_core::layout::MAX_ELEMENTS`] elements, so this is at most
     /// `isize::MAX`, broadcast views included.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.size_in_bytes(), 24);
+    /// assert_eq!(x.narrow(1, 0, 1)?.size_in_bytes(), 8);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn size_in_bytes(&self) -> usize {
         self.numel() * self.dtype.size_in_bytes()
     }
 
     /// Bytes of the storage underneath (a view may see less of it).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.narrow(1, 0, 1)?.storage_bytes(), 24);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn storage_bytes(&self) -> usize {
         self.storage.len_bytes()
     }
 
     /// True when the elements are dense and row-major in memory.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert!(x.is_contiguous());
+    /// assert!(!x.t()?.is_contiguous());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn is_contiguous(&self) -> bool {
         self.layout.is_contiguous()
     }
 
     /// True when both tensors view the same storage.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert!(x.t()?.shares_storage(&x));
+    /// assert!(!x.add_scalar(1.0)?.shares_storage(&x));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
     /// The backend this tensor's device runs on.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.backend().device(), Device::cpu());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn backend(&self) -> &Arc<dyn Backend> {
         self.storage.backend()
     }
 
-    /// The storage underneath.
+    /// The storage underneath, shared by every view of it.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.select(0, 1)?.storage().len_bytes(), 24);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn storage(&self) -> &Arc<Storage> {
         &self.storage
     }
 
     /// This tensor as a kernel operand, for backend-level code (benches, loaders).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// let arg = x.t()?.as_arg();
+    /// assert_eq!((arg.layout.shape(), arg.dtype), (&[3usize, 2][..], DType::F32));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn as_arg(&self) -> TensorArg {
         TensorArg {
             buffer: self.storage.buffer(),

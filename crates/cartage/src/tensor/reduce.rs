@@ -10,78 +10,185 @@ use super::{Tensor, caller, check};
 
 impl Tensor {
     /// Sum over `dims` (negative counts from the end); `keepdim` keeps them with size 1.
+    /// The list may not be empty (use [`Tensor::sum_all`] for every element); integer sums wrap.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.sum(&[0], false)?.to_vec::<f32>()?, vec![5.0, 7.0, 9.0]);
+    /// let rows = x.sum(&[-1], true)?;
+    /// assert_eq!((rows.shape(), rows.to_vec::<f32>()?), (&[2usize, 1][..], vec![6.0, 15.0]));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Sum, dims, keepdim, caller())
     }
 
-    /// Mean over `dims` (float dtypes).
+    /// Mean over `dims` (negative counts from the end; float dtypes); `keepdim` keeps them with
+    /// size 1.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.mean(&[1], false)?.to_vec::<f32>()?, vec![2.0, 5.0]);
+    /// assert_eq!(x.mean(&[0, 1], true)?.shape(), &[1, 1]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Mean, dims, keepdim, caller())
     }
 
-    /// Maximum over `dims` (NaN propagates).
+    /// Maximum over `dims` (negative counts from the end; NaN propagates; an empty dimension is
+    /// an error); `keepdim` keeps them with size 1. [`Tensor::max_dim`] also gives the indices.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.max(&[0], false)?.to_vec::<f32>()?, vec![4.0, 5.0, 6.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Max, dims, keepdim, caller())
     }
 
-    /// Minimum over `dims` (NaN propagates).
+    /// Minimum over `dims` (negative counts from the end; NaN propagates; an empty dimension is
+    /// an error); `keepdim` keeps them with size 1. [`Tensor::min_dim`] also gives the indices.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.min(&[-1], false)?.to_vec::<f32>()?, vec![1.0, 4.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Min, dims, keepdim, caller())
     }
 
-    /// `log(sum(exp(x)))` over `dims`, computed stably (float dtypes).
+    /// `log(sum(exp(x)))` over `dims`, computed stably (float dtypes); `keepdim` keeps them
+    /// with size 1.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[0.0f32, 0.0], [1000.0, 1000.0]], &Device::cpu())?;
+    /// let y = x.logsumexp(&[1], false)?.to_vec::<f32>()?;
+    /// assert!((y[0] - 2f32.ln()).abs() < 1e-6 && (y[1] - (1000.0 + 2f32.ln())).abs() < 1e-3);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::LogSumExp, dims, keepdim, caller())
     }
 
-    /// Index (i64) of the first maximum along `dim`.
+    /// Index (i64) of the first maximum along `dim` (negative counts from the end); `keepdim`
+    /// keeps `dim` with size 1.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 3.0, 3.0], [4.0, 0.0, 2.0]], &Device::cpu())?;
+    /// let i = x.argmax(1, false)?;
+    /// assert_eq!((i.dtype(), i.to_vec::<i64>()?), (DType::I64, vec![1, 0]));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn argmax(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::ArgMax, &[dim], keepdim, caller())
     }
 
-    /// Index (i64) of the first minimum along `dim`.
+    /// Index (i64) of the first minimum along `dim` (negative counts from the end); `keepdim`
+    /// keeps `dim` with size 1.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 3.0, 1.0], [4.0, 0.0, 2.0]], &Device::cpu())?;
+    /// assert_eq!(x.argmin(-1, true)?.to_vec2::<i64>()?, vec![vec![0], vec![1]]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn argmin(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::ArgMin, &[dim], keepdim, caller())
     }
 
-    /// Sum of every element, shape `[]`.
+    /// Sum of every element, shape `[]` (read it with [`Tensor::item`]).
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// let total = x.sum_all()?;
+    /// assert_eq!((total.shape(), total.item::<f32>()?), (&[][..], 21.0));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn sum_all(&self) -> Result<Tensor> {
         self.reduce_all(ReduceOp::Sum, caller())
     }
 
     /// Mean of every element, shape `[]` (float dtypes).
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.mean_all()?.item::<f32>()?, 3.5);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn mean_all(&self) -> Result<Tensor> {
         self.reduce_all(ReduceOp::Mean, caller())
     }
 
-    /// Maximum of every element, shape `[]`.
+    /// Maximum of every element, shape `[]` (an empty tensor is an error).
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.max_all()?.item::<f32>()?, 6.0);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn max_all(&self) -> Result<Tensor> {
         self.reduce_all(ReduceOp::Max, caller())
     }
 
-    /// Minimum of every element, shape `[]`.
+    /// Minimum of every element, shape `[]` (an empty tensor is an error).
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &Device::cpu())?;
+    /// assert_eq!(x.min_all()?.item::<f32>()?, 1.0);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn min_all(&self) -> Result<Tensor> {
         self.reduce_all(ReduceOp::Min, caller())
     }
 
-    /// Softmax along `dim` (float dtypes).
+    /// Softmax along `dim` (negative counts from the end; float dtypes): each slice along `dim`
+    /// sums to 1.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([[0.0f32, 3f32.ln()], [5.0, 5.0]], &Device::cpu())?;
+    /// let y = x.softmax(-1)?.to_vec::<f32>()?;
+    /// assert!(y.iter().zip([0.25, 0.75, 0.5, 0.5]).all(|(a, b)| (a - b).abs() < 1e-6));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, false, caller())
     }
 
-    /// Log-softmax along `dim` (float dtypes).
+    /// Log-softmax along `dim` (negative counts from the end; float dtypes).
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::new([1.0f32, 1.0], &Device::cpu())?;
+    /// let y = x.log_softmax(0)?.to_vec::<f32>()?;
+    /// assert!(y.iter().all(|v| (v + 2f32.ln()).abs() < 1e-6));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
         self.softmax_impl(dim, true, caller())

@@ -15,7 +15,16 @@ pub const STAGING_CHUNK: usize = 32 << 20;
 
 impl Tensor {
     /// This tensor on `device`, as a new tensor (the original is unchanged). On its own device
-    /// it is a cheap clone whose origin becomes the caller's line.
+    /// it is a cheap clone whose origin becomes the caller's line. `#[must_use]`: `x.to(&d)?;`
+    /// alone leaves `x` where it was.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+    /// let y = x.to(&Device::cpu())?; // already there: shares the storage
+    /// assert!(y.shares_storage(&x) && y.device() == Device::cpu());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[must_use = "`to` returns the moved tensor and leaves `self` where it was"]
     #[track_caller]
     pub fn to(&self, device: &Device) -> Result<Tensor> {
@@ -26,7 +35,16 @@ impl Tensor {
         self.move_to(device, site)
     }
 
-    /// This tensor converted to `dtype` (Rust `as` semantics), on the same device.
+    /// This tensor converted to `dtype` (Rust `as` semantics: floats truncate toward zero and
+    /// saturate), on the same device. `#[must_use]`: the result is a new tensor.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::new([1.7f32, -1.7, 300.0], &Device::cpu())?;
+    /// let y = x.to_dtype(DType::U8)?;
+    /// assert_eq!((y.dtype(), y.to_vec::<u8>()?), (DType::U8, vec![1, 0, 255]));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[must_use = "`to_dtype` returns the converted tensor and leaves `self` as it was"]
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
@@ -40,6 +58,15 @@ impl Tensor {
     /// This tensor on `device` as `dtype`, in the order with the lower peak memory: a cast to a
     /// smaller dtype happens before the move (only the small tensor travels and lands), a cast
     /// to a larger one after it (R11). The other order is used when a device cannot cast.
+    /// `#[must_use]`: the result is a new tensor.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::new([1.5f32, 2.5], &Device::cpu())?;
+    /// let y = x.to_device_dtype(&Device::cpu(), DType::F64)?;
+    /// assert_eq!((y.device(), y.to_vec::<f64>()?), (Device::cpu(), vec![1.5, 2.5]));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[must_use = "`to_device_dtype` returns a new tensor and leaves `self` as it was"]
     #[track_caller]
     pub fn to_device_dtype(&self, device: &Device, dtype: DType) -> Result<Tensor> {
@@ -72,6 +99,16 @@ impl Tensor {
 
     /// A contiguous tensor with the same elements: `self` (shared) when already contiguous,
     /// else a copy through `Kernel::Copy`.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 4.0, 1.0, DType::I32, &Device::cpu())?.reshape(&[2, 2])?;
+    /// let y = x.t()?.contiguous()?;
+    /// assert!(y.is_contiguous() && !y.shares_storage(&x));
+    /// assert_eq!(y.to_vec::<i32>()?, vec![0, 2, 1, 3]);
+    /// assert!(x.contiguous()?.shares_storage(&x));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         self.contiguous_at(caller())
@@ -152,7 +189,19 @@ impl Tensor {
     /// Start copying `src`'s first [`Tensor::size_in_bytes`] bytes into this contiguous tensor;
     /// `src` (a [`cartage_core::PinnedBuffer`], [`cartage_core::PageableBuffer`] or
     /// [`cartage_core::StagingBuffer`]) stays borrowed until the returned handle completes.
-    /// Memory pinned for another device is refused.
+    /// Memory pinned for another device is refused. The copy is asynchronous: wait on the
+    /// `#[must_use]` [`CopyHandle`] before reading the tensor.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let mut staging = cartage::alloc_staging(&cpu, 8)?;
+    /// staging.as_mut_slice_of::<f32>()?.copy_from_slice(&[1.0, 2.0]);
+    /// let x = Tensor::empty(&[2], DType::F32, &cpu)?;
+    /// x.copy_from_pinned_async(&staging)?.wait()?;
+    /// assert_eq!(x.to_vec::<f32>()?, vec![1.0, 2.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn copy_from_pinned_async<'a, S: HostStaging>(&self, src: &'a S) -> Result<CopyHandle<'a>> {
         self.pinned_target("copy_from_pinned_async", src.len())?;
         self.storage
@@ -161,7 +210,18 @@ impl Tensor {
     }
 
     /// Start copying this contiguous tensor into the first [`Tensor::size_in_bytes`] bytes of
-    /// `dst`; `dst` cannot be read until the returned handle completes.
+    /// `dst`; `dst` cannot be read until the returned `#[must_use]` [`CopyHandle`] completes
+    /// (the borrow checker enforces it). Memory pinned for another device is refused.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let x = Tensor::new([1.0f32, 2.0], &cpu)?;
+    /// let mut staging = cartage::alloc_staging(&cpu, x.size_in_bytes())?;
+    /// x.copy_to_pinned_async(&mut staging)?.wait()?;
+    /// assert_eq!(staging.as_slice_of::<f32>()?, &[1.0, 2.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn copy_to_pinned_async<'a, S: HostStaging>(&self, dst: &'a mut S) -> Result<CopyHandle<'a>> {
         self.pinned_target("copy_to_pinned_async", dst.len())?;
         self.storage

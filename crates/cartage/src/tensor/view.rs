@@ -9,14 +9,32 @@ use super::{Tensor, caller, check};
 use crate::runtime;
 
 impl Tensor {
-    /// Swap dimensions `d0` and `d1` (negative counts from the end).
+    /// Swap dimensions `d0` and `d1` (negative counts from the end). A view: it shares this
+    /// tensor's storage (and is in general no longer contiguous).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::I64, &Device::cpu())?.reshape(&[2, 3])?;
+    /// let y = x.transpose(0, -1)?;
+    /// assert_eq!(y.to_vec2::<i64>()?, vec![vec![0, 3], vec![1, 4], vec![2, 5]]);
+    /// assert!(y.shares_storage(&x) && !y.is_contiguous());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
         let a = resolve_dim("transpose", d0, self.rank())?;
         let b = resolve_dim("transpose", d1, self.rank())?;
         Ok(self.with_layout(self.layout.transpose(a, b)?))
     }
 
-    /// Swap the last two dimensions (a tensor of rank below 2 is returned as is).
+    /// Swap the last two dimensions (a view; a tensor of rank below 2 is returned as is).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[4, 2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.t()?.shape(), &[4, 3, 2]);
+    /// assert_eq!(x.flatten()?.t()?.shape(), &[24]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn t(&self) -> Result<Tensor> {
         if self.rank() < 2 {
             return Ok(self.clone());
@@ -47,7 +65,17 @@ impl Tensor {
         Ok(self.with_layout(self.layout.permute(&resolved)?))
     }
 
-    /// Keep `len` entries of dimension `dim` starting at `start`.
+    /// Keep `len` entries of dimension `dim` (negative counts from the end) starting at
+    /// `start`: a view sharing this tensor's storage.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::I64, &Device::cpu())?.reshape(&[2, 3])?;
+    /// let y = x.narrow(-1, 1, 2)?;
+    /// assert_eq!(y.to_vec2::<i64>()?, vec![vec![1, 2], vec![4, 5]]);
+    /// assert!(y.shares_storage(&x));
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
         let d = resolve_dim("narrow", dim, self.rank())?;
         Ok(self.with_layout(self.layout.narrow(d, start, len)?))
@@ -55,12 +83,29 @@ impl Tensor {
 
     /// View with numpy broadcasting to `shape` (expanded dimensions get stride 0). A target of
     /// more elements than a layout may span is [`Error::SizeOverflow`] naming this dtype.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let x = Tensor::from_slice(&[1i32, 2, 3], &[3], &Device::cpu())?;
+    /// let y = x.broadcast_to(&[2, 3])?;
+    /// assert_eq!(y.to_vec::<i32>()?, vec![1, 2, 3, 1, 2, 3]);
+    /// assert_eq!(y.layout().strides(), &[0, 1]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         let layout = self.layout.broadcast_to(shape).map_err(|e| e.with_dtype(self.dtype))?;
         Ok(self.with_layout(layout))
     }
 
-    /// Remove dimension `dim`, which must have size 1.
+    /// Remove dimension `dim` (negative counts from the end), which must have size 1: a view.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 1, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.squeeze(1)?.shape(), &[2, 3]);
+    /// assert!(x.squeeze(0).is_err()); // size 2
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
         let d = resolve_dim("squeeze", dim, self.rank())?;
         Ok(self.with_layout(self.layout.squeeze(d)?))
@@ -68,6 +113,15 @@ impl Tensor {
 
     /// Insert a dimension of size 1 at `dim` (`0..=rank`, negative counts from the end: -1
     /// appends). An out-of-range `dim` is [`Error::DimOutOfRange`] naming this tensor's rank.
+    /// A view.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.unsqueeze(0)?.shape(), &[1, 2, 3]);
+    /// assert_eq!(x.unsqueeze(-1)?.shape(), &[2, 3, 1]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
         let rank = self.rank();
         let d = resolve_dim("unsqueeze", dim, rank + 1).map_err(|_| Error::DimOutOfRange {
@@ -113,7 +167,16 @@ impl Tensor {
         }
     }
 
-    /// All elements in one dimension (a view when the strides allow it).
+    /// All elements in one dimension (a view when the strides allow it, else a copy like
+    /// [`Tensor::reshape`]); see [`Tensor::flatten_dims`] for a range of dimensions.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::I64, &Device::cpu())?.reshape(&[2, 3])?;
+    /// assert_eq!(x.flatten()?.shape(), &[6]);
+    /// assert_eq!(x.t()?.flatten()?.to_vec::<i64>()?, vec![0, 3, 1, 4, 2, 5]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
     #[track_caller]
     pub fn flatten(&self) -> Result<Tensor> {
         self.reshape(&[self.numel()])
@@ -153,7 +216,7 @@ impl Tensor {
     /// keeps this tensor's size in that dimension. Expanded dimensions have stride 0 (no copy).
     ///
     /// ```
-    /// use cartage::{DType, Device, Tensor};
+    /// use cartage::{Device, Tensor};
     /// let x = Tensor::from_slice(&[1.0f32, 2.0], &[2, 1], &Device::cpu())?;
     /// let y = x.expand(&[3, -1, 4])?;
     /// assert_eq!(y.shape(), &[3, 2, 4]);
