@@ -6,8 +6,11 @@
 //!   ([`UnaryOp::transcendental`]), pow, softmax, logsumexp or cross-entropy, which need exp,
 //!   log or sin that Vulkan's GLSL.std.450 does not define for 64-bit floats; no scatter-add
 //!   (WGSL has no 64-bit atomics, and a float sum cannot be split into word-wise atomic adds).
-//! - i64: fill, arange, copy, casts, where, gather, index_select, sort and scatter (and as the
-//!   index and arg-reduction dtype). WGSL has no 64-bit integer arithmetic.
+//! - i64: every op defined for it. WGSL has no 64-bit integers, so i64 is stored as two 32-bit
+//!   words and computed exactly on `vec2<u32>` (low, high) in two's complement
+//!   (`shaders/i64_ops.wgsl`): add/sub with carries, the low 64 bits of products built from
+//!   16-bit partial products, long division, wrapping powers, signed compares; scatter-add
+//!   carries the low word's overflow into the high word atomically.
 
 #[cfg(doc)]
 use cartage_core::UnaryOp;
@@ -21,37 +24,24 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
     if touches_f64 && !has_f64 {
         return Some("the adapter lacks the SHADER_F64 feature, so WGSL kernels cannot use f64");
     }
-    match dtype {
-        DType::F64 => match op {
-            Op::Unary(u) if u.transcendental() => {
-                Some("Vulkan defines exp, log, sin and tanh only for 16- and 32-bit floats (GLSL.std.450)")
-            }
-            Op::Binary(BinaryOp::Pow)
-            | Op::Softmax
-            | Op::LogSoftmax
-            | Op::CrossEntropy
-            | Op::Reduce(ReduceOp::LogSumExp) => {
-                Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
-            }
-            Op::Scatter(ScatterMode::Add) => Some(
-                "WGSL has no 64-bit atomics, so repeated indices cannot add f64 values race-free; scatter-add in f32 or on the CPU",
-            ),
-            _ => None,
-        },
-        DType::I64 => match op {
-            Op::Fill
-            | Op::Arange
-            | Op::Cast(_)
-            | Op::Copy
-            | Op::Where
-            | Op::Gather
-            | Op::IndexSelect
-            | Op::Sort
-            | Op::Scatter(_) => None,
-            _ => Some(
-                "WGSL has no 64-bit integer arithmetic; i64 tensors can be filled, copied, cast, selected, gathered, sorted and scattered, and index other tensors",
-            ),
-        },
+    if dtype != DType::F64 {
+        // Every other dtype runs every op defined for it (i64 through word-pair emulation).
+        return None;
+    }
+    match op {
+        Op::Unary(u) if u.transcendental() => {
+            Some("Vulkan defines exp, log, sin and tanh only for 16- and 32-bit floats (GLSL.std.450)")
+        }
+        Op::Binary(BinaryOp::Pow)
+        | Op::Softmax
+        | Op::LogSoftmax
+        | Op::CrossEntropy
+        | Op::Reduce(ReduceOp::LogSumExp) => {
+            Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
+        }
+        Op::Scatter(ScatterMode::Add) => Some(
+            "WGSL has no 64-bit atomics, so repeated indices cannot add f64 values race-free; scatter-add in f32 or on the CPU",
+        ),
         _ => None,
     }
 }
@@ -61,10 +51,12 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// ops table in the docs is generated from, without a GPU.
 ///
 /// ```
-/// use cartage_core::{DType, Op, UnaryOp};
+/// use cartage_core::{BinaryOp, DType, Op, ScanOp, UnaryOp};
 /// let caps = cartage_wgpu::capabilities_for(true);
 /// assert!(caps.supports(Op::Unary(UnaryOp::Sqrt), DType::F64));
 /// assert!(!caps.supports(Op::Unary(UnaryOp::Exp), DType::F64));
+/// assert!(caps.supports(Op::Binary(BinaryOp::Div), DType::I64));
+/// assert!(caps.supports(Op::Scan(ScanOp::Sum), DType::I64));
 /// ```
 pub fn capabilities_for(has_f64: bool) -> Capabilities {
     Capabilities::all_defined(|op, dtype| refusal(op, dtype, has_f64).is_some())

@@ -4,7 +4,8 @@
 //! Storage per dtype: f32, i32 and f64 are arrays of their type; u8 and bool are packed four to
 //! a `u32` word, f16 and bf16 two to a word; i64 is two words (low, high). A kernel computes in
 //! the dtype's *compute type*: f32 for f32/f16/bf16 (rounded once on store), f64, i32, u32 for
-//! u8/bool, `vec2<u32>` for i64 (which only moves, compares nothing and converts).
+//! u8/bool, `vec2<u32>` for i64 (exact two's-complement arithmetic on the word pair,
+//! `shaders/i64_ops.wgsl`).
 
 use cartage_core::DType;
 
@@ -14,15 +15,19 @@ pub(crate) const COMMON: &str = include_str!("../shaders/common.wgsl");
 pub(crate) const FLOAT_OPS: &str = include_str!("../shaders/float_ops.wgsl");
 /// i32/u32 element-wise functions.
 pub(crate) const INT_OPS: &str = include_str!("../shaders/int_ops.wgsl");
+/// i64 element-wise functions on `vec2<u32>` word pairs.
+pub(crate) const I64_OPS: &str = include_str!("../shaders/i64_ops.wgsl");
 /// f64 helpers (kernels that touch f64 only).
 pub(crate) const F64_OPS: &str = include_str!("../shaders/f64_ops.wgsl");
 
-/// The prelude of a kernel: common helpers, the element-wise functions, f64 ones when needed.
+/// The prelude of a kernel: common helpers, the element-wise functions (f32, i32/u32, i64),
+/// f64 ones when needed.
 pub(crate) fn prelude(uses_f64: bool) -> String {
     let mut s = String::with_capacity(16 << 10);
     s.push_str(COMMON);
     s.push_str(FLOAT_OPS);
     s.push_str(INT_OPS);
+    s.push_str(I64_OPS);
     if uses_f64 {
         s.push_str(F64_OPS);
     }
@@ -46,7 +51,8 @@ pub(crate) fn family(dtype: DType) -> &'static str {
         DType::F32 | DType::F16 | DType::BF16 => "f32",
         DType::F64 => "f64",
         DType::I32 => "i32",
-        DType::U8 | DType::Bool | DType::I64 => "u32",
+        DType::I64 => "i64",
+        DType::U8 | DType::Bool => "u32",
     }
 }
 

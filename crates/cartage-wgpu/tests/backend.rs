@@ -162,26 +162,6 @@ fn refused_ops_name_device_dtype_and_op() {
     } else {
         assert!(matches!(add.run(&[&xb, &ob]), Err(Error::Unsupported { .. })));
     }
-    // i64 arithmetic is refused, i64 data movement is not.
-    let (ib, i) = upload(&b, &[5i64, -7], &[2]);
-    let (jb, j) = empty::<i64>(&b, &[2]);
-    let sum = Kernel::Binary {
-        op: BinaryOp::Add,
-        lhs: i.clone(),
-        rhs: i.clone(),
-        out: j.clone(),
-    };
-    assert!(matches!(
-        sum.run(&[&ib, &jb]),
-        Err(Error::Unsupported { dtype: DType::I64, .. })
-    ));
-    Kernel::Copy {
-        input: i,
-        out: j.clone(),
-    }
-    .run(&[&ib, &jb])
-    .unwrap();
-    assert_eq!(download::<i64>(&jb, &j), vec![5, -7]);
 }
 
 #[test]

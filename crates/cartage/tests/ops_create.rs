@@ -90,6 +90,10 @@ fn randint_is_uniform_in_range_and_reproducible() -> Result<()> {
         assert_eq!(x, again, "one seed, one draw");
         let other = Tensor::randint(low, high, &[n], DType::I64, 12, &d)?.to_vec::<i64>()?;
         assert_ne!(x, other);
+        // Bounds beyond i32 are shifted in i64 on every device.
+        let base = 1i64 << 40;
+        let far = Tensor::randint(base, base + 5, &[64], DType::I64, 3, &d)?.to_vec::<i64>()?;
+        assert!(far.iter().all(|v| (base..base + 5).contains(v)), "{far:?}");
         for dtype in [DType::I32, DType::F32, DType::U8] {
             let y = Tensor::randint(0, 5, &[64], dtype, 1, &d)?;
             assert_eq!(y.dtype(), dtype);

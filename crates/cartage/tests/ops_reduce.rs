@@ -6,16 +6,7 @@
 mod common;
 
 use cartage::prelude::*;
-use cartage::runtime::DeviceExt;
-use cartage::{BinaryOp, Error, ErrorKind, Op, ScanOp};
-
-/// i64 where the device computes with it, else i32 (WGSL has no 64-bit integer arithmetic).
-fn int_dtype(device: &Device) -> DType {
-    match device.supports(Op::Binary(BinaryOp::Add), DType::I64) {
-        Ok(true) => DType::I64,
-        _ => DType::I32,
-    }
-}
+use cartage::{Error, ErrorKind};
 
 fn devices(test: &str) -> Vec<Device> {
     let mut devices = vec![Device::cpu()];
@@ -87,11 +78,9 @@ fn prod_over_dims_wraps_integers_and_is_one_when_empty() -> Result<()> {
         let all = x.prod(&[0, -1], true)?;
         assert_eq!(all.shape(), &[1, 1]);
         assert_close("prod all", &all.to_vec_f64()?, &[xs.iter().product()], 1e-6);
-        if int_dtype(&device) == DType::I64 {
-            let big = Tensor::from_slice(&[1i64 << 40, 1 << 30, 3], &[3], &device)?;
-            let wrapped = (1i64 << 40).wrapping_mul(1 << 30).wrapping_mul(3);
-            assert_eq!(big.prod(&[0], false)?.to_vec::<i64>()?, vec![wrapped]);
-        }
+        let big = Tensor::from_slice(&[1i64 << 40, 1 << 30, 3], &[3], &device)?;
+        let wrapped = (1i64 << 40).wrapping_mul(1 << 30).wrapping_mul(3);
+        assert_eq!(big.prod(&[0], false)?.to_vec::<i64>()?, vec![wrapped]);
         let big = Tensor::from_slice(&[1i32 << 20, 1 << 15, 3, -1], &[2, 2], &device)?.t()?;
         let wrapped = [(1i32 << 20).wrapping_mul(3), (1i32 << 15).wrapping_mul(-1)];
         assert_eq!(big.prod(&[1], false)?.to_vec::<i32>()?, wrapped);
@@ -211,7 +200,7 @@ fn any_and_all_count_non_zero_and_nan_as_true() -> Result<()> {
             assert_eq!(got.to_vec::<bool>()?, any, "any dim {dim} on {device}");
             assert_eq!(x.all(&[dim as isize], false)?.to_vec::<bool>()?, all, "all dim {dim}");
         }
-        let ones = Tensor::ones(&[2, 3], int_dtype(&device), &device)?;
+        let ones = Tensor::ones(&[2, 3], DType::I64, &device)?;
         assert_eq!(ones.all(&[0, 1], true)?.to_vec::<bool>()?, vec![true]);
         let flags = Tensor::from_slice(&[true, false, true, true], &[2, 2], &device)?;
         assert_eq!(flags.all(&[-1], false)?.to_vec::<bool>()?, vec![false, true]);
@@ -320,23 +309,17 @@ fn cumsum_and_cumprod_widen_integers() -> Result<()> {
                 );
             }
         }
-        // Integers and bool widen to i64 (PyTorch): where i64 has no arithmetic (WGSL) that is
-        // refused by name rather than computed in a narrower type.
+        // Integers and bool widen to i64 (PyTorch), so sums pass i32::MAX without wrapping.
         let ints = Tensor::from_slice(&[i32::MAX, 1, 2], &[3], &device)?;
         let flags = Tensor::from_slice(&[true, false, true, true], &[4], &device)?;
         let bytes = Tensor::from_slice(&[200u8, 100], &[2], &device)?;
-        if device.supports(Op::Scan(ScanOp::Sum), DType::I64)? {
-            let sums = ints.cumsum(0)?;
-            assert_eq!(sums.dtype(), DType::I64);
-            let max = i32::MAX as i64;
-            assert_eq!(sums.to_vec::<i64>()?, vec![max, max + 1, max + 3]);
-            assert_eq!(flags.cumsum(0)?.to_vec::<i64>()?, vec![1, 1, 2, 3]);
-            assert_eq!(flags.cumprod(0)?.to_vec::<i64>()?, vec![1, 0, 0, 0]);
-            assert_eq!(bytes.cumsum(0)?.to_vec::<i64>()?, vec![200, 300]);
-        } else {
-            let err = ints.cumsum(0).unwrap_err();
-            assert!(matches!(err, Error::Unsupported { dtype: DType::I64, .. }), "{err}");
-        }
+        let sums = ints.cumsum(0)?;
+        assert_eq!(sums.dtype(), DType::I64);
+        let max = i32::MAX as i64;
+        assert_eq!(sums.to_vec::<i64>()?, vec![max, max + 1, max + 3]);
+        assert_eq!(flags.cumsum(0)?.to_vec::<i64>()?, vec![1, 1, 2, 3]);
+        assert_eq!(flags.cumprod(0)?.to_vec::<i64>()?, vec![1, 0, 0, 0]);
+        assert_eq!(bytes.cumsum(0)?.to_vec::<i64>()?, vec![200, 300]);
         let scalar = Tensor::full(&[], 2.5, DType::F32, &device)?;
         let s = scalar.cumsum(-1)?;
         assert_eq!(s.shape(), &[] as &[usize]);

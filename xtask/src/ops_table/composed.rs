@@ -154,11 +154,11 @@ pub fn all() -> Vec<Composed> {
                 index(d),
                 cast.into_iter()
                     .chain([
-                    (Op::Arange, DType::I32),
-                    (Op::Compare(Eq), DType::I32),
-                    (Op::Cast(I64), DType::Bool),
-                ])
-                .collect(),
+                        (Op::Arange, DType::I32),
+                        (Op::Compare(Eq), DType::I32),
+                        (Op::Cast(I64), DType::Bool),
+                    ])
+                    .collect(),
             )
         }),
         op(
@@ -320,7 +320,7 @@ pub fn all() -> Vec<Composed> {
         op(
             NN,
             "cross_entropy",
-            "the per-row kernel; the mean counts the rows kept on the device (i64 targets compared in i32 where the device has no i64 comparison)",
+            "the per-row kernel; the mean counts the rows kept on the device",
             |d| {
                 when(
                     float(d),
@@ -334,21 +334,7 @@ pub fn all() -> Vec<Composed> {
                     ],
                 )
             },
-        )
-        .or(|d| {
-            when(
-                float(d),
-                vec![
-                    (Op::CrossEntropy, d),
-                    (Op::Reduce(ReduceOp::Sum), d),
-                    (Op::Cast(DType::I32), I64),
-                    (Op::Fill, DType::I32),
-                    (Op::Compare(Ne), DType::I32),
-                    (Op::Cast(d), DType::Bool),
-                    (Op::Binary(Div), d),
-                ],
-            )
-        }),
+        ),
         op(
             NN,
             "nll_loss",
@@ -370,26 +356,7 @@ pub fn all() -> Vec<Composed> {
                     ],
                 )
             },
-        )
-        .or(|d| {
-            when(
-                float(d),
-                vec![
-                    (Op::Cast(DType::I32), I64),
-                    (Op::Fill, DType::I32),
-                    (Op::Compare(Ne), DType::I32),
-                    (Op::Fill, I64),
-                    (Op::Where, I64),
-                    (Op::Gather, d),
-                    (Op::Fill, d),
-                    (Op::Binary(Mul), d),
-                    (Op::Where, d),
-                    (Op::Reduce(ReduceOp::Sum), d),
-                    (Op::Cast(d), DType::Bool),
-                    (Op::Binary(Div), d),
-                ],
-            )
-        }),
+        ),
         op(
             NN,
             "dropout",
@@ -478,7 +445,7 @@ pub fn all() -> Vec<Composed> {
         op(
             CONSTRUCTORS,
             "randint",
-            "uniform draws (f64 where the device has them, else f32), cast to i64 (i32 without i64 arithmetic), clamped, shifted, cast",
+            "uniform draws (f64 where the device has them, else f32), cast to i64, clamped, shifted, cast",
             |d| {
                 when(
                     d != DType::Bool,
@@ -492,20 +459,7 @@ pub fn all() -> Vec<Composed> {
                     ],
                 )
             },
-        )
-        .or(|d| {
-            when(
-                d != DType::Bool,
-                vec![
-                    (Op::RandomUniform, DType::F32),
-                    (Op::Cast(DType::I32), DType::F32),
-                    (Op::Fill, DType::I32),
-                    (Op::Binary(Minimum), DType::I32),
-                    (Op::Binary(Add), DType::I32),
-                    (Op::Cast(d), DType::I32),
-                ],
-            )
-        }),
+        ),
         op(CONSTRUCTORS, "Tensor::rand_with", "the uniform kernel", |d| {
             when(float(d), vec![(Op::RandomUniform, d)])
         }),

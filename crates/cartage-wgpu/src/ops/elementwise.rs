@@ -217,13 +217,25 @@ pub(crate) fn compare(
     out: &TensorArg,
 ) -> Result<()> {
     // `!=` is written as a negated `==` so that NaN != x holds whatever compare the driver picks.
-    let test = match op {
-        CompareOp::Eq => "ld_1(o.y) == ld_2(o.z)",
-        CompareOp::Ne => "!(ld_1(o.y) == ld_2(o.z))",
-        CompareOp::Lt => "ld_1(o.y) < ld_2(o.z)",
-        CompareOp::Le => "ld_1(o.y) <= ld_2(o.z)",
-        CompareOp::Gt => "ld_1(o.y) > ld_2(o.z)",
-        CompareOp::Ge => "ld_1(o.y) >= ld_2(o.z)",
+    // i64 word pairs compare through the signed helpers of `shaders/i64_ops.wgsl`.
+    let test = if lhs.dtype == DType::I64 {
+        match op {
+            CompareOp::Eq => "eq_i64(ld_1(o.y), ld_2(o.z))",
+            CompareOp::Ne => "!eq_i64(ld_1(o.y), ld_2(o.z))",
+            CompareOp::Lt => "lt_i64(ld_1(o.y), ld_2(o.z))",
+            CompareOp::Le => "le_i64(ld_1(o.y), ld_2(o.z))",
+            CompareOp::Gt => "gt_i64(ld_1(o.y), ld_2(o.z))",
+            CompareOp::Ge => "ge_i64(ld_1(o.y), ld_2(o.z))",
+        }
+    } else {
+        match op {
+            CompareOp::Eq => "ld_1(o.y) == ld_2(o.z)",
+            CompareOp::Ne => "!(ld_1(o.y) == ld_2(o.z))",
+            CompareOp::Lt => "ld_1(o.y) < ld_2(o.z)",
+            CompareOp::Le => "ld_1(o.y) <= ld_2(o.z)",
+            CompareOp::Gt => "ld_1(o.y) > ld_2(o.z)",
+            CompareOp::Ge => "ld_1(o.y) >= ld_2(o.z)",
+        }
     };
     let body = move || format!("fn compute(i: u32) -> u32 {{ let o = offsets(i); return select(0u, 1u, {test}); }}");
     launch(

@@ -38,22 +38,31 @@ fn ops_source(op: ReduceOp, dtype: DType) -> String {
     let fam = wgsl::family(dtype);
     let float = dtype.is_float();
     let (lowest, highest) = match fam {
-        "f32" => ("-inf_f32()".to_string(), "inf_f32()".to_string()),
-        "f64" => ("f64(-inf_f32())".to_string(), "f64(inf_f32())".to_string()),
-        "i32" => ("(-2147483647 - 1)".to_string(), "2147483647".to_string()),
-        _ => ("0u".to_string(), "0xffffffffu".to_string()),
+        "f32" => ("-inf_f32()", "inf_f32()"),
+        "f64" => ("f64(-inf_f32())", "f64(inf_f32())"),
+        "i32" => ("(-2147483647 - 1)", "2147483647"),
+        "i64" => ("vec2<u32>(0u, 0x80000000u)", "vec2<u32>(0xffffffffu, 0x7fffffffu)"),
+        _ => ("0u", "0xffffffffu"),
     };
     let zero = match fam {
         "f32" => "0.0",
         "f64" => "0.0lf",
         "i32" => "0",
+        "i64" => "vec2<u32>(0u, 0u)",
         _ => "0u",
     };
     let one = match fam {
         "f32" => "1.0",
         "f64" => "1.0lf",
         "i32" => "1",
+        "i64" => "vec2<u32>(1u, 0u)",
         _ => "1u",
+    };
+    // i64 word pairs add, multiply and order through `shaders/i64_ops.wgsl`.
+    let (add, mul, less) = if fam == "i64" {
+        ("add_i64(a.v, b.v)", "mul_i64(a.v, b.v)", "lt_i64(x, y)")
+    } else {
+        ("a.v + b.v", "a.v * b.v", "x < y")
     };
     let nan = |x: &str| {
         if float {
@@ -71,21 +80,29 @@ fn ops_source(op: ReduceOp, dtype: DType) -> String {
         ReduceOp::Prod => format!("S({one}, {zero}, 0u)"),
     };
     let combine = match op {
-        ReduceOp::Sum | ReduceOp::Mean => "return S(a.v + b.v, a.w, 0u);".to_string(),
-        ReduceOp::Prod => "return S(a.v * b.v, a.w, 0u);".to_string(),
+        ReduceOp::Sum | ReduceOp::Mean => format!("return S({add}, a.w, 0u);"),
+        ReduceOp::Prod => format!("return S({mul}, a.w, 0u);"),
         ReduceOp::Max | ReduceOp::Min => {
-            let better = if op == ReduceOp::Max { ">" } else { "<" };
+            let better = if op == ReduceOp::Max {
+                "less(a.v, b.v)"
+            } else {
+                "less(b.v, a.v)"
+            };
             format!(
                 "if {an} {{ return a; }}
     if {bn} {{ return b; }}
-    if b.v {better} a.v {{ return b; }}
+    if {better} {{ return b; }}
     return a;",
                 an = nan("a.v"),
                 bn = nan("b.v")
             )
         }
         ReduceOp::ArgMax | ReduceOp::ArgMin => {
-            let better = if op == ReduceOp::ArgMax { ">" } else { "<" };
+            let (b_better, a_better) = if op == ReduceOp::ArgMax {
+                ("less(a.v, b.v)", "less(b.v, a.v)")
+            } else {
+                ("less(b.v, a.v)", "less(a.v, b.v)")
+            };
             format!(
                 "if a.i == 0xffffffffu {{ return b; }}
     if b.i == 0xffffffffu {{ return a; }}
@@ -99,8 +116,8 @@ fn ops_source(op: ReduceOp, dtype: DType) -> String {
         if an {{ return a; }}
         return b;
     }}
-    if b.v {better} a.v {{ return b; }}
-    if a.v {better} b.v {{ return a; }}
+    if {b_better} {{ return b; }}
+    if {a_better} {{ return a; }}
     if b.i < a.i {{ return b; }}
     return a;",
                 an = nan("a.v"),
@@ -125,7 +142,8 @@ fn ops_source(op: ReduceOp, dtype: DType) -> String {
             .to_string(),
     };
     format!(
-        "fn identity() -> S {{ return {identity}; }}
+        "fn less(x: {acc}, y: {acc}) -> bool {{ return {less}; }}
+fn identity() -> S {{ return {identity}; }}
 fn element(x: {acc}, r: u32) -> S {{ return S(x, {one}, r); }}
 fn combine(a: S, b: S) -> S {{
     {combine}
@@ -390,7 +408,8 @@ pub(crate) fn reduce(
             backend.record(&pipeline, &windows, &params, grid(outputs as u64, 1, max_dim))
         }
         Plan::Split(g) => {
-            let state_bytes = if input.dtype == DType::F64 { 24 } else { 12 };
+            // S is (v, w, i): 12 bytes, or 24 with 8-byte-aligned f64 / vec2<u32> fields.
+            let state_bytes = if input.dtype.size_in_bytes() == 8 { 24 } else { 12 };
             let scratch = backend.scratch(outputs * g as usize * state_bytes)?;
             let slice = scratch.slice();
             let partials = Window {

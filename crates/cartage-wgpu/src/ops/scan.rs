@@ -2,7 +2,8 @@
 //! workgroup in chunks of [`PER`] × 256 elements (each invocation scans its [`PER`] consecutive
 //! elements, a Hillis–Steele scan in workgroup memory combines the invocations' totals, and the
 //! total of the chunks before is carried); many short rows run one invocation per row, in order.
-//! Floats accumulate in f32 (f64 for f64), integers wrap (u8 in u32, masked when stored).
+//! Floats accumulate in f32 (f64 for f64), integers wrap (u8 in u32, masked when stored; i64
+//! in exact word-pair arithmetic).
 
 use cartage_core::{DType, Result, ScanOp, TensorArg};
 
@@ -66,10 +67,12 @@ fn source(op: ScanOp, dtype: DType, per_thread: bool) -> String {
         (ScanOp::Sum, "f32") => ("0.0", "a + b"),
         (ScanOp::Sum, "f64") => ("0.0lf", "a + b"),
         (ScanOp::Sum, "i32") => ("0", "a + b"),
+        (ScanOp::Sum, "i64") => ("vec2<u32>(0u, 0u)", "add_i64(a, b)"),
         (ScanOp::Sum, _) => ("0u", "a + b"),
         (ScanOp::Prod, "f32") => ("1.0", "a * b"),
         (ScanOp::Prod, "f64") => ("1.0lf", "a * b"),
         (ScanOp::Prod, "i32") => ("1", "a * b"),
+        (ScanOp::Prod, "i64") => ("vec2<u32>(1u, 0u)", "mul_i64(a, b)"),
         (ScanOp::Prod, _) => ("1u", "a * b"),
     };
     let out_element = if wgsl::packed(dtype) {

@@ -8,9 +8,7 @@
 //! [`Tensor::new`] builds from nested arrays of any [`Element`] (up to rank 3): the shape comes
 //! from the array type ([`NestedArray`]).
 
-use cartage_core::{
-    BinaryOp, DType, Device, Distribution, Element, Error, Kernel, Op, Result, Scalar, Site, checked_numel,
-};
+use cartage_core::{DType, Device, Distribution, Element, Error, Kernel, Op, Result, Scalar, Site, checked_numel};
 use half::{bf16, f16};
 
 use crate::Generator;
@@ -268,7 +266,7 @@ impl Tensor {
     #[track_caller]
     pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
         let site = caller();
-        // i32 where it holds n (wgpu has no i64 comparison).
+        // i32 where it holds n: half the bytes of i64, and cheaper to compare on every device.
         let index_dtype = if n <= i32::MAX as usize { DType::I32 } else { DType::I64 };
         let a = Tensor::arange(0.0, n as f64, 1.0, index_dtype, device)?;
         let diagonal = a.reshape(&[n, 1])?.eq(&a.reshape(&[1, n])?)?;
@@ -386,19 +384,6 @@ impl Tensor {
                 format!("the range [{low}, {high}) must be non-empty and span at most {limit} integers on {device}"),
             ));
         };
-        // Integer work in i64 where the device has i64 arithmetic, else in i32 (wgpu).
-        let work = if caps.supports(Op::Binary(BinaryOp::Add), DType::I64) {
-            DType::I64
-        } else {
-            DType::I32
-        };
-        let fits_i32 = i32::try_from(low).is_ok() && i32::try_from(high).is_ok();
-        if work == DType::I32 && !fits_i32 {
-            return Err(Error::invalid(
-                "randint",
-                format!("{device} has no 64-bit integer arithmetic: low {low} and high {high} must fit in i32"),
-            ));
-        }
         let distribution = Distribution::Uniform {
             low: 0.0,
             high: range as f64,
@@ -406,7 +391,7 @@ impl Tensor {
         let uniform = Tensor::random(shape, float, distribution, draw, device, site)?;
         // The draws are ≥ 0, so the cast (truncation) is the floor. Rounding can land a draw on
         // `range` itself: clamp to the last integer, then shift by `low`.
-        let ints = uniform.to_dtype(work)?;
+        let ints = uniform.to_dtype(DType::I64)?;
         let top = ints.scalar_like(Scalar::Int(range - 1), site)?;
         let bottom = ints.scalar_like(Scalar::Int(low), site)?;
         let shifted = ints.minimum(&top)?.add(&bottom)?;

@@ -377,7 +377,7 @@ impl Tensor {
         let device = self.device;
         // col - row (keep) k  ⇔  col (keep) row + k. col - row lies in (-rows, cols), so k can be
         // clamped to [-rows, cols] without changing the mask; then i32 holds every value when
-        // the sizes allow it (wgpu has no i64 arithmetic), else i64.
+        // the sizes allow it (half the bytes of i64), else i64.
         let k = k.clamp(-(rows as i64), cols as i64);
         let narrow = rows.max(cols) <= i32::MAX as usize / 2;
         let dtype = if narrow { DType::I32 } else { DType::I64 };

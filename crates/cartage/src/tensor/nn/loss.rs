@@ -3,7 +3,7 @@
 //! with their reductions computed on the device: the mean divides by the number of rows whose
 //! target is not `ignore_index`, counted on the device, so no value is read back to the host.
 
-use cartage_core::{CompareOp, DType, Error, Kernel, Op, Result, Scalar, Site};
+use cartage_core::{DType, Error, Kernel, Result, Scalar, Site};
 
 use crate::tensor::{Tensor, caller, check};
 
@@ -161,20 +161,8 @@ impl Tensor {
     }
 
     /// Bool `[N]`: true where this target (i32/i64) is not `ignore_index`.
-    ///
-    /// A device without 64-bit integer comparisons (WGSL has none) compares i64 targets after
-    /// converting them to i32 (`as`, wrapping): exact for every target in `[0, C)` and for
-    /// `ignore_index` itself. `cross_entropy` has range-checked the targets in its kernel by then;
-    /// for `nll_loss` on such a device a target that differs from `ignore_index` by a multiple of
-    /// 2³² is taken as ignored instead of reported.
     fn kept_rows(&self, ignore_index: i64, site: Site) -> Result<Tensor> {
-        let fits_i32 = i32::try_from(ignore_index).is_ok();
-        if self.dtype == DType::I64 {
-            let compare = Op::Compare(CompareOp::Ne);
-            if !self.backend().capabilities().supports(compare, DType::I64) && fits_i32 {
-                return self.to_dtype(DType::I32)?.kept_rows(ignore_index, site);
-            }
-        } else if !fits_i32 {
+        if self.dtype != DType::I64 && i32::try_from(ignore_index).is_err() {
             // No i32 target can equal it: every row counts.
             return self.fill_new_like(self.shape(), DType::Bool, Scalar::Bool(true), site);
         }
