@@ -60,7 +60,14 @@ impl std::fmt::Debug for CudaBackend {
 /// ```
 pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
     let ampere = cc.0 >= 8;
-    Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere)
+    let mut caps = Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere);
+    if ampere {
+        // The fused flash-attention kernel (mma.sync and cp.async: sm_80 and later).
+        for dtype in crate::launch::attention::DTYPES {
+            caps.add(Op::Attention, dtype);
+        }
+    }
+    caps
 }
 
 impl CudaBackend {
@@ -84,7 +91,8 @@ impl CudaBackend {
         let modules = KernelModules::new(device, ctx.clone(), compute_capability)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown CUDA device".to_string());
         let total = ctx.total_mem().ok().map(|t| t as u64);
-        let capabilities = Self::capabilities(compute_capability, total);
+        let mut capabilities = Self::capabilities(compute_capability, total);
+        crate::conv::add_capabilities(&mut capabilities, compute_capability);
         let driver_version = driver::driver_version()
             .map(|(a, b)| format!("{a}.{b}"))
             .unwrap_or_else(|| "unknown".into());

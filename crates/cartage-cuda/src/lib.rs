@@ -19,6 +19,7 @@ use cartage_core::{Backend, Device, Error, Result};
 
 mod backend;
 mod blas;
+mod conv;
 mod copies;
 mod disk_cache;
 mod driver;

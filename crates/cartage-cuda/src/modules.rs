@@ -54,11 +54,13 @@ pub enum SourceFile {
     Sort,
     /// `norm.cu` (layer norm, RMS norm, cross-entropy).
     Norm,
+    /// `attention.cu` (fused flash-attention forward).
+    Attention,
 }
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 12] = [
+    pub const ALL: [SourceFile; 13] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -71,6 +73,7 @@ impl SourceFile {
         SourceFile::Scan,
         SourceFile::Sort,
         SourceFile::Norm,
+        SourceFile::Attention,
     ];
 
     /// The file name.
@@ -88,6 +91,7 @@ impl SourceFile {
             SourceFile::Scan => "scan.cu",
             SourceFile::Sort => "sort.cu",
             SourceFile::Norm => "norm.cu",
+            SourceFile::Attention => "attention.cu",
         }
     }
 
@@ -105,6 +109,7 @@ impl SourceFile {
             SourceFile::Scan => include_str!("../kernels/scan.cu"),
             SourceFile::Sort => include_str!("../kernels/sort.cu"),
             SourceFile::Norm => include_str!("../kernels/norm.cu"),
+            SourceFile::Attention => include_str!("../kernels/attention.cu"),
         }
     }
 

@@ -22,8 +22,10 @@
 //! the real stderr and passes, unless `CARTAGE_REQUIRE` (a comma list of `cpu`, `cuda`, `wgpu`)
 //! names the device's kind: then it fails with the reason.
 
+pub mod attention;
 pub mod buffers;
 pub mod checks;
+pub mod conv;
 pub mod convert;
 pub mod creation;
 pub mod cross_entropy;
@@ -160,6 +162,10 @@ macro_rules! conformance_tests {
                 suite::run(SUITE, "cross_entropy", $open, suite::cross_entropy::cross_entropy);
             }
             #[test]
+            fn attention() {
+                suite::run(SUITE, "attention", $open, suite::attention::attention);
+            }
+            #[test]
             fn matmul() {
                 suite::run(SUITE, "matmul", $open, suite::matmul::matmul);
             }
@@ -196,6 +202,10 @@ macro_rules! conformance_tests {
                     $open,
                     suite::errors::malformed_kernels,
                 );
+            }
+            #[test]
+            fn conv2d() {
+                suite::run(SUITE, "conv2d", $open, suite::conv::conv2d);
             }
             #[test]
             fn malformed_model_kernels() {

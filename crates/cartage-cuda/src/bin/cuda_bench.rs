@@ -10,7 +10,14 @@
 //! cross-entropy) over 2^26 elements, reporting GB/s of the bytes each must move (`bench/ops_torch.py`
 //! prints the same rows for PyTorch).
 //!
-//! Usage: `cuda_bench [--quick]` or `cuda_bench ops` on a machine with a CUDA device.
+//! `attention` mode times the fused flash-attention kernel (B·H = 128, L = S = 1024) in TFLOP/s.
+//!
+//! `conv` mode times `Kernel::Conv2d` (cuDNN) on ResNet-like 3×3 convolutions (batch 32,
+//! 64→64 channels, 56×56, padding 1) in f32 (true f32 and TF32), bf16 and f16, and bf16 read
+//! from a channels-last buffer, in TFLOP/s of `2·N·O·OH·OW·C/g·kh·kw`.
+//!
+//! Usage: `cuda_bench [--quick]`, `cuda_bench conv`, `cuda_bench ops` or `cuda_bench attention` on a machine with a
+//! CUDA device.
 
 use std::ffi::c_void;
 use std::process::Command;
@@ -564,12 +571,102 @@ fn cold_start() -> Res<Arc<CudaBackend>> {
     Ok(b)
 }
 
+/// `attention` mode: the fused flash-attention kernel, B·H = 128 and L = S = 1024 (bf16 and f16,
+/// head dims 64 and 128, causal and not), in TFLOP/s of `4·B·L·S·E` (half that when causal, the
+/// usual count: the masked half is skipped).
+fn attention(b: &Dyn) -> Res<()> {
+    let (batch, seq) = (128usize, 1024usize);
+    for dtype in [DType::BF16, DType::F16] {
+        for head in [64usize, 128] {
+            let shape = [batch, seq, head];
+            let q = alloc_random(b, &shape, dtype, 31)?;
+            let k = alloc_random(b, &shape, dtype, 32)?;
+            let v = alloc_random(b, &shape, dtype, 33)?;
+            let out = DeviceBuffer::new(b, batch * seq * head * dtype.size_in_bytes())?;
+            for causal in [false, true] {
+                let kernel = Kernel::Attention {
+                    q: tensor(&q, &shape, dtype),
+                    k: tensor(&k, &shape, dtype),
+                    v: tensor(&v, &shape, dtype),
+                    scale: 1.0 / (head as f64).sqrt(),
+                    causal,
+                    out: tensor(&out, &shape, dtype),
+                };
+                let t = device_time(b, 5, 30, || kernel.run(&[&q, &k, &v, &out]).expect("attention"))?;
+                let mut flops = 4.0 * (batch * seq * seq * head) as f64;
+                if causal {
+                    flops /= 2.0;
+                }
+                let case = format!("attention_{dtype}_d{head}_{}", if causal { "causal" } else { "full" });
+                result(&case, flops / t / 1e12, "TFLOP/s");
+                result(&format!("{case}_time"), t * 1e3, "ms");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `conv` mode: see the module docs. Each row is the median of 50 event-timed launches.
+fn conv(b: &Dyn) -> Res<()> {
+    let (n, c, o, hw, k) = (32usize, 64usize, 64usize, 56usize, 3usize);
+    let flops = 2.0 * (n * o * hw * hw * c * k * k) as f64;
+    let cases = [
+        ("f32_highest", DType::F32, MatmulPrecision::Highest, false),
+        ("f32_high", DType::F32, MatmulPrecision::High, false),
+        ("bf16", DType::BF16, MatmulPrecision::Highest, false),
+        ("f16", DType::F16, MatmulPrecision::Highest, false),
+        ("bf16_nhwc_input", DType::BF16, MatmulPrecision::Highest, true),
+    ];
+    for (name, dtype, precision, nhwc) in cases {
+        if !b.capabilities().supports(cartage_core::Op::Conv2d, dtype) {
+            eprintln!("conv2d {dtype} is not listed by this backend (is cuDNN on the loader's path?)");
+            continue;
+        }
+        b.set_matmul_precision(precision)?;
+        let x = alloc_random(b, &[n, c, hw, hw], dtype, 41)?;
+        let w = alloc_random(b, &[o, c, k, k], dtype, 42)?;
+        let out = DeviceBuffer::new(b, n * o * hw * hw * dtype.size_in_bytes())?;
+        let input = if nhwc {
+            // The same buffer seen as [N, C, H, W] over channels-last memory [N, H, W, C].
+            x.arg(Layout::contiguous(&[n, hw, hw, c])?.permute(&[0, 3, 1, 2])?, dtype)
+        } else {
+            tensor(&x, &[n, c, hw, hw], dtype)
+        };
+        let kernel = Kernel::Conv2d {
+            input,
+            weight: tensor(&w, &[o, c, k, k], dtype),
+            stride: [1, 1],
+            padding: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            out: tensor(&out, &[n, o, hw, hw], dtype),
+        };
+        let t = device_time(b, 10, 50, || kernel.run(&[&x, &w, &out]).expect("conv2d"))?;
+        result(&format!("conv2d_resnet3x3_{name}"), flops / t / 1e12, "TFLOP/s");
+        result(&format!("conv2d_resnet3x3_{name}_time"), t * 1e3, "ms");
+    }
+    b.set_matmul_precision(MatmulPrecision::Highest)?;
+    Ok(())
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--cold-child") {
         return cold_child();
     }
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "attention") {
+        let b = cartage_cuda::open_cuda(0)?;
+        eprintln!("cuda_bench attention on {}", b.info());
+        let d: Dyn = b.clone();
+        return attention(&d);
+    }
+    if args.iter().any(|a| a == "conv") {
+        let b = cartage_cuda::open_cuda(0)?;
+        eprintln!("cuda_bench conv on {}", b.info());
+        let d: Dyn = b.clone();
+        return conv(&d);
+    }
     if args.iter().any(|a| a == "ops") {
         let b = cartage_cuda::open_cuda(0)?;
         eprintln!("cuda_bench ops on {}", b.info());

@@ -10,9 +10,10 @@
 use cartage_core::{DType, Kernel, Result, TensorArg};
 
 use crate::backend::CudaBackend;
-use crate::matmul;
 use crate::modules::LoadedKernel;
+use crate::{conv, matmul};
 
+pub(crate) mod attention;
 mod elementwise;
 pub mod geometry;
 mod index;
@@ -108,12 +109,26 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             label_smoothing,
             out,
         } => rows::cross_entropy(backend, logits, target, *ignore_index, *label_smoothing, out),
-        Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
-            kernel.op().name(),
-            kernel.dtype(),
-            cartage_core::Backend::device(backend),
-            "no fused kernel here; the frontend composes it from other kernels",
-        )),
+        Kernel::Attention {
+            q,
+            k,
+            v,
+            scale,
+            causal,
+            out,
+        } => attention::attention(backend, q, k, v, *scale, *causal, out),
+        Kernel::Conv2d {
+            input,
+            weight,
+            stride,
+            padding,
+            dilation,
+            groups,
+            out,
+        } => {
+            // SAFETY: validated operands in live blocks of this device (this function's contract).
+            unsafe { conv::conv2d(backend, input, weight, *stride, *padding, *dilation, *groups, out) }
+        }
     }
 }
 

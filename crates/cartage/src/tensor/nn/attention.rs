@@ -1,7 +1,9 @@
-//! Scaled dot-product attention, composed from matmul, scale, masks built or applied on the
-//! device, softmax and matmul (not a fused kernel: the `[.., L, S]` scores are materialised).
+//! Scaled dot-product attention: the backend's fused `Kernel::Attention` where it lists one for
+//! the dtype (no explicit mask, q, k and v with the same batch dimensions, shapes and strides the
+//! kernel accepts), else composed from matmul, scale, masks built or applied on the device,
+//! softmax and matmul (the `[.., L, S]` scores are materialised). Both give the same result.
 
-use cartage_core::{DType, Error, Result, Scalar, broadcast_shapes};
+use cartage_core::{DType, Error, Kernel, Layout, Op, Result, Scalar, Site, broadcast_shapes};
 
 use crate::tensor::{Tensor, caller, check};
 
@@ -80,6 +82,11 @@ impl Tensor {
         if !scale.is_finite() {
             return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
         }
+        if mask.is_none()
+            && let Some(out) = fused(q, k, v, causal, scale, site)?
+        {
+            return Ok(out);
+        }
         let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
         if let Some(mask) = mask {
             check::same_device(NAME, q, mask)?;
@@ -109,4 +116,54 @@ impl Tensor {
         }
         scores.softmax(-1)?.matmul(v)
     }
+}
+
+/// `Kernel::Attention` into a fresh contiguous output, with the batch dimensions merged into one
+/// (a view where the strides allow it, else a contiguous copy). `None` sends the caller to the
+/// composed path: the backend does not list the op for the dtype, the batch dimensions of q, k
+/// and v differ (broadcasting), or the backend refuses these sizes or strides with `Unsupported`.
+fn fused(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64, site: Site) -> Result<Option<Tensor>> {
+    if !q.backend().capabilities().supports(Op::Attention, q.dtype) {
+        return Ok(None);
+    }
+    let rank = q.rank();
+    let batch_dims = &q.shape()[..rank - 2];
+    let same_batch = |t: &Tensor| t.rank() == rank && &t.shape()[..rank - 2] == batch_dims;
+    if !same_batch(k) || !same_batch(v) {
+        return Ok(None);
+    }
+    let batch: usize = batch_dims.iter().product();
+    let merged = |t: &Tensor| -> Result<Tensor> {
+        let shape = [batch, t.shape()[rank - 2], t.shape()[rank - 1]];
+        if let Some(layout) = t.layout.reshape(&shape)? {
+            return Ok(t.with_layout(layout));
+        }
+        let dense = t.contiguous_at(site)?;
+        let layout = dense.layout.reshape(&shape)?.ok_or_else(|| {
+            Error::invalid(
+                NAME,
+                format!("a contiguous {:?} tensor did not reshape to {shape:?}", t.shape()),
+            )
+        })?;
+        Ok(dense.with_layout(layout))
+    };
+    let (q3, k3, v3) = (merged(q)?, merged(k)?, merged(v)?);
+    let (l, ev) = (q.shape()[rank - 2], v.shape()[rank - 1]);
+    let out = q.alloc_like(&[batch, l, ev], q.dtype, site)?;
+    let kernel = Kernel::Attention {
+        q: q3.as_arg(),
+        k: k3.as_arg(),
+        v: v3.as_arg(),
+        scale,
+        causal,
+        out: out.as_arg(),
+    };
+    match out.launch(&kernel, &[&q3, &k3, &v3], out.numel()) {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut shape = batch_dims.to_vec();
+    shape.extend([l, ev]);
+    Ok(Some(out.with_layout(Layout::contiguous(&shape)?)))
 }

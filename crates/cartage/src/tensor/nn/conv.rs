@@ -1,9 +1,11 @@
-//! 2-D convolution as im2col plus one batched matmul, on every backend: the padded input is
-//! seen through a strided window view `[N, G, C/G, kh, kw, OH, OW]`, copied contiguous once
-//! (the column matrix `[N, G, C/G·kh·kw, OH·OW]`) and multiplied by the weight
-//! `[G, O/G, C/G·kh·kw]`, giving `[N, O, OH, OW]` without a further copy.
+//! 2-D convolution. Where the backend lists the fused `Kernel::Conv2d` for the dtype (CUDA with
+//! cuDNN), one launch into a fresh contiguous output, then the bias added in place. Elsewhere
+//! im2col plus one batched matmul: the padded input is seen through a strided window view
+//! `[N, G, C/G, kh, kw, OH, OW]`, copied contiguous once (the column matrix
+//! `[N, G, C/G·kh·kw, OH·OW]`) and multiplied by the weight `[G, O/G, C/G·kh·kw]`, giving
+//! `[N, O, OH, OW]` without a further copy.
 
-use cartage_core::{Error, Layout, Result, Scalar, Site};
+use cartage_core::{BinaryOp, Error, Kernel, Layout, Op, Result, Scalar, Site};
 
 use super::window::Window;
 use crate::tensor::{Tensor, caller, check};
@@ -40,9 +42,11 @@ impl Tensor {
     /// `[O]`: the output is `[N, O, OH, OW]` with `OH = (H + 2·padding - dilation·(kh-1) - 1) /
     /// stride + 1` (likewise `OW`). Float dtypes; every operand on one device and dtype.
     ///
-    /// Runs as im2col: a strided view of the padded input copied contiguous once (memory
-    /// `N·C·kh·kw·OH·OW` elements) and one batched matmul; with groups and a batch above 1 the
-    /// weight is also copied once per sample.
+    /// Runs as the backend's fused convolution where its capabilities list `Op::Conv2d` for the
+    /// dtype (strided inputs read in place, the bias added in place after). Elsewhere as im2col:
+    /// a strided view of the padded input copied contiguous once (memory `N·C·kh·kw·OH·OW`
+    /// elements) and one batched matmul; with groups and a batch above 1 the weight is also
+    /// copied once per sample.
     ///
     /// ```
     /// use cartage::tensor::nn::Conv2d;
@@ -121,6 +125,9 @@ impl Tensor {
             dilation: opts.dilation,
         };
         let [oh, ow] = window.output_size([h, w]).map_err(mismatch)?;
+        if self.backend().capabilities().supports(Op::Conv2d, self.dtype) {
+            return self.conv2d_fused(weight, bias, opts, [n, o, oh, ow], site);
+        }
 
         let padded = self.padded_2d(opts.padding, Scalar::Int(0), site)?;
         let win = padded.window_view(&window, [oh, ow])?;
@@ -154,5 +161,39 @@ impl Tensor {
             Some(bias) => out.add(&bias.reshape_internal(&[o, 1, 1], site)?),
             None => Ok(out),
         }
+    }
+
+    /// The fused path: one `Kernel::Conv2d` into a fresh `[N, O, OH, OW]`, then the bias
+    /// (broadcast over N, OH, OW by stride 0) added into it in place.
+    fn conv2d_fused(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: &Conv2d,
+        shape: [usize; 4],
+        site: Site,
+    ) -> Result<Tensor> {
+        let out = self.alloc_like(&shape, self.dtype, site)?;
+        let kernel = Kernel::Conv2d {
+            input: self.as_arg(),
+            weight: weight.as_arg(),
+            stride: opts.stride,
+            padding: opts.padding,
+            dilation: opts.dilation,
+            groups: opts.groups,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[self, weight], out.numel())?;
+        if let Some(bias) = bias {
+            let spread = Layout::from_parts(&shape, &[0, bias.layout.strides()[0], 0, 0], bias.layout.offset())?;
+            let add = Kernel::Binary {
+                op: BinaryOp::Add,
+                lhs: out.as_arg(),
+                rhs: bias.arg_with(spread),
+                out: out.as_arg(),
+            };
+            out.launch(&add, &[bias], out.numel())?;
+        }
+        Ok(out)
     }
 }

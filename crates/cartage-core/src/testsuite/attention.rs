@@ -1,0 +1,241 @@
+//! `Attention` (the optional fused kernel): where a backend lists it for a dtype, q [B, L, E],
+//! k [B, S, E] and v [B, S, Ev] against an f64 softmax reference, causal and not, with L ≠ S,
+//! lengths that are not multiples of any tile (1, 17, 100, 1000, 1024), no keys at all (NaN rows),
+//! head dims 64 and 128, heads interleaved in memory, a batch broadcast (stride 0) and padded
+//! rows. A fused kernel may support only some head dims and layouts: for the others (head dim 40,
+//! an unaligned offset, a transposed last dimension) it may refuse with `Unsupported`, so that the
+//! frontend composes the result, but what it accepts must be right. Dtypes not listed are
+//! refused.
+
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::kernel::{Kernel, Op};
+use crate::layout::Layout;
+
+use super::harness::Harness;
+use super::reference::Tolerance;
+use super::views::{View, ViewKind, view};
+use super::{Operand, Spec};
+
+/// How q, k or v is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lay {
+    /// Row-major [B, N, E].
+    Dense,
+    /// Heads interleaved: a [N, B, E] buffer seen as [B, N, E] (batch stride E).
+    Heads,
+    /// One [1, N, E] block broadcast over the batch (stride 0).
+    Broadcast,
+    /// Rows padded to E + 8 elements.
+    Padded,
+    /// Dense, three elements into the buffer (rows off 16 bytes): may be refused.
+    Offset,
+    /// The last two dimensions swapped (last stride ≠ 1): may be refused.
+    Transposed,
+}
+
+impl Lay {
+    fn view(self, shape: [usize; 3]) -> View {
+        let [b, n, e] = shape;
+        let parts = |kind, base_len, strides: [usize; 3], offset| View {
+            kind,
+            base_len,
+            layout: Layout::from_parts(&shape, &strides, offset).expect("suite shapes are small"),
+        };
+        match self {
+            Lay::Dense => view(ViewKind::Contiguous, &shape),
+            Lay::Heads => parts(ViewKind::Permuted, n * b * e, [e, b * e, 1], 0),
+            Lay::Broadcast => parts(ViewKind::Broadcast, n * e, [0, e, 1], 0),
+            Lay::Padded => parts(ViewKind::Narrowed, b * n * (e + 8), [n * (e + 8), e + 8, 1], 0),
+            Lay::Offset => view(ViewKind::Offset, &shape),
+            Lay::Transposed => view(ViewKind::Transposed, &shape),
+        }
+    }
+
+    /// Layouts a fused kernel is expected to read (the others it may refuse).
+    fn expected(self) -> bool {
+        !matches!(self, Lay::Offset | Lay::Transposed)
+    }
+}
+
+/// One attention case.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    b: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    causal: bool,
+    lays: [Lay; 3],
+}
+
+/// `softmax(scale · q kᵀ) v` in f64, and for each output the magnitude `Σ p |v| / Σ p` that
+/// bounds the error of rounding the probabilities.
+fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let (mut out, mut mag) = (vec![0.0; c.b * c.l * c.ev], vec![0.0; c.b * c.l * c.ev]);
+    let mut p = vec![0.0; c.s];
+    for b in 0..c.b {
+        for i in 0..c.l {
+            let qi = &q[(b * c.l + i) * c.e..][..c.e];
+            let mut max = f64::NEG_INFINITY;
+            for (j, pj) in p.iter_mut().enumerate() {
+                *pj = if c.causal && j > i {
+                    f64::NEG_INFINITY
+                } else {
+                    let kj = &k[(b * c.s + j) * c.e..][..c.e];
+                    scale * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>()
+                };
+                max = max.max(*pj);
+            }
+            let mut sum = 0.0;
+            for pj in p.iter_mut() {
+                *pj = (*pj - max).exp();
+                sum += *pj;
+            }
+            let row = (b * c.l + i) * c.ev;
+            for d in 0..c.ev {
+                let (mut acc, mut abs) = (0.0, 0.0);
+                for (j, pj) in p.iter().enumerate() {
+                    let x = v[(b * c.s + j) * c.ev + d];
+                    acc += pj * x;
+                    abs += pj * x.abs();
+                }
+                // No key at all: 0 / 0, NaN as the kernel contract says.
+                out[row + d] = acc / sum;
+                mag[row + d] = abs / sum;
+            }
+        }
+    }
+    (out, mag)
+}
+
+/// Unit roundoff of the probabilities and the output (f32 accumulation elsewhere).
+fn roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        DType::F32 => 2f64.powi(-20),
+        _ => 1e-12,
+    }
+}
+
+fn attention_case(h: &Harness, dtype: DType, c: Case) {
+    let spec = Spec::new((-1.0, 1.0), (-1, 1));
+    let operand = |lay: Lay, shape: [usize; 3]| -> Operand {
+        let v = lay.view(shape);
+        let base = h.random_values(dtype, v.base_len, spec);
+        h.operand_from(dtype, v, &base)
+    };
+    let q = operand(c.lays[0], [c.b, c.l, c.e]);
+    let k = operand(c.lays[1], [c.b, c.s, c.e]);
+    let v = operand(c.lays[2], [c.b, c.s, c.ev]);
+    let scale = 1.0 / (c.e as f64).sqrt() * 2.0;
+    let out_shape = [c.b, c.l, c.ev];
+    // Eight poisoned elements either side: nothing outside the output may be written.
+    let numel = c.b * c.l * c.ev;
+    let out = h.poisoned(dtype, numel + 16);
+    let out_layout = Layout::from_parts(&out_shape, &crate::layout::contiguous_strides(&out_shape), 8)
+        .expect("suite shapes are small");
+    let what = format!(
+        "attention {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?})",
+        c.b,
+        c.l,
+        c.s,
+        c.e,
+        c.ev,
+        if c.causal { "causal" } else { "full" },
+        c.lays[0],
+        c.lays[1],
+        c.lays[2]
+    );
+    let kernel = Kernel::Attention {
+        q: q.arg(),
+        k: k.arg(),
+        v: v.arg(),
+        scale,
+        causal: c.causal,
+        out: out.arg(&out_layout),
+    };
+    let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
+    match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) if may_refuse => {
+            h.count_check();
+            return;
+        }
+        Err(e) => {
+            h.fail(format!("{what}: launch failed with {} error: {e}", e.kind_name()));
+            return;
+        }
+    }
+    let (want, mag) = reference(&c, scale, &q.values, &k.values, &v.values);
+    let u = roundoff(dtype);
+    let tol = Tolerance::of(dtype);
+    h.check_with(&what, &out, &out_layout, &want, |i, w| {
+        2.0 * u * mag[i] + u * w.abs() + tol.abs
+    });
+}
+
+/// `Attention`: every dtype the backend lists over the case table; the others are refused.
+pub fn attention(h: &Harness) {
+    use Lay::*;
+    let case = |b, l, s, e, causal, lays| Case {
+        b,
+        l,
+        s,
+        e,
+        ev: e,
+        causal,
+        lays,
+    };
+    let dense = [Dense; 3];
+    let mut cases = Vec::new();
+    for causal in [false, true] {
+        for e in [64, 128] {
+            cases.extend([
+                case(2, 1, 1, e, causal, dense),
+                case(3, 17, 17, e, causal, dense),
+                case(2, 100, 37, e, causal, dense),
+                case(2, 37, 100, e, causal, [Heads, Heads, Heads]),
+                case(4, 130, 129, e, causal, [Padded, Broadcast, Heads]),
+                case(2, 5, 0, e, causal, dense),
+            ]);
+        }
+        cases.extend([
+            case(1, 1024, 1024, 64, causal, dense),
+            case(2, 300, 1000, 64, causal, [Heads, Dense, Padded]),
+            case(1, 200, 200, 128, causal, [Dense, Padded, Broadcast]),
+            // May be refused (the frontend then composes), but must be right when accepted.
+            case(2, 33, 20, 40, causal, dense),
+            case(2, 33, 20, 64, causal, [Offset, Dense, Dense]),
+            case(2, 33, 20, 64, causal, [Dense, Transposed, Dense]),
+            Case {
+                ev: 32,
+                ..case(2, 19, 23, 64, causal, dense)
+            },
+        ]);
+    }
+    for dtype in DType::ALL {
+        if !dtype.is_float() {
+            continue;
+        }
+        if !h.supports(Op::Attention, dtype) {
+            let (buf, out) = (h.upload(dtype, &[0.5; 8]), h.poisoned(dtype, 8));
+            let arg = buf.contiguous(&[1, 2, 4]);
+            let kernel = Kernel::Attention {
+                q: arg.clone(),
+                k: arg.clone(),
+                v: arg,
+                scale: 0.5,
+                causal: false,
+                out: out.contiguous(&[1, 2, 4]),
+            };
+            h.expect_unsupported(&format!("attention {dtype}"), &kernel);
+            continue;
+        }
+        for c in &cases {
+            attention_case(h, dtype, *c);
+        }
+    }
+}

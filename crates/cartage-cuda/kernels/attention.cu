@@ -1,0 +1,320 @@
+// attention.cu: fused scaled dot-product attention forward (Kernel::Attention), a
+// FlashAttention-2-style kernel on the tensor cores.
+// `attention_<bf16|f16>_d<64|128>`: q [B, L, D], k [B, S, D], v [B, S, D] (last dim dense, batch
+// and row strides in elements, multiples of 8, 16-byte aligned bases), out [B, L, D] contiguous.
+// - One block per (batch, tile of BM query rows), BM / (16 MT) warps; each warp owns MT tiles of
+//   16 consecutive rows (the K and V fragments it loads serve all of them). BM, MT and the
+//   register cap are chosen per head dim at the end of the file.
+//   Blocks are ordered heaviest query tile first (causal tiles near the end see the most keys).
+// - The Q tile is staged through shared memory into registers (mma A fragments, ldmatrix); K and
+//   V tiles of ATT_BN keys stream through shared memory with cp.async: V_j loads while S = Q K_jᵀ
+//   is computed, K_{j+1} while O += P V_j. Shared rows are XOR-swizzled in 16-byte chunks, so
+//   ldmatrix is free of bank conflicts.
+// - mma.sync m16n8k16 with f32 accumulation; an online softmax in f32 (running max and sum per
+//   row, base-2 exponentials with scale·log2(e) folded in); P goes to the second product as
+//   16-bit A fragments straight from the accumulators.
+// - Causal (top-left: key j masked for query i when j > i): key tiles past the tile's last row are
+//   skipped, and only tiles crossing the diagonal or the end of S are masked element-wise.
+// - A row that sees no key (S = 0) divides 0 by 0: NaN, as the kernel contract says.
+
+#ifndef ATT_BN
+#define ATT_BN 64  // keys per tile
+#endif
+
+// Mirrors `AttentionArgs` in src/launch/attention.rs.
+struct AttnArgs {
+    u64 q;
+    u64 k;
+    u64 v;
+    u64 out;
+    i64 q_batch;
+    i64 q_row;
+    i64 k_batch;
+    i64 k_row;
+    i64 v_batch;
+    i64 v_row;
+    u32 batch;
+    u32 l;
+    u32 s;
+    u32 m_blocks;
+    f32 scale_log2;
+    i32 causal;
+};
+
+__device__ __forceinline__ float att_neg_inf() { return __int_as_float(0xff800000); }
+
+__device__ __forceinline__ float att_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ u32 att_smem_addr(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+// 16 bytes global -> shared; `bytes` = 0 fills the destination with zeros and reads nothing.
+__device__ __forceinline__ void att_cp_async(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void att_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void att_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void att_ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void att_ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr)
+                 : "memory");
+}
+
+// The tensor-core product and the f32 -> 16-bit pair packing of each element type.
+template <typename T> struct AttMma;
+template <> struct AttMma<bf16> {
+    __device__ static __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    __device__ static __forceinline__ u32 pack(float lo, float hi) {
+        u32 r;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+template <> struct AttMma<f16> {
+    __device__ static __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    __device__ static __forceinline__ u32 pack(float lo, float hi) {
+        u32 r;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+
+// Byte offset of element (row, col) in a swizzled [rows, D] 16-bit tile; col is a multiple of 8.
+template <int D> __device__ __forceinline__ u32 att_swz(int row, int col) {
+    return (u32)((row * D + (((col >> 3) ^ (row & 7)) << 3)) * 2);
+}
+
+// Queue the copy of rows [0, valid) of a [ROWS, D] tile at `g` (rows `stride` elements apart)
+// into shared memory at `dst`; rows past `valid` become zeros.
+template <int D, int ROWS, int THREADS_>
+__device__ __forceinline__ void att_load_tile(u32 dst, const u16* g, i64 stride, int valid) {
+    constexpr int CHUNKS = D / 8;
+    static_assert(ROWS * CHUNKS % THREADS_ == 0, "whole passes of the block");
+#pragma unroll
+    for (int it = 0; it < ROWS * CHUNKS / THREADS_; ++it) {
+        const int i = it * THREADS_ + (int)threadIdx.x;
+        const int r = i / CHUNKS, c = i % CHUNKS;
+        const bool in = r < valid;
+        const u16* src = in ? g + (i64)r * stride + c * 8 : g;
+        att_cp_async(dst + att_swz<D>(r, c * 8), src, in ? 16u : 0u);
+    }
+}
+
+// BM query rows per block, MT tiles of 16 rows per warp: BM / (16 MT) warps.
+template <typename T, int D, int BM, int MT> __device__ __forceinline__ void attention_fwd(const AttnArgs& a) {
+    typedef AttMma<T> M;
+    constexpr int WR = 16 * MT;                 // rows per warp
+    constexpr int NT = BM / WR * 32;            // threads per block
+    constexpr int SMEM_ROWS = BM > 2 * ATT_BN ? BM : 2 * ATT_BN;
+    // The Q tile first; once Q is in registers, the K tile then the V tile.
+    __shared__ __align__(128) u16 smem[SMEM_ROWS * D];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const u32 mb = a.m_blocks - 1 - blockIdx.x / a.batch;
+    const u32 b = blockIdx.x % a.batch;
+    const int m0 = (int)mb * BM;
+    const int L = (int)a.l, S = (int)a.s;
+    const u16* qg = (const u16*)a.q + (i64)b * a.q_batch + (i64)m0 * a.q_row;
+    const u16* kg = (const u16*)a.k + (i64)b * a.k_batch;
+    const u16* vg = (const u16*)a.v + (i64)b * a.v_batch;
+    const u32 sq = att_smem_addr(smem);
+    const u32 sk = sq, sv = sq + ATT_BN * D * 2;
+
+    att_load_tile<D, BM, NT>(sq, qg, a.q_row, min(BM, L - m0));
+    att_cp_commit();
+    att_cp_wait<0>();
+    __syncthreads();
+    u32 qf[MT][D / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks)
+            att_ldsm_x4(sq + att_swz<D>(warp * WR + mt * 16 + (lane & 15), ks * 16 + (lane >> 4) * 8), qf[mt][ks][0],
+                        qf[mt][ks][1], qf[mt][ks][2], qf[mt][ks][3]);
+    __syncthreads();
+
+    float o[MT][D / 8][4];
+    float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+        mrow[mt][0] = mrow[mt][1] = att_neg_inf();
+        lrow[mt][0] = lrow[mt][1] = 0.f;
+    }
+    const int n_end = a.causal ? min(S, m0 + BM) : S;
+    const int n_tiles = (n_end + ATT_BN - 1) / ATT_BN;
+    const int wrow = m0 + warp * WR;           // the warp's first row
+    const int row0 = wrow + (lane >> 2);        // this thread's rows: row0 + 16 mt + {0, 8}
+    const int mi = lane >> 3, mr = lane & 7;    // ldmatrix: which 8x8 matrix, which of its rows
+
+    if (n_tiles > 0) {
+        att_load_tile<D, ATT_BN, NT>(sk, kg, a.k_row, min(ATT_BN, S));
+        att_cp_commit();
+    }
+    for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = j * ATT_BN;
+        att_load_tile<D, ATT_BN, NT>(sv, vg + (i64)n0 * a.v_row, a.v_row, min(ATT_BN, S - n0));
+        att_cp_commit();
+        att_cp_wait<1>();
+        __syncthreads();
+
+        // S = Q K_jᵀ for this warp's rows and the tile's ATT_BN keys.
+        float s[MT][ATT_BN / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < ATT_BN / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+            for (int np = 0; np < ATT_BN / 16; ++np) {
+                u32 b0, b1, b2, b3;
+                att_ldsm_x4(sk + att_swz<D>(np * 16 + (mi >> 1) * 8 + mr, ks * 16 + (mi & 1) * 8), b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    M::mma(s[mt][2 * np], qf[mt][ks], b0, b1);
+                    M::mma(s[mt][2 * np + 1], qf[mt][ks], b2, b3);
+                }
+            }
+        }
+
+        // Scale (base 2), mask, and fold the tile into the running max and sum.
+        const bool masked = n0 + ATT_BN > S || (a.causal && n0 + ATT_BN - 1 > wrow);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int nt = 0; nt < ATT_BN / 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[mt][nt][e] * a.scale_log2;
+                    if (masked) {
+                        const int col = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+                        const int row = row0 + mt * 16 + (e >> 1) * 8;
+                        if (col >= S || (a.causal && col > row)) x = att_neg_inf();
+                    }
+                    s[mt][nt][e] = x;
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = mrow[mt][h];
+#pragma unroll
+                for (int nt = 0; nt < ATT_BN / 8; ++nt)
+                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mu = mx == att_neg_inf() ? 0.f : mx;
+                const float corr = att_exp2(mrow[mt][h] - mu);
+                mrow[mt][h] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < ATT_BN / 8; ++nt) {
+                    s[mt][nt][2 * h] = att_exp2(s[mt][nt][2 * h] - mu);
+                    s[mt][nt][2 * h + 1] = att_exp2(s[mt][nt][2 * h + 1] - mu);
+                    sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
+                }
+                lrow[mt][h] = lrow[mt][h] * corr + sum;  // this thread's part; the quad adds up at the end
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt) {
+                    o[mt][dt][2 * h] *= corr;
+                    o[mt][dt][2 * h + 1] *= corr;
+                }
+            }
+        }
+
+        __syncthreads();  // every warp is done with K_j
+        if (j + 1 < n_tiles) {
+            const int n1 = n0 + ATT_BN;
+            att_load_tile<D, ATT_BN, NT>(sk, kg + (i64)n1 * a.k_row, a.k_row, min(ATT_BN, S - n1));
+            att_cp_commit();
+            att_cp_wait<1>();
+        } else {
+            att_cp_wait<0>();
+        }
+        __syncthreads();
+
+        // O += P V_j.
+#pragma unroll
+        for (int kk = 0; kk < ATT_BN / 16; ++kk) {
+            u32 p[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                p[mt][0] = M::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                p[mt][1] = M::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                p[mt][2] = M::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                p[mt][3] = M::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+#pragma unroll
+            for (int dp = 0; dp < D / 16; ++dp) {
+                u32 b0, b1, b2, b3;
+                att_ldsm_x4_t(sv + att_swz<D>(kk * 16 + (mi & 1) * 8 + mr, dp * 16 + (mi >> 1) * 8), b0, b1, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    M::mma(o[mt][2 * dp], p[mt], b0, b1);
+                    M::mma(o[mt][2 * dp + 1], p[mt], b2, b3);
+                }
+            }
+        }
+        __syncthreads();  // every warp is done with V_j
+    }
+
+    u16* og = (u16*)a.out + ((i64)b * L) * D;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = lrow[mt][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = 1.f / l;
+            const int row = row0 + mt * 16 + h * 8;
+            if (row < L) {
+                u32* dst = (u32*)(og + (i64)row * D + 2 * (lane & 3));
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt)
+                    dst[dt * 4] = M::pack(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+            }
+        }
+    }
+}
+
+// Per head dim: BM, MT and the blocks per multiprocessor the registers are capped for. Mirrors
+// `config` in src/launch/attention.rs.
+#define ATTENTION(TN, T, D, BM_, MT_, MINB)                                                                         \
+    extern "C" __global__ void __launch_bounds__(BM_ / (16 * MT_) * 32, MINB) attention_##TN##_d##D(AttnArgs a) { \
+        attention_fwd<T, D, BM_, MT_>(a);                                                                           \
+    }
+
+// Measured on an H200 (B·H = 128, L = S = 1024): head dim 64 is fastest with 4 warps of 32 rows
+// (254 registers, no spills), 128 with 4 warps of 16 rows and two blocks per multiprocessor.
+ATTENTION(bf16, bf16, 64, 128, 2, 1)
+ATTENTION(bf16, bf16, 128, 64, 1, 2)
+ATTENTION(f16, f16, 64, 128, 2, 1)
+ATTENTION(f16, f16, 128, 64, 1, 2)

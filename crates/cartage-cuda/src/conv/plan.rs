@@ -1,0 +1,432 @@
+//! cuDNN's side of a convolution: the handle per device (on the compute stream), descriptors
+//! and the algorithms cuDNN's heuristics rank for one shape, cached per shape, strides, dtype and
+//! math, and the forward call itself.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cartage_core::raw::Allocation;
+use cartage_core::{DType, Device, Error, Result, TensorArg};
+use cudarc::cudnn::sys;
+
+use super::OP;
+use super::library::{cudnn_error, load_sublibraries};
+use crate::backend::CudaBackend;
+use crate::launch::device_ptr;
+
+/// Plans kept per device before the cache is emptied (shapes seen by a model are few).
+const MAX_PLANS: usize = 512;
+
+/// cuDNN's (storage, accumulation) types for `dtype`, or `None` for non-floats.
+pub(super) fn data_type(dtype: DType) -> Option<(sys::cudnnDataType_t, sys::cudnnDataType_t)> {
+    use sys::cudnnDataType_t::*;
+    match dtype {
+        DType::F32 => Some((CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT)),
+        DType::F64 => Some((CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE)),
+        DType::F16 => Some((CUDNN_DATA_HALF, CUDNN_DATA_FLOAT)),
+        DType::BF16 => Some((CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT)),
+        _ => None,
+    }
+}
+
+/// What a plan depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct PlanKey {
+    pub(super) dtype: DType,
+    /// `cudnnMathType_t` as a number.
+    pub(super) math: u32,
+    pub(super) x_dims: [c_int; 4],
+    pub(super) x_strides: [c_int; 4],
+    pub(super) w_dims: [c_int; 4],
+    /// Padding, stride, dilation, each (height, width).
+    pub(super) window: [c_int; 6],
+    pub(super) groups: c_int,
+}
+
+/// One algorithm cuDNN proposed, with the math it runs under and its workspace.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Candidate {
+    pub(super) algo: sys::cudnnConvolutionFwdAlgo_t,
+    pub(super) math: sys::cudnnMathType_t,
+    pub(super) workspace: usize,
+}
+
+/// An owned cuDNN tensor descriptor.
+struct TensorDesc(sys::cudnnTensorDescriptor_t);
+/// An owned cuDNN filter descriptor.
+struct FilterDesc(sys::cudnnFilterDescriptor_t);
+/// An owned cuDNN convolution descriptor.
+struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
+
+impl Drop for TensorDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by cudnnCreateTensorDescriptor and destroyed once, here.
+        let _ = unsafe { sys::cudnnDestroyTensorDescriptor(self.0) };
+    }
+}
+
+impl Drop for FilterDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by cudnnCreateFilterDescriptor and destroyed once, here.
+        let _ = unsafe { sys::cudnnDestroyFilterDescriptor(self.0) };
+    }
+}
+
+impl Drop for ConvDesc {
+    fn drop(&mut self) {
+        // SAFETY: created by cudnnCreateConvolutionDescriptor and destroyed once, here.
+        let _ = unsafe { sys::cudnnDestroyConvolutionDescriptor(self.0) };
+    }
+}
+
+/// Descriptors and ranked algorithms of one convolution shape.
+pub(super) struct Plan {
+    x: TensorDesc,
+    w: FilterDesc,
+    y: TensorDesc,
+    conv: ConvDesc,
+    pub(super) candidates: Vec<Candidate>,
+}
+
+/// A cuDNN handle on one device's compute stream, with its plans (or why cuDNN refused one).
+pub(super) struct Cudnn {
+    pub(super) handle: sys::cudnnHandle_t,
+    plans: HashMap<PlanKey, std::result::Result<Plan, String>>,
+}
+
+// SAFETY: a cuDNN handle and its descriptors may be used from any thread as long as one thread
+// at a time does; every use goes through the `Mutex` that holds this value.
+unsafe impl Send for Cudnn {}
+
+impl Drop for Cudnn {
+    fn drop(&mut self) {
+        self.plans.clear();
+        // SAFETY: created by cudnnCreate and destroyed once, here, after its descriptors.
+        let _ = unsafe { sys::cudnnDestroy(self.handle) };
+    }
+}
+
+impl Cudnn {
+    /// A handle whose work goes to `backend`'s compute stream (the context is bound).
+    fn new(backend: &CudaBackend, dtype: DType) -> Result<Self> {
+        let device = backend.device;
+        let dir = load_sublibraries();
+        // SAFETY: the library and symbol are present (`available`); no arguments.
+        unsafe { sys::cudnnCnnVersionCheck() }.result().map_err(|e| {
+            let dir = dir.as_deref().map_or("?".into(), |d| d.display().to_string());
+            Error::unsupported(
+                OP,
+                dtype,
+                device,
+                format!(
+                    "cuDNN's convolution library (libcudnn_cnn.so.9 beside {dir}/libcudnn.so) failed to load ({:?}); \
+                     install one complete cuDNN 9 and put its lib folder on LD_LIBRARY_PATH",
+                    e.0
+                ),
+            )
+        })?;
+        let mut handle: sys::cudnnHandle_t = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid out-pointer; the device's context is bound to this thread.
+        unsafe { sys::cudnnCreate(&mut handle) }
+            .result()
+            .map_err(cudnn_error(device, "cudnnCreate"))?;
+        let cudnn = Cudnn {
+            handle,
+            plans: HashMap::new(),
+        };
+        let stream = backend.compute.cu_stream() as sys::cudaStream_t;
+        // SAFETY: a live handle and the backend's compute stream, which outlives the handle (the
+        // backend is kept for the process's life by `open`).
+        unsafe { sys::cudnnSetStream(cudnn.handle, stream) }
+            .result()
+            .map_err(cudnn_error(device, "cudnnSetStream"))?;
+        Ok(cudnn)
+    }
+
+    /// The plan for `key`, built and ranked by cuDNN's heuristics on first use; a refusal is
+    /// kept too, and reported as `Unsupported` with cuDNN's reason.
+    pub(super) fn plan(&mut self, device: Device, key: &PlanKey) -> Result<&mut Plan> {
+        if !self.plans.contains_key(key) {
+            if self.plans.len() >= MAX_PLANS {
+                self.plans.clear();
+            }
+            let plan = self.build(device, key).map_err(|e| e.to_string());
+            if let Err(reason) = &plan {
+                tracing::debug!(%device, ?key, %reason, "cuDNN refused this convolution");
+            }
+            self.plans.insert(key.clone(), plan);
+        }
+        match self.plans.get_mut(key) {
+            Some(Ok(plan)) => Ok(plan),
+            Some(Err(reason)) => Err(Error::unsupported(
+                OP,
+                key.dtype,
+                device,
+                format!(
+                    "cuDNN refused input {:?} with strides {:?}, weight {:?}, (padding, stride, dilation) {:?}, groups {}: {reason}",
+                    key.x_dims, key.x_strides, key.w_dims, key.window, key.groups
+                ),
+            )),
+            None => Err(Error::invalid(OP, "cuDNN plan cache lost an entry")),
+        }
+    }
+
+    fn build(&self, device: Device, key: &PlanKey) -> Result<Plan> {
+        let err = |op| cudnn_error(device, op);
+        let (storage, accumulation) =
+            data_type(key.dtype).ok_or_else(|| Error::unsupported(OP, key.dtype, device, "cuDNN convolves floats"))?;
+        let [n, _, _, _] = key.x_dims;
+        let [o, _, _, _] = key.w_dims;
+        let [ph, pw, sh, sw, dh, dw] = key.window;
+        // Output [N, O, OH, OW] as in core's rule (validated before launch).
+        let out_size = |size: c_int, k: c_int, p: c_int, s: c_int, d: c_int| (size + 2 * p - d * (k - 1) - 1) / s + 1;
+        let oh = out_size(key.x_dims[2], key.w_dims[2], ph, sh, dh);
+        let ow = out_size(key.x_dims[3], key.w_dims[3], pw, sw, dw);
+        let y_dims = [n, o, oh, ow];
+        let y_strides = [o * oh * ow, oh * ow, ow, 1];
+
+        let mut raw: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { sys::cudnnCreateTensorDescriptor(&mut raw) }
+            .result()
+            .map_err(err("cudnnCreateTensorDescriptor"))?;
+        let x = TensorDesc(raw);
+        // SAFETY: a live descriptor; dims and strides are 4-element arrays.
+        unsafe { sys::cudnnSetTensorNdDescriptor(x.0, storage, 4, key.x_dims.as_ptr(), key.x_strides.as_ptr()) }
+            .result()
+            .map_err(err("cudnnSetTensorNdDescriptor (input)"))?;
+        let mut raw: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { sys::cudnnCreateTensorDescriptor(&mut raw) }
+            .result()
+            .map_err(err("cudnnCreateTensorDescriptor"))?;
+        let y = TensorDesc(raw);
+        // SAFETY: a live descriptor; dims and strides are 4-element arrays.
+        unsafe { sys::cudnnSetTensorNdDescriptor(y.0, storage, 4, y_dims.as_ptr(), y_strides.as_ptr()) }
+            .result()
+            .map_err(err("cudnnSetTensorNdDescriptor (output)"))?;
+        let mut raw: sys::cudnnFilterDescriptor_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { sys::cudnnCreateFilterDescriptor(&mut raw) }
+            .result()
+            .map_err(err("cudnnCreateFilterDescriptor"))?;
+        let w = FilterDesc(raw);
+        let [k, c, r, s] = key.w_dims;
+        // SAFETY: a live descriptor.
+        unsafe {
+            sys::cudnnSetFilter4dDescriptor(w.0, storage, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, k, c, r, s)
+        }
+        .result()
+        .map_err(err("cudnnSetFilter4dDescriptor"))?;
+        let mut raw: sys::cudnnConvolutionDescriptor_t = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        unsafe { sys::cudnnCreateConvolutionDescriptor(&mut raw) }
+            .result()
+            .map_err(err("cudnnCreateConvolutionDescriptor"))?;
+        let conv = ConvDesc(raw);
+        // SAFETY: a live descriptor.
+        unsafe {
+            sys::cudnnSetConvolution2dDescriptor(
+                conv.0,
+                ph,
+                pw,
+                sh,
+                sw,
+                dh,
+                dw,
+                sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+                accumulation,
+            )
+        }
+        .result()
+        .map_err(err("cudnnSetConvolution2dDescriptor"))?;
+        // SAFETY: a live descriptor.
+        unsafe { sys::cudnnSetConvolutionGroupCount(conv.0, key.groups) }
+            .result()
+            .map_err(err("cudnnSetConvolutionGroupCount"))?;
+        let requested = math_from_u32(key.math);
+        // SAFETY: a live descriptor.
+        unsafe { sys::cudnnSetConvolutionMathType(conv.0, requested) }
+            .result()
+            .map_err(err("cudnnSetConvolutionMathType"))?;
+
+        const COUNT: usize = sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_COUNT as usize;
+        // SAFETY: a plain C struct of enums and numbers, for which all-zero bytes are valid
+        // (status 0 is success, algorithm 0 implicit GEMM); cuDNN overwrites the ones it returns.
+        let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; COUNT] = unsafe { std::mem::zeroed() };
+        let mut returned: c_int = 0;
+        // SAFETY: live handle and descriptors; `perf` holds COUNT results.
+        unsafe {
+            sys::cudnnGetConvolutionForwardAlgorithm_v7(
+                self.handle,
+                x.0,
+                w.0,
+                conv.0,
+                y.0,
+                COUNT as c_int,
+                &mut returned,
+                perf.as_mut_ptr(),
+            )
+        }
+        .result()
+        .map_err(err("cudnnGetConvolutionForwardAlgorithm_v7"))?;
+        let mut candidates = Vec::new();
+        for p in perf.iter().take((returned.max(0) as usize).min(COUNT)) {
+            if p.status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
+                continue;
+            }
+            // f32 under FMA math must not run on TF32: tensor-op algorithms are left out and the
+            // rest run under FMA math; otherwise each runs under the math cuDNN ranked it with.
+            let fma = requested == sys::cudnnMathType_t::CUDNN_FMA_MATH;
+            let tensor_ops = matches!(
+                p.mathType,
+                sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+                    | sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+            );
+            if fma && tensor_ops {
+                continue;
+            }
+            let math = if fma { requested } else { p.mathType };
+            // SAFETY: a live descriptor.
+            unsafe { sys::cudnnSetConvolutionMathType(conv.0, math) }
+                .result()
+                .map_err(err("cudnnSetConvolutionMathType"))?;
+            let mut workspace = 0usize;
+            // SAFETY: live handle and descriptors; valid out-pointer.
+            let sized = unsafe {
+                sys::cudnnGetConvolutionForwardWorkspaceSize(self.handle, x.0, w.0, conv.0, y.0, p.algo, &mut workspace)
+            };
+            if sized.result().is_ok() {
+                candidates.push(Candidate {
+                    algo: p.algo,
+                    math,
+                    workspace,
+                });
+            }
+        }
+        if candidates.is_empty() {
+            return Err(Error::unsupported(
+                OP,
+                key.dtype,
+                device,
+                format!(
+                    "cuDNN has no forward algorithm for input {:?} (strides {:?}), weight {:?}, window {:?}, groups {}",
+                    key.x_dims, key.x_strides, key.w_dims, key.window, key.groups
+                ),
+            ));
+        }
+        tracing::debug!(%device, ?key, ?candidates, "cuDNN conv2d plan");
+        Ok(Plan {
+            x,
+            w,
+            y,
+            conv,
+            candidates,
+        })
+    }
+}
+
+/// The `cudnnMathType_t` of a [`PlanKey`]'s number.
+fn math_from_u32(v: u32) -> sys::cudnnMathType_t {
+    use sys::cudnnMathType_t::*;
+    match v {
+        1 => CUDNN_TENSOR_OP_MATH,
+        2 => CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+        3 => CUDNN_FMA_MATH,
+        _ => CUDNN_DEFAULT_MATH,
+    }
+}
+
+/// The device's cuDNN handle, created on first use.
+pub(super) fn handle(backend: &CudaBackend, dtype: DType) -> Result<Arc<Mutex<Cudnn>>> {
+    type Handles = Mutex<HashMap<Device, Arc<Mutex<Cudnn>>>>;
+    static HANDLES: OnceLock<Handles> = OnceLock::new();
+    let mut handles = HANDLES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(h) = handles.get(&backend.device) {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(Mutex::new(Cudnn::new(backend, dtype)?));
+    handles.insert(backend.device, h.clone());
+    Ok(h)
+}
+
+/// One `cudnnConvolutionForward` on the handle's stream.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward(
+    device: Device,
+    handle: sys::cudnnHandle_t,
+    plan: &Plan,
+    candidate: &Candidate,
+    x: &TensorArg,
+    w: &TensorArg,
+    y: &TensorArg,
+    workspace: Option<&Allocation>,
+) -> Result<()> {
+    let (alpha64, beta64) = (1.0f64, 0.0f64);
+    let (alpha32, beta32) = (1.0f32, 0.0f32);
+    let (alpha, beta) = if x.dtype == DType::F64 {
+        (
+            &alpha64 as *const f64 as *const c_void,
+            &beta64 as *const f64 as *const c_void,
+        )
+    } else {
+        (
+            &alpha32 as *const f32 as *const c_void,
+            &beta32 as *const f32 as *const c_void,
+        )
+    };
+    let (ws_addr, ws_bytes) = match workspace {
+        Some(block) => (block.slice().addr() as *mut c_void, candidate.workspace),
+        None => (std::ptr::null_mut(), 0),
+    };
+    // SAFETY: a live descriptor of this plan.
+    unsafe { sys::cudnnSetConvolutionMathType(plan.conv.0, candidate.math) }
+        .result()
+        .map_err(cudnn_error(device, "cudnnSetConvolutionMathType"))?;
+    // SAFETY: the descriptors describe `x` (its real strides, within its validated buffer), `w`
+    // (dense [O, C/g, kh, kw]) and `y` (dense [N, O, OH, OW]), all live blocks of this device;
+    // the workspace is a live block of the size cuDNN asked for; alpha/beta are host scalars of
+    // the accumulation type that outlive the call; the call is queued on the compute stream (the
+    // handle's) after the operands' earlier users (the caller ordered it).
+    unsafe {
+        sys::cudnnConvolutionForward(
+            handle,
+            alpha,
+            plan.x.0,
+            device_ptr(x) as *const c_void,
+            plan.w.0,
+            device_ptr(w) as *const c_void,
+            plan.conv.0,
+            candidate.algo,
+            ws_addr,
+            ws_bytes,
+            beta,
+            plan.y.0,
+            device_ptr(y) as *mut c_void,
+        )
+    }
+    .result()
+    .map_err(cudnn_error(device, "cudnnConvolutionForward"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn math_types_round_trip_through_the_key() {
+        use sys::cudnnMathType_t::*;
+        for m in [
+            CUDNN_DEFAULT_MATH,
+            CUDNN_TENSOR_OP_MATH,
+            CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+            CUDNN_FMA_MATH,
+        ] {
+            assert_eq!(math_from_u32(m as u32), m);
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Fused scaled dot-product attention (`Kernel::Attention`): the flash-attention forward of
+//! `attention.cu`, one block per batch entry and tile of query rows.
+//!
+//! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); q, k and v are read in
+//! place with their batch and row strides, provided the last dimension is dense and every row
+//! starts on 16 bytes (the tiles are copied with 16-byte `cp.async`). Anything else is refused
+//! with [`Error::Unsupported`], so the frontend composes the result instead.
+
+use cartage_core::{DType, Error, Result, TensorArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig};
+
+use super::{device_ptr, launch_kernel};
+use crate::backend::CudaBackend;
+use crate::modules::{KernelName, SourceFile};
+
+/// Query rows per block and threads per block of the kernel for head dim `head` (the `BM` and
+/// `BM / (16 MT) × 32` of its `ATTENTION(..)` line in attention.cu).
+const fn config(head: usize) -> (u64, u32) {
+    match head {
+        64 => (128, 128),
+        _ => (64, 128),
+    }
+}
+/// The element types the kernel is built for.
+pub(crate) const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
+
+/// `struct AttnArgs` of attention.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct AttentionArgs {
+    q: u64,
+    k: u64,
+    v: u64,
+    out: u64,
+    q_batch: i64,
+    q_row: i64,
+    k_batch: i64,
+    k_row: i64,
+    v_batch: i64,
+    v_row: i64,
+    batch: u32,
+    l: u32,
+    s: u32,
+    m_blocks: u32,
+    scale_log2: f32,
+    causal: i32,
+}
+
+// SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
+unsafe impl DeviceRepr for AttentionArgs {}
+
+/// Queue `out = softmax(scale · q kᵀ) v` (validated operands).
+pub(super) fn attention(
+    backend: &CudaBackend,
+    q: &TensorArg,
+    k: &TensorArg,
+    v: &TensorArg,
+    scale: f64,
+    causal: bool,
+    out: &TensorArg,
+) -> Result<()> {
+    let refuse = |reason: String| Error::unsupported("attention", q.dtype, backend.device, reason);
+    let dtype = match q.dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => {
+            return Err(refuse(format!(
+                "the fused attention kernel takes bf16 and f16, not {other}; the frontend composes it"
+            )));
+        }
+    };
+    let (qs, ks, vs) = (q.layout.shape(), k.layout.shape(), v.layout.shape());
+    let (batch, l, s, e, ev) = (qs[0], qs[1], ks[1], qs[2], vs[2]);
+    let head = match (e, ev) {
+        (64, 64) => "d64",
+        (128, 128) => "d128",
+        _ => {
+            return Err(refuse(format!(
+                "the fused attention kernel takes head dims 64 and 128 (equal for keys and values), \
+                 got E = {e}, Ev = {ev}"
+            )));
+        }
+    };
+    if batch == 0 || l == 0 {
+        return Ok(());
+    }
+    for (name, arg) in [("q", q), ("k", k), ("v", v)] {
+        let strides = arg.layout.strides();
+        let rows_16 = strides[..2].iter().all(|st| st.is_multiple_of(8));
+        if strides[2] != 1 || !rows_16 || !device_ptr(arg).is_multiple_of(16) {
+            return Err(refuse(format!(
+                "the fused attention kernel reads {name} with a dense last dimension and rows on \
+                 16 bytes; {name} has strides {strides:?} at byte offset {}",
+                arg.byte_offset()
+            )));
+        }
+    }
+    if !device_ptr(out).is_multiple_of(16) {
+        return Err(refuse(format!(
+            "the fused attention kernel writes an output starting on 16 bytes; it is at byte offset {}",
+            out.byte_offset()
+        )));
+    }
+    let (block_rows, block_threads) = config(e);
+    let m_blocks = (l as u64).div_ceil(block_rows);
+    let blocks = m_blocks * batch as u64;
+    let fits = |n: usize| u32::try_from(n).is_ok_and(|n| n < i32::MAX as u32);
+    if !fits(l) || !fits(s) || !fits(batch) || blocks > i32::MAX as u64 {
+        return Err(refuse(format!(
+            "the fused attention kernel takes fewer than 2^31 rows and blocks; got B = {batch}, L = {l}, S = {s}"
+        )));
+    }
+    let scale_log2 = (scale * std::f64::consts::LOG2_E) as f32;
+    if !scale_log2.is_finite() {
+        return Err(refuse(format!(
+            "the fused attention kernel takes a scale within f32, got {scale}"
+        )));
+    }
+    let stride = |arg: &TensorArg, i: usize| arg.layout.strides()[i] as i64;
+    let args = AttentionArgs {
+        q: device_ptr(q),
+        k: device_ptr(k),
+        v: device_ptr(v),
+        out: device_ptr(out),
+        q_batch: stride(q, 0),
+        q_row: stride(q, 1),
+        k_batch: stride(k, 0),
+        k_row: stride(k, 1),
+        v_batch: stride(v, 0),
+        v_row: stride(v, 1),
+        batch: batch as u32,
+        l: l as u32,
+        s: s as u32,
+        m_blocks: m_blocks as u32,
+        scale_log2,
+        causal: i32::from(causal),
+    };
+    let kernel = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::Attention, ["attention", dtype, head, ""]))?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (block_threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    launch_kernel!(backend, kernel, cfg, [q.buffer, k.buffer, v.buffer, out.buffer], &args)
+}
+
+#[cfg(test)]
+mod tests {
+    use cartage_core::Op;
+
+    use super::DTYPES;
+    use crate::capabilities_for;
+
+    /// The fused kernel is listed for bf16 and f16 from Ampere on (mma.sync, cp.async), and for
+    /// nothing else; other dtypes go through the composed path.
+    #[test]
+    fn attention_is_listed_where_the_kernel_runs() {
+        let hopper = capabilities_for((9, 0));
+        let turing = capabilities_for((7, 5));
+        for dtype in cartage_core::DType::ALL {
+            let fused = DTYPES.contains(&dtype);
+            assert_eq!(hopper.supports(Op::Attention, dtype), fused, "{dtype} on sm_90");
+            assert!(!turing.supports(Op::Attention, dtype), "{dtype} on sm_75");
+        }
+    }
+}
