@@ -695,6 +695,39 @@ fn attention_matches_the_reference() -> Result<()> {
     Ok(())
 }
 
+/// Where a device fuses attention (`Op::Attention` listed for bf16/f16), the fused kernel agrees
+/// with the composed path (forced by an all-true mask) on the same inputs, causal and not,
+/// with sequence lengths that are not multiples of any tile.
+#[test]
+fn fused_attention_matches_the_composed_path() -> Result<()> {
+    let mut fused_somewhere = false;
+    for device in devices("ops_nn/fused_attention") {
+        for dtype in [DType::BF16, DType::F16] {
+            if !backend(&device)?.capabilities().supports(cartage::Op::Attention, dtype) {
+                continue;
+            }
+            fused_somewhere = true;
+            for (l, s, e, causal) in [(100, 100, 64, true), (37, 129, 64, false), (130, 130, 128, true)] {
+                let (b0, b1) = (2, 3);
+                let q = tensor(&values(b0 * b1 * l * e, 80), &[b0, b1, l, e], &device)?.to_dtype(dtype)?;
+                let k = tensor(&values(b0 * b1 * s * e, 81), &[b0, b1, s, e], &device)?.to_dtype(dtype)?;
+                let v = tensor(&values(b0 * b1 * s * e, 82), &[b0, b1, s, e], &device)?.to_dtype(dtype)?;
+                let all = Tensor::full(&[l, s], true, DType::Bool, &device)?;
+                let sdpa = Tensor::scaled_dot_product_attention;
+                let fused = sdpa(&q, &k, &v, None, causal, None)?.to_dtype(DType::F32)?;
+                let composed = sdpa(&q, &k, &v, Some(&all), causal, None)?.to_dtype(DType::F32)?;
+                let want: Vec<f64> = composed.to_vec::<f32>()?.iter().map(|&x| f64::from(x)).collect();
+                let what = format!("{device} {dtype} l={l} s={s} e={e} causal={causal}");
+                assert_close(&what, &fused.to_vec::<f32>()?, &want, 2e-2);
+            }
+        }
+    }
+    if !fused_somewhere {
+        common::skip("ops_nn/fused_attention: no device here fuses attention");
+    }
+    Ok(())
+}
+
 #[test]
 fn attention_refuses_bad_shapes() -> Result<()> {
     let cpu = Device::cpu();

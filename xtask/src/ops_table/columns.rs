@@ -35,7 +35,9 @@ pub fn all() -> anyhow::Result<Vec<Column>> {
         Column {
             name: "cuda",
             assumption: "a compute capability 9.0 device (H200, sm_90); the same for every device from 8.0 \
-                         (Ampere) on, which also run bf16 matmul",
+                         (Ampere) on, which also run bf16 matmul and fused attention. The fused `conv2d` \
+                         kernel is listed at run time when cuDNN 9 loads (f32, f64, f16, and bf16 from \
+                         Ampere on); without it conv2d is composed",
             caps: assumed_cuda((9, 0)),
         },
         Column {
