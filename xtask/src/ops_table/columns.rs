@@ -84,7 +84,7 @@ pub fn assumed_wgpu(has_f64: bool) -> Capabilities {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cartage::{BinaryOp, DType, Op, UnaryOp};
+    use cartage::{BinaryOp, DType, Op, ScatterMode, UnaryOp};
 
     /// The (op, dtype) pairs on which two capability sets disagree.
     fn differences(a: &Capabilities, b: &Capabilities) -> Vec<String> {
@@ -143,7 +143,12 @@ mod tests {
             .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
             .expect("a CUDA device reports its compute capability as `major.minor`");
         let real = cartage::backend(&info.device).expect("the device opens");
-        let diff = differences(&assumed_cuda(cc), real.capabilities());
+        // conv2d depends on cuDNN loading at run time, which the rule cannot know: the column's
+        // note says so, and everything else must agree.
+        let diff: Vec<String> = differences(&assumed_cuda(cc), real.capabilities())
+            .into_iter()
+            .filter(|d| !d.starts_with("conv2d "))
+            .collect();
         assert!(
             diff.is_empty(),
             "{} ({}, sm_{}{}) supports differently from the assumed cuda column: {diff:?}; \
@@ -166,8 +171,12 @@ mod tests {
             "no f64 exp in Vulkan"
         );
         assert!(
-            !wgpu.supports(Op::Binary(BinaryOp::Add), DType::I64),
-            "no i64 arithmetic in WGSL"
+            wgpu.supports(Op::Binary(BinaryOp::Mul), DType::I64),
+            "i64 is emulated on word pairs"
+        );
+        assert!(
+            !wgpu.supports(Op::Scatter(ScatterMode::Add), DType::F64),
+            "no 64-bit float atomics"
         );
         assert!(!assumed_cuda((7, 5)).supports(Op::Matmul, DType::BF16));
         assert!(assumed_cuda((9, 0)).supports(Op::Matmul, DType::BF16));
