@@ -35,6 +35,9 @@ pub mod runtime;
 pub mod safetensors_io;
 pub mod tensor;
 
+/// The `half` crate, for `f16`/`bf16` host values (`cartage::half::bf16::from_f32(1.5)`).
+pub use half;
+
 pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{
     Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,
