@@ -27,6 +27,8 @@ pub mod raw;
 pub mod testsuite;
 mod validate;
 
+pub use validate::conv_out_size;
+
 pub use allocator::format_bytes;
 pub use layout::{checked_bytes, checked_numel, contiguous_strides, resolve_dim};
 pub use pinned::pinned_bytes_peak;

@@ -638,17 +638,18 @@ fn cross_entropy(logits: &TensorArg, target: &TensorArg, smoothing: f64, out: &T
     apart(name, target, out)
 }
 
-/// The output size of one convolution axis, or `None` when the window does not fit.
-pub(crate) fn conv_out_size(
-    size: usize,
-    kernel: usize,
-    stride: usize,
-    padding: usize,
-    dilation: usize,
-) -> Option<usize> {
+/// The output size of one convolution or pooling axis: `(size + 2·padding − span) / stride + 1`
+/// with `span = dilation·(kernel − 1) + 1`, or `None` when the window does not fit the padded
+/// input, an intermediate overflows, or `kernel` or `stride` is 0.
+///
+/// ```
+/// assert_eq!(cartage_core::conv_out_size(56, 3, 1, 1, 1), Some(56));
+/// assert_eq!(cartage_core::conv_out_size(2, 5, 1, 0, 1), None);
+/// ```
+pub fn conv_out_size(size: usize, kernel: usize, stride: usize, padding: usize, dilation: usize) -> Option<usize> {
     let span = dilation.checked_mul(kernel.checked_sub(1)?)?.checked_add(1)?;
     let padded = size.checked_add(padding.checked_mul(2)?)?;
-    Some(padded.checked_sub(span)? / stride + 1)
+    Some(padded.checked_sub(span)?.checked_div(stride)? + 1)
 }
 
 fn conv2d(

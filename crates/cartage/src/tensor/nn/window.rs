@@ -45,19 +45,18 @@ impl Window {
                     "the kernel {name} ({k}), stride ({s}) and dilation ({d}) must all be at least 1"
                 ));
             }
+            if let Some(n) = cartage_core::conv_out_size(size, k, s, p, d) {
+                out[axis] = n;
+                continue;
+            }
             let span = (k - 1).checked_mul(d).and_then(|x| x.checked_add(1));
             let padded = p.checked_mul(2).and_then(|x| x.checked_add(size));
-            match (span, padded) {
-                (Some(span), Some(padded)) if span <= padded => out[axis] = (padded - span) / s + 1,
-                _ => {
-                    return Err(format!(
-                        "the kernel spans {} along the {name} (kernel {k}, dilation {d}) but the padded input \
-                         {name} is only {} ({size} + 2 × padding {p})",
-                        span.map_or("more than usize::MAX".to_string(), |s| s.to_string()),
-                        padded.map_or("more than usize::MAX".to_string(), |s| s.to_string()),
-                    ));
-                }
-            }
+            return Err(format!(
+                "the kernel spans {} along the {name} (kernel {k}, dilation {d}) but the padded input \
+                 {name} is only {} ({size} + 2 × padding {p})",
+                span.map_or("more than usize::MAX".to_string(), |s| s.to_string()),
+                padded.map_or("more than usize::MAX".to_string(), |s| s.to_string()),
+            ));
         }
         Ok(out)
     }
