@@ -326,6 +326,18 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A gradient was asked for where none can be computed: backward from a tensor that no
+    /// variable leads to, from a non-scalar without an output gradient, through a graph an
+    /// earlier backward freed, or through an op that has no derivative. The message says what to
+    /// do instead.
+    #[error("`{op}`: {reason}")]
+    Autograd {
+        /// The op (or `backward`).
+        op: &'static str,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
     /// A file whose contents are not in the expected format.
     #[error("{path}: not a valid {format} file: {reason}")]
     Format {
@@ -379,6 +391,8 @@ pub enum ErrorKind {
     Io,
     /// [`Error::Format`].
     Format,
+    /// [`Error::Autograd`].
+    Autograd,
 }
 
 impl ErrorKind {
@@ -403,6 +417,7 @@ impl ErrorKind {
             ErrorKind::Driver => "driver",
             ErrorKind::Io => "io",
             ErrorKind::Format => "format",
+            ErrorKind::Autograd => "autograd",
         }
     }
 }
@@ -442,6 +457,7 @@ impl Error {
             Error::Driver { .. } => ErrorKind::Driver,
             Error::Io { .. } => ErrorKind::Io,
             Error::Format { .. } => ErrorKind::Format,
+            Error::Autograd { .. } => ErrorKind::Autograd,
         }
     }
 

@@ -26,6 +26,7 @@
 //!
 //! The backends compiled in are chosen by the features `cpu` (default), `cuda` and `wgpu`.
 
+pub mod autograd;
 pub mod bench;
 mod generator;
 pub mod loader;
@@ -38,6 +39,7 @@ pub mod tensor;
 /// The `half` crate, for `f16`/`bf16` host values (`cartage::half::bf16::from_f32(1.5)`).
 pub use half;
 
+pub use autograd::{Gradients, NoGradGuard, Var, VarId, is_grad_enabled, no_grad};
 pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{
     Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,
@@ -69,5 +71,5 @@ struct ReadmeExample;
 
 /// The names most programs need: `use cartage::prelude::*;`.
 pub mod prelude {
-    pub use crate::{DType, Device, DeviceExt, DevicePick, Generator, Result, Tensor, s};
+    pub use crate::{DType, Device, DeviceExt, DevicePick, Generator, Result, Tensor, Var, no_grad, s};
 }

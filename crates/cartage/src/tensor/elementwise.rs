@@ -5,6 +5,7 @@
 use cartage_core::{BinaryOp, CompareOp, DType, Kernel, Op, Result, Scalar, Site, UnaryOp, broadcast_shapes};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 
 const ARITHMETIC_DTYPES: &str = "a numeric dtype; bool takes part only in maximum/minimum (or/and) and comparisons";
 const UNARY_DTYPES: &str =
@@ -396,7 +397,9 @@ impl Tensor {
             }
         };
         out.launch(&kernel, &[self, rhs], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, name, &[self, rhs], |out| {
+            formulas::elementwise::binary(op, self, rhs, out)
+        }))
     }
 
     pub(super) fn compare(&self, op: CompareOp, rhs: &Tensor, site: Site) -> Result<Tensor> {
@@ -411,7 +414,7 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self, rhs], out.numel())?;
-        Ok(out)
+        Ok(graph::record_constant(out, name, &[self, rhs]))
     }
 
     pub(super) fn unary(&self, op: UnaryOp, site: Site) -> Result<Tensor> {
@@ -423,7 +426,9 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, op.name(), &[self], |out| {
+            formulas::elementwise::unary(op, self, out)
+        }))
     }
 
     pub(super) fn where_at(cond: &Tensor, on_true: &Tensor, on_false: &Tensor, site: Site) -> Result<Tensor> {
@@ -451,6 +456,8 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[cond, on_true, on_false], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, "where", &[on_true, on_false], |_| {
+            formulas::elementwise::where_cond(cond, on_true, on_false)
+        }))
     }
 }

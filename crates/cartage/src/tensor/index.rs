@@ -5,6 +5,7 @@
 use cartage_core::{Dims, Error, Kernel, Result, Site, resolve_dim};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 
 impl Tensor {
     /// `out[i][j][k] = self[index[i][j][k]][j][k]` for `dim = 0` (and likewise for other
@@ -49,7 +50,9 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self, index], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, "gather", &[self], |_| {
+            formulas::index::gather(self, d, index)
+        }))
     }
 
     /// The entries of dimension `dim` (negative counts from the end) listed by the 1-D i32/i64
@@ -90,6 +93,8 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self, index], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, "index_select", &[self], |_| {
+            formulas::index::index_select(self, d, index)
+        }))
     }
 }

@@ -7,6 +7,7 @@
 use cartage_core::{Dims, Error, Kernel, Layout, Result, Scalar, Site, broadcast_shapes, checked_bytes};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 use crate::runtime;
 
 impl Tensor {
@@ -25,6 +26,19 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let site = caller();
+        if graph::tracking(&[self, rhs]) {
+            let out = {
+                let _plain = crate::autograd::no_grad();
+                self.matmul_at(rhs, site)?
+            };
+            return Ok(graph::record(out, "matmul", &[self, rhs], |_| {
+                formulas::linalg::matmul(self, rhs)
+            }));
+        }
+        self.matmul_at(rhs, site)
+    }
+
+    fn matmul_at(&self, rhs: &Tensor, site: Site) -> Result<Tensor> {
         check::same_device_and_dtype("matmul", self, rhs)?;
         check::float("matmul", self.dtype)?;
         if self.rank() == 0 || rhs.rank() == 0 {

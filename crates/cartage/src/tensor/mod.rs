@@ -42,6 +42,8 @@ use std::panic::Location;
 use std::sync::Arc;
 
 use cartage_core::raw::BufferSlice;
+
+use crate::autograd::graph::GradLink;
 use cartage_core::{Backend, DType, Device, DeviceBuffer, Kernel, Layout, Result, Site, TensorArg, checked_bytes};
 
 /// Device memory owned by one or more tensors; given back to the backend's cache on drop.
@@ -102,6 +104,9 @@ pub struct Tensor {
     dtype: DType,
     device: Device,
     origin: Site,
+    /// How gradients flow back from this tensor: to a variable's cell or to the recorded op
+    /// that made it; `None` when no variable leads here (then nothing is recorded).
+    link: Option<GradLink>,
 }
 
 /// Shape, dtype, device and origin, then the values of a tensor of at most 16 elements
@@ -316,7 +321,8 @@ impl Tensor {
         }
     }
 
-    /// A view of the same storage with another layout (the origin is kept).
+    /// A view of the same storage with another layout (the origin is kept). Not recorded: the
+    /// result has no link; public views record themselves.
     fn with_layout(&self, layout: Layout) -> Tensor {
         Tensor {
             storage: Arc::clone(&self.storage),
@@ -324,7 +330,18 @@ impl Tensor {
             dtype: self.dtype,
             device: self.device,
             origin: self.origin,
+            link: None,
         }
+    }
+
+    /// The link gradients flow back through, if a variable leads here.
+    pub(crate) fn link(&self) -> Option<&GradLink> {
+        self.link.as_ref()
+    }
+
+    /// This tensor with another link (the autograd module records through this).
+    pub(crate) fn with_link(self, link: Option<GradLink>) -> Tensor {
+        Tensor { link, ..self }
     }
 
     /// The same tensor with a new origin (a no-op move or cast).
@@ -359,6 +376,7 @@ impl Tensor {
             dtype,
             device,
             origin: site,
+            link: None,
         })
     }
 

@@ -7,6 +7,7 @@
 use cartage_core::{Dims, Error, Kernel, Op, ReduceOp, Result, Site, resolve_dim};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 
 impl Tensor {
     /// Sum over `dims` (negative counts from the end); `keepdim` keeps them with size 1.
@@ -196,9 +197,7 @@ impl Tensor {
 
     fn reduce_all(&self, op: ReduceOp, site: Site) -> Result<Tensor> {
         if self.rank() == 0 {
-            return self
-                .with_layout(self.layout.unsqueeze(0)?)
-                .reduce(op, &[0], false, site);
+            return self.unsqueeze(0)?.reduce(op, &[0], false, site);
         }
         let dims: Dims = (0..self.rank()).collect();
         self.reduce_resolved(op, dims, false, site)
@@ -260,10 +259,31 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        if keepdim {
-            Ok(out)
+        let out = if keepdim {
+            out
         } else {
-            out.view_contiguous(&self.shape_without(&dims))
+            out.view_contiguous(&self.shape_without(&dims))?
+        };
+        Ok(self.record_reduce(op, out, dims, keepdim))
+    }
+
+    /// Record a reduction's result for autograd (argmax, argmin and the logical ones have no
+    /// derivative).
+    fn record_reduce(&self, op: ReduceOp, out: Tensor, dims: Dims, keepdim: bool) -> Tensor {
+        use formulas::reduce as f;
+        let name = op.name();
+        match op {
+            ReduceOp::Sum => graph::record(out, name, &[self], |_| f::sum(self, dims, keepdim, 1.0)),
+            ReduceOp::Mean => graph::record(out, name, &[self], |_| {
+                let count: usize = dims.iter().map(|&d| self.shape()[d]).product();
+                f::sum(self, dims, keepdim, 1.0 / count.max(1) as f64)
+            }),
+            ReduceOp::Max | ReduceOp::Min => {
+                graph::record(out, name, &[self], |out| f::extreme(self, out, dims, keepdim))
+            }
+            ReduceOp::Prod => graph::record(out, name, &[self], |_| f::prod(self, dims, keepdim)),
+            ReduceOp::LogSumExp => graph::record(out, name, &[self], |out| f::logsumexp(self, out, dims, keepdim)),
+            _ => graph::record_constant(out, name, &[self]),
         }
     }
 
@@ -279,6 +299,8 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, name, &[self], |out| {
+            formulas::reduce::softmax(out, d, log)
+        }))
     }
 }

@@ -9,6 +9,7 @@
 use cartage_core::{DType, Dims, Error, Kernel, Layout, Result, Scalar, ScatterMode, Site, resolve_dim};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 
 impl Tensor {
     /// `value` where the bool `mask` is true, `self` elsewhere; `mask` broadcasts to this
@@ -141,6 +142,7 @@ impl Tensor {
         check::same_device(op, self, index)?;
         check::same_device_and_dtype(op, self, src)?;
         check::index_dtype(op, index)?;
+        let index_layout_given = index_layout.is_some();
         let index_arg = match index_layout {
             Some(layout) => index.arg_with(layout),
             None => index.as_arg(),
@@ -157,7 +159,13 @@ impl Tensor {
         // Structural rules (ranks, sizes) are checked even when there is nothing to write.
         kernel.validate()?;
         out.launch(&kernel, &[src, index], work)?;
-        Ok(out)
+        let out = out.with_link(None);
+        Ok(graph::record(out, op, &[self, src], |_| {
+            match (mode, index_layout_given) {
+                (ScatterMode::Add, true) => formulas::index::index_add(d, index),
+                (mode, _) => formulas::index::scatter(d, index, src, mode == ScatterMode::Add),
+            }
+        }))
     }
 
     /// Each integer class id as a row of `num_classes` i64 values, 1 at the id and 0 elsewhere:
@@ -259,6 +267,6 @@ impl Tensor {
         let rows = self.index_select_at(0, &flat, site)?;
         let mut shape: Dims = Dims::from_slice(ids.shape());
         shape.push(self.shape()[1]);
-        rows.view_contiguous(&shape)
+        rows.reshape(&shape)
     }
 }

@@ -9,6 +9,7 @@
 use cartage_core::{CompareOp, DType, Dims, Error, Kernel, Layout, Result, Scalar, Site, resolve_dim};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 
 impl Tensor {
     /// Join `tensors` along `dim` (negative counts from the end). All must share device, dtype
@@ -132,7 +133,9 @@ impl Tensor {
             slot.launch(&kernel, &[t], slot.numel())?;
             at += len;
         }
-        Ok(out)
+        Ok(graph::record(out, op, tensors, |_| {
+            formulas::shape::cat(tensors.iter().map(|t| t.shape()[d]).collect(), d)
+        }))
     }
 
     /// Views of `size` entries each along `dim` (the last may be shorter).
@@ -263,7 +266,10 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        out.view_contiguous(&out_shape)
+        let out = out.view_contiguous(&out_shape)?;
+        Ok(graph::record(out, "repeat", &[self], |_| {
+            formulas::shape::repeat(self, reps)
+        }))
     }
 
     /// Reverse the order of entries along each of `dims` (negative counts from the end). Strides
@@ -442,7 +448,7 @@ impl Tensor {
             out: inner.as_arg(),
         };
         inner.launch(&copy, &[self], inner.numel())?;
-        Ok(out)
+        Ok(graph::record(out, "pad", &[self], |_| formulas::shape::pad(self, pads)))
     }
 
     /// A fresh contiguous copy that shares no storage with `self`.
@@ -453,6 +459,8 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, "copy", &[self], |_| {
+            formulas::elementwise::identity()
+        }))
     }
 }

@@ -40,6 +40,7 @@ use cartage_core::{Dims, Error, Layout, Result};
 use smallvec::SmallVec;
 
 use super::Tensor;
+use crate::autograd::{formulas, graph};
 
 /// One entry of a shape argument: a size, or `-1` (inferred), or a value that is neither.
 #[doc(hidden)]
@@ -458,7 +459,10 @@ impl Tensor {
             offset = self.layout.offset();
         }
         let layout = Layout::from_parts(&out_shape, &out_strides, offset)?;
-        Ok(self.with_layout(layout))
+        let out = self.with_layout(layout);
+        Ok(graph::record(out, "i", &[self], |_| {
+            formulas::view::picked(self, move |z| z.i(items.as_slice()))
+        }))
     }
 }
 

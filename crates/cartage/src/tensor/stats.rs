@@ -10,6 +10,7 @@ use cartage_core::{
 };
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 
 /// The order of a vector norm ([`Tensor::norm`]). A number converts: `1.0` is `L1`, `2.0` is
 /// `L2`, `f64::INFINITY` is `Inf`, anything else `P(p)`.
@@ -399,11 +400,20 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[&view], out.numel())?;
-        if self.rank() == 0 {
-            out.view_contiguous(&[])
+        let out = if self.rank() == 0 {
+            out.view_contiguous(&[])?
         } else {
-            Ok(out)
-        }
+            out
+        };
+        Ok(graph::record(out, name, &[self], |out| {
+            if self.rank() == 0 {
+                formulas::elementwise::identity()
+            } else if op == ScanOp::Sum {
+                formulas::reduce::cumsum(self, d)
+            } else {
+                formulas::reduce::cumprod(self, out, d)
+            }
+        }))
     }
 
     fn sort_at(&self, dim: isize, descending: bool, site: Site) -> Result<(Tensor, Tensor)> {
@@ -419,10 +429,15 @@ impl Tensor {
         };
         values.launch(&kernel, &[&indices, &view], values.numel())?;
         if self.rank() == 0 {
-            Ok((values.view_contiguous(&[])?, indices.view_contiguous(&[])?))
-        } else {
-            Ok((values, indices))
+            let values = graph::record(values.view_contiguous(&[])?, "sort", &[self], |_| {
+                formulas::elementwise::identity()
+            });
+            return Ok((values, indices.view_contiguous(&[])?));
         }
+        let values = graph::record(values, "sort", &[self], |_| {
+            formulas::reduce::take_along(self, d, &indices, true)
+        });
+        Ok((values, indices))
     }
 
     /// `dim` resolved, with a 0-d tensor seen as shape `[1]` (PyTorch accepts dim 0 or -1 on a

@@ -8,6 +8,7 @@
 use cartage_core::{CopyHandle, DType, Device, DeviceBuffer, Error, HostStaging, Kernel, Op, Result, Site};
 
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 use crate::runtime;
 
 /// The largest pinned staging buffer a cross-device move holds at once.
@@ -133,6 +134,15 @@ impl Tensor {
     #[track_caller]
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         check::same_device_and_dtype("copy_from", self, src)?;
+        if graph::tracking(&[self, src]) {
+            return Err(Error::Autograd {
+                op: "copy_from",
+                reason: "an in-place write cannot be recorded, and a variable (or a value computed \
+                         from one) takes part in it. Build the value with ops (`cat`, `where_cond`, \
+                         `scatter`), or write under `cartage::no_grad()` if no gradient must flow"
+                    .into(),
+            });
+        }
         if self.shape() != src.shape() {
             return Err(Error::ShapeMismatch {
                 op: "copy_from",
@@ -183,7 +193,9 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, "copy", &[self], |_| {
+            formulas::elementwise::identity()
+        }))
     }
 
     /// Start copying `src`'s first [`Tensor::size_in_bytes`] bytes into this contiguous tensor;
@@ -262,7 +274,12 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
-        Ok(out)
+        if !dtype.is_float() {
+            return Ok(graph::record_constant(out, "to_dtype", &[self]));
+        }
+        Ok(graph::record(out, "to_dtype", &[self], |_| {
+            formulas::elementwise::convert(self.device, self.dtype)
+        }))
     }
 
     /// Copy to another device: peer copy when the backends can, else pinned staging.
@@ -276,6 +293,9 @@ impl Tensor {
             copy
         };
         let out = Tensor::alloc_on(&destination, self.shape(), self.dtype, site)?;
+        let out = graph::record(out, "to", &[self], |_| {
+            formulas::elementwise::convert(self.device, self.dtype)
+        });
         let bytes = out.size_in_bytes();
         if bytes == 0 {
             return Ok(out);

@@ -6,6 +6,7 @@ use cartage_core::{Dims, Error, Result, resolve_dim};
 
 use super::slicing::{self, ShapeArg, resolve_shape};
 use super::{Tensor, caller, check};
+use crate::autograd::{formulas, graph};
 use crate::runtime;
 
 impl Tensor {
@@ -23,7 +24,10 @@ impl Tensor {
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
         let a = resolve_dim("transpose", d0, self.rank())?;
         let b = resolve_dim("transpose", d1, self.rank())?;
-        Ok(self.with_layout(self.layout.transpose(a, b)?))
+        let out = self.with_layout(self.layout.transpose(a, b)?);
+        Ok(graph::record(out, "transpose", &[self], |_| {
+            formulas::view::transpose(a, b)
+        }))
     }
 
     /// Swap the last two dimensions (a view; a tensor of rank below 2 is returned as is).
@@ -62,7 +66,10 @@ impl Tensor {
                 format!("{perm:?} is not a permutation of 0..{rank}: a dimension is out of range for rank {rank}"),
             ));
         };
-        Ok(self.with_layout(self.layout.permute(&resolved)?))
+        let out = self.with_layout(self.layout.permute(&resolved)?);
+        Ok(graph::record(out, "permute", &[self], |_| {
+            formulas::view::permute(&resolved)
+        }))
     }
 
     /// Keep `len` entries of dimension `dim` (negative counts from the end) starting at
@@ -78,7 +85,10 @@ impl Tensor {
     /// ```
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
         let d = resolve_dim("narrow", dim, self.rank())?;
-        Ok(self.with_layout(self.layout.narrow(d, start, len)?))
+        let out = self.with_layout(self.layout.narrow(d, start, len)?);
+        Ok(graph::record(out, "narrow", &[self], |_| {
+            formulas::view::picked(self, move |z| z.narrow(d as isize, start, len))
+        }))
     }
 
     /// View with numpy broadcasting to `shape` (expanded dimensions get stride 0). A target of
@@ -94,7 +104,10 @@ impl Tensor {
     /// ```
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         let layout = self.layout.broadcast_to(shape).map_err(|e| e.with_dtype(self.dtype))?;
-        Ok(self.with_layout(layout))
+        let out = self.with_layout(layout);
+        Ok(graph::record(out, "broadcast_to", &[self], |_| {
+            formulas::view::expand(self)
+        }))
     }
 
     /// Remove dimension `dim` (negative counts from the end), which must have size 1: a view.
@@ -108,7 +121,10 @@ impl Tensor {
     /// ```
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
         let d = resolve_dim("squeeze", dim, self.rank())?;
-        Ok(self.with_layout(self.layout.squeeze(d)?))
+        let out = self.with_layout(self.layout.squeeze(d)?);
+        Ok(graph::record(out, "squeeze", &[self], |_| {
+            formulas::view::reshape(self)
+        }))
     }
 
     /// Insert a dimension of size 1 at `dim` (`0..=rank`, negative counts from the end: -1
@@ -129,7 +145,10 @@ impl Tensor {
             dim,
             rank,
         })?;
-        Ok(self.with_layout(self.layout.unsqueeze(d)?))
+        let out = self.with_layout(self.layout.unsqueeze(d)?);
+        Ok(graph::record(out, "unsqueeze", &[self], |_| {
+            formulas::view::reshape(self)
+        }))
     }
 
     /// The same elements with another shape of the same element count: a view when the strides
@@ -154,12 +173,20 @@ impl Tensor {
             .reshape(shape)
             .map_err(|e| check::rename(e, "reshape").with_dtype(self.dtype))?;
         if let Some(layout) = view {
-            return Ok(self.with_layout(layout));
+            let out = self.with_layout(layout);
+            return Ok(graph::record(out, "reshape", &[self], |_| {
+                formulas::view::reshape(self)
+            }));
         }
         let copy = self.contiguous_at(site)?;
         runtime::record_implicit_copy("reshape", copy.size_in_bytes(), site);
         match copy.layout.reshape(shape)? {
-            Some(layout) => Ok(copy.with_layout(layout)),
+            Some(layout) => {
+                let out = copy.with_layout(layout);
+                Ok(graph::record(out, "reshape", &[&copy], |_| {
+                    formulas::view::reshape(&copy)
+                }))
+            }
             None => Err(Error::invalid(
                 "reshape",
                 "a contiguous tensor could not be viewed with the new shape",
@@ -256,7 +283,8 @@ impl Tensor {
             .layout
             .broadcast_to(&target)
             .map_err(|e| check::rename(e, "expand").with_dtype(self.dtype))?;
-        Ok(self.with_layout(layout))
+        let out = self.with_layout(layout);
+        Ok(graph::record(out, "expand", &[self], |_| formulas::view::expand(self)))
     }
 
     /// The entry `index` of dimension `dim`, with that dimension dropped (a view). Negative
@@ -273,7 +301,10 @@ impl Tensor {
         let d = resolve_dim("select", dim, self.rank())?;
         let at = slicing::resolve_index("select", index as i64, d, self.shape()[d], self)?;
         let narrowed = self.layout.narrow(d, at, 1)?;
-        Ok(self.with_layout(narrowed.squeeze(d)?))
+        let out = self.with_layout(narrowed.squeeze(d)?);
+        Ok(graph::record(out, "select", &[self], |_| {
+            formulas::view::picked(self, move |z| z.select(d as isize, at as isize))
+        }))
     }
 
     /// Collapse the layout to `shape` without checking more than the element count: used where
@@ -281,7 +312,12 @@ impl Tensor {
     pub(super) fn view_contiguous(&self, shape: &[usize]) -> Result<Tensor> {
         debug_assert!(self.is_contiguous());
         match self.layout.reshape(shape)? {
-            Some(layout) => Ok(self.with_layout(layout)),
+            Some(layout) => {
+                let out = self.with_layout(layout);
+                Ok(graph::record(out, "reshape", &[self], |_| {
+                    formulas::view::reshape(self)
+                }))
+            }
             None => Err(Error::invalid("view", "internal: a contiguous tensor did not reshape")),
         }
     }

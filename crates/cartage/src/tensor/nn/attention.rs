@@ -5,6 +5,7 @@
 
 use cartage_core::{DType, Error, Kernel, Layout, Op, Result, Scalar, Site, broadcast_shapes};
 
+use crate::autograd::{formulas, graph};
 use crate::tensor::{Tensor, caller, check};
 
 const NAME: &str = "scaled_dot_product_attention";
@@ -82,10 +83,17 @@ impl Tensor {
         if !scale.is_finite() {
             return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
         }
-        if mask.is_none()
-            && let Some(out) = fused(q, k, v, causal, scale, site)?
-        {
-            return Ok(out);
+        if mask.is_none() {
+            let tracked = graph::tracking(&[q, k, v]);
+            let out = {
+                let _plain = tracked.then(crate::autograd::no_grad);
+                fused(q, k, v, causal, scale, site)?
+            };
+            if let Some(out) = out {
+                return Ok(graph::record(out, NAME, &[q, k, v], |_| {
+                    formulas::nn::attention(q, k, v, causal, scale)
+                }));
+            }
         }
         let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
         if let Some(mask) = mask {

@@ -8,6 +8,7 @@
 use cartage_core::{BinaryOp, Error, Kernel, Layout, Op, Result, Scalar, Site};
 
 use super::window::Window;
+use crate::autograd::graph;
 use crate::tensor::{Tensor, caller, check};
 
 /// Options of [`Tensor::conv2d`], per spatial axis `[height, width]`. The default is PyTorch's:
@@ -63,6 +64,20 @@ impl Tensor {
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d) -> Result<Tensor> {
         let site = caller();
+        let inputs: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
+        if graph::tracking(&inputs) {
+            let out = {
+                let _plain = crate::autograd::no_grad();
+                self.conv2d_at(weight, bias, opts, site)?
+            };
+            return Ok(graph::record(out, "conv2d", &inputs, |_| {
+                super::grad::conv2d(self, weight, opts, site)
+            }));
+        }
+        self.conv2d_at(weight, bias, opts, site)
+    }
+
+    fn conv2d_at(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d, site: Site) -> Result<Tensor> {
         if self.rank() == 3 {
             let batched = self.with_layout(self.layout.unsqueeze(0)?);
             let out = batched.conv2d_batched(weight, bias, &opts, site)?;

@@ -5,6 +5,7 @@
 
 use cartage_core::{DType, Error, Kernel, Result, Scalar, Site};
 
+use crate::autograd::{formulas, graph};
 use crate::tensor::{Tensor, caller, check};
 
 /// How a loss combines its per-row values.
@@ -80,6 +81,9 @@ impl Tensor {
             out: per_row.as_arg(),
         };
         per_row.launch(&kernel, &[&logits, &rows], n)?;
+        let per_row = graph::record(per_row, name, &[&logits], |_| {
+            formulas::nn::cross_entropy(&logits, &rows, opts.ignore_index, opts.label_smoothing)
+        });
         self.reduce_loss(per_row, &rows, None, &opts, site)
     }
 
@@ -153,7 +157,7 @@ impl Tensor {
             });
         }
         if self.rank() == 1 {
-            let input = self.with_layout(self.layout.unsqueeze(0)?);
+            let input = self.unsqueeze(0)?;
             let target = target.with_layout(target.layout.unsqueeze(0)?);
             return Ok((input, target));
         }

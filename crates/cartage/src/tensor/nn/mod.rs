@@ -10,6 +10,7 @@
 mod attention;
 mod conv;
 mod dropout;
+mod grad;
 mod loss;
 mod norm;
 mod pool;

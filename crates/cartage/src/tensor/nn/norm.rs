@@ -3,6 +3,7 @@
 
 use cartage_core::{Error, Kernel, NormKind, Result, Site};
 
+use crate::autograd::{formulas, graph};
 use crate::tensor::{Tensor, caller, check};
 
 impl Tensor {
@@ -84,6 +85,8 @@ impl Tensor {
         };
         let inputs: Vec<&Tensor> = std::iter::once(self).chain(weight).chain(bias).collect();
         out.launch(&kernel, &inputs, out.numel())?;
-        Ok(out)
+        Ok(graph::record(out, name, &inputs, |_| {
+            formulas::nn::norm(kind, self, weight, bias.is_some(), eps)
+        }))
     }
 }

@@ -4,6 +4,7 @@
 use cartage_core::{Error, Result, Scalar, Site};
 
 use super::window::Window;
+use crate::autograd::graph;
 use crate::tensor::{Tensor, caller, check};
 
 impl Tensor {
@@ -23,6 +24,21 @@ impl Tensor {
     #[track_caller]
     pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Result<Tensor> {
         let site = caller();
+        if graph::tracking(&[self]) {
+            let out = {
+                let _plain = crate::autograd::no_grad();
+                self.pool2d(Pool::Max, kernel, stride, padding, site)?
+            };
+            let window = Window {
+                kernel,
+                stride,
+                padding,
+                dilation: [1, 1],
+            };
+            return Ok(graph::record(out, "max_pool2d", &[self], |_| {
+                super::grad::max_pool2d(self, window, site)
+            }));
+        }
         self.pool2d(Pool::Max, kernel, stride, padding, site)
     }
 
@@ -67,9 +83,8 @@ impl Tensor {
         site: Site,
     ) -> Result<Tensor> {
         if self.rank() == 3 {
-            let batched = self.with_layout(self.layout.unsqueeze(0)?);
-            let out = batched.pool2d(pool, kernel, stride, padding, site)?;
-            return Ok(out.with_layout(out.layout.squeeze(0)?));
+            let out = self.unsqueeze(0)?.pool2d(pool, kernel, stride, padding, site)?;
+            return out.squeeze(0);
         }
         let name = pool.name();
         check::float(name, self.dtype)?;

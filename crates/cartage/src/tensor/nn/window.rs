@@ -8,6 +8,8 @@
 
 use cartage_core::{Error, Layout, Result, Scalar, Site};
 
+use crate::autograd::formulas;
+use crate::autograd::graph::{self, saving};
 use crate::tensor::Tensor;
 
 /// The geometry of a 2-D sliding window, one entry per spatial axis (height, width).
@@ -90,10 +92,19 @@ impl Tensor {
                 .ok_or_else(|| Error::size_overflow(s, self.dtype))
         };
         let shape = [s[0], s[1], grow(s[2], padding[0])?, grow(s[3], padding[1])?];
-        let out = self.fill_new_like(&shape, self.dtype, value, site)?;
-        let interior = out.with_layout(out.layout.narrow(2, padding[0], s[2])?.narrow(3, padding[1], s[3])?);
-        interior.copy_from(self)?;
-        Ok(out)
+        let out = {
+            // The in-place copy into the interior is this op's own business: recorded below as
+            // one `pad`, not refused as a write into a tracked tensor.
+            let _plain = graph::tracking(&[self]).then(crate::autograd::no_grad);
+            let out = self.fill_new_like(&shape, self.dtype, value, site)?;
+            let interior = out.with_layout(out.layout.narrow(2, padding[0], s[2])?.narrow(3, padding[1], s[3])?);
+            interior.copy_from(self)?;
+            out
+        };
+        let pads = [padding[1], padding[1], padding[0], padding[0]];
+        Ok(graph::record(out, "pad", &[self], |_| {
+            formulas::shape::pad(self, &pads)
+        }))
     }
 
     /// This `[N, C, H, W]` tensor (any strides) seen as `[N, C, kh, kw, OH, OW]`: element
@@ -107,6 +118,11 @@ impl Tensor {
             &[st[0], st[1], tap_h, tap_w, out_h, out_w],
             self.layout.offset(),
         )?;
-        Ok(self.with_layout(layout))
+        let view = self.with_layout(layout);
+        let plane: [usize; 4] = [s[0], s[1], s[2], s[3]];
+        let window = *window;
+        Ok(graph::record(view, "window_view", &[self], |_| {
+            saving(0, move |g, _| Ok(vec![Some(g.fold_windows(&window, plane)?)]))
+        }))
     }
 }

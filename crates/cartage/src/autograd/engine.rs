@@ -1,0 +1,219 @@
+//! Reverse mode: from one tensor back to the variables that lead to it.
+//!
+//! The nodes reachable from the output are counted first (how many consumers each has), then
+//! run in an order where a node runs only after every consumer has passed it its share of the
+//! gradient (Kahn's order on the reversed graph). A node's gradient is dropped as soon as the
+//! node has run, and the node's saved tensors are released as it is passed, unless the graph is
+//! retained. Inputs that no variable leads to have no link, so their gradients are never
+//! computed. The whole pass runs without recording.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cartage_core::{Error, Result};
+
+use super::gradients::Gradients;
+use super::graph::{GradLink, Node};
+use super::var::{Var, VarCell};
+use crate::Tensor;
+
+/// Run backward from `root` with output gradient `grad` (already checked against `root`).
+pub(crate) fn run(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<Gradients> {
+    let _guard = super::no_grad();
+    let mut leaves: HashMap<usize, (Arc<VarCell>, Tensor)> = HashMap::new();
+    let mut leaf_order: Vec<usize> = Vec::new();
+    match root.link() {
+        None => {
+            return Err(Error::Autograd {
+                op: "backward",
+                reason: "this tensor does not require a gradient: no variable leads to it. Make the \
+                         parameters `Var`s and compute from `var.tensor()`, outside `no_grad()`"
+                    .into(),
+            });
+        }
+        Some(GradLink::Constant(op)) => {
+            return Err(Error::Autograd {
+                op: "backward",
+                reason: format!(
+                    "this tensor comes from `{op}`, which has no derivative (indices, comparisons and \
+                     integer results are constants to autograd); compute the loss from float ops"
+                ),
+            });
+        }
+        Some(GradLink::Leaf(cell)) => {
+            add_leaf(&mut leaves, &mut leaf_order, cell, grad)?;
+        }
+        Some(GradLink::Node(root_node)) => {
+            let consumers = count_consumers(root_node)?;
+            walk(root_node, grad, consumers, retain_graph, &mut leaves, &mut leaf_order)?;
+        }
+    }
+    let mut out = Gradients::default();
+    for key in leaf_order {
+        if let Some((cell, g)) = leaves.remove(&key) {
+            let total = cell.accumulate(g)?;
+            out.insert(Var::from_cell(cell), total);
+        }
+    }
+    Ok(out)
+}
+
+fn key(node: &Arc<Node>) -> usize {
+    Arc::as_ptr(node) as usize
+}
+
+/// How many reachable consumers each reachable node has; fails when a node was released by an
+/// earlier backward.
+fn count_consumers(root: &Arc<Node>) -> Result<HashMap<usize, usize>> {
+    let mut consumers: HashMap<usize, usize> = HashMap::new();
+    consumers.insert(key(root), 0);
+    let mut stack = vec![Arc::clone(root)];
+    while let Some(node) = stack.pop() {
+        let state = node.lock();
+        if state.released {
+            return Err(Error::Autograd {
+                op: "backward",
+                reason: format!(
+                    "the graph through `{}` (recorded at {}) was freed by an earlier backward. Pass \
+                     `retain_graph = true` to the first `backward_with` to go through it twice, or \
+                     recompute the forward pass",
+                    node.name, node.site
+                ),
+            });
+        }
+        for link in state.inputs.iter().flatten() {
+            if let GradLink::Node(input) = link {
+                let count = consumers.entry(key(input)).or_insert(0);
+                *count += 1;
+                if *count == 1 {
+                    stack.push(Arc::clone(input));
+                }
+            }
+        }
+    }
+    Ok(consumers)
+}
+
+fn walk(
+    root: &Arc<Node>,
+    grad: Tensor,
+    mut consumers: HashMap<usize, usize>,
+    retain_graph: bool,
+    leaves: &mut HashMap<usize, (Arc<VarCell>, Tensor)>,
+    leaf_order: &mut Vec<usize>,
+) -> Result<()> {
+    let mut pending: HashMap<usize, Tensor> = HashMap::new();
+    pending.insert(key(root), grad);
+    let mut ready = vec![Arc::clone(root)];
+    while let Some(node) = ready.pop() {
+        let grad_out = pending.remove(&key(&node));
+        let (inputs, input_grads) = {
+            let state = node.lock();
+            let inputs: Vec<Option<GradLink>> = state.inputs.clone();
+            let input_grads = match (&grad_out, &state.backward) {
+                (Some(g), Some(backward)) => {
+                    let needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+                    let grads = backward(g, &needs).map_err(|e| in_backward_of(&node, e))?;
+                    check_grads(&node, &grads)?;
+                    grads
+                }
+                _ => vec![None; inputs.len()],
+            };
+            (inputs, input_grads)
+        };
+        drop(grad_out);
+        if !retain_graph {
+            node.release();
+        }
+        for (link, g) in inputs.into_iter().zip(input_grads) {
+            match link {
+                None => {}
+                Some(GradLink::Constant(_)) => {}
+                Some(GradLink::Leaf(cell)) => {
+                    if let Some(g) = g {
+                        add_leaf(leaves, leaf_order, &cell, g)?;
+                    }
+                }
+                Some(GradLink::Node(input)) => {
+                    let k = key(&input);
+                    if let Some(g) = g {
+                        let merged = match pending.remove(&k) {
+                            Some(prev) => prev.add(&g)?,
+                            None => g,
+                        };
+                        pending.insert(k, merged);
+                    }
+                    let count = consumers.get_mut(&k).expect("every reachable node was counted");
+                    *count -= 1;
+                    if *count == 0 {
+                        ready.push(input);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn add_leaf(
+    leaves: &mut HashMap<usize, (Arc<VarCell>, Tensor)>,
+    order: &mut Vec<usize>,
+    cell: &Arc<VarCell>,
+    g: Tensor,
+) -> Result<()> {
+    let k = Arc::as_ptr(cell) as usize;
+    match leaves.remove(&k) {
+        Some((cell, prev)) => {
+            let sum = prev.add(&g)?;
+            leaves.insert(k, (cell, sum));
+        }
+        None => {
+            order.push(k);
+            leaves.insert(k, (Arc::clone(cell), g));
+        }
+    }
+    Ok(())
+}
+
+fn check_grads(node: &Node, grads: &[Option<Tensor>]) -> Result<()> {
+    if grads.len() != node.input_meta.len() {
+        return Err(internal(
+            node,
+            format!("{} gradients for {} inputs", grads.len(), node.input_meta.len()),
+        ));
+    }
+    for (g, (shape, dtype, device)) in grads.iter().zip(&node.input_meta) {
+        if let Some(g) = g
+            && (g.shape() != shape.as_slice() || g.dtype() != *dtype || g.device() != *device)
+        {
+            return Err(internal(
+                node,
+                format!(
+                    "a gradient of shape {:?} {} on {} for an input of shape {:?} {} on {}",
+                    g.shape(),
+                    g.dtype(),
+                    g.device(),
+                    shape.as_slice(),
+                    dtype,
+                    device
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn internal(node: &Node, what: String) -> Error {
+    Error::Autograd {
+        op: "backward",
+        reason: format!(
+            "internal: the backward of `{}` (recorded at {}) returned {what}; this is a bug in cartage",
+            node.name, node.site
+        ),
+    }
+}
+
+fn in_backward_of(node: &Node, e: Error) -> Error {
+    tracing::debug!(op = node.name, site = %node.site, error = %e, "backward of a node failed");
+    e
+}

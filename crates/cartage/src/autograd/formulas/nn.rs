@@ -1,0 +1,141 @@
+//! Derivatives of the fused primitives: layer norm, RMS norm and the per-row cross-entropy.
+//! Half-precision inputs are differentiated in f32 and the gradients cast back, as the forward
+//! kernels compute in f32.
+
+use cartage_core::{DType, NormKind, Result};
+
+use super::when;
+use crate::Tensor;
+use crate::autograd::graph::{BackwardFn, bytes, saving};
+
+/// The dtype the backward math runs in: f32 for half types, else the input's.
+fn compute_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 { DType::F64 } else { DType::F32 }
+}
+
+fn widen(t: &Tensor, dtype: DType) -> Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t.clone())
+    } else {
+        t.to_dtype(dtype)
+    }
+}
+
+/// The backward of `layer_norm`/`rms_norm` over the last dimension. The node's inputs are the
+/// input, then the weight and the bias when given (`has` says which).
+pub(crate) fn norm(
+    kind: NormKind,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    has_bias: bool,
+    eps: f64,
+) -> (BackwardFn, usize) {
+    let x = x.detach();
+    let weight = weight.map(Tensor::detach);
+    let saved = bytes(&[&x]) + weight.as_ref().map_or(0, Tensor::size_in_bytes);
+    saving(saved, move |g, need| {
+        let dtype = x.dtype();
+        let wide = compute_dtype(dtype);
+        let (xw, gw) = (widen(&x, wide)?, widen(g, wide)?);
+        let last = [-1isize];
+        let xhat = match kind {
+            NormKind::Layer => {
+                let centred = xw.sub(&xw.mean(&last, true)?)?;
+                let rstd = centred.square()?.mean(&last, true)?.add_scalar(eps)?.rsqrt()?;
+                (centred.mul(&rstd)?, rstd)
+            }
+            NormKind::Rms => {
+                let rstd = xw.square()?.mean(&last, true)?.add_scalar(eps)?.rsqrt()?;
+                (xw.mul(&rstd)?, rstd)
+            }
+        };
+        let (xhat, rstd) = xhat;
+        let batch_dims: Vec<isize> = (0..x.rank() as isize - 1).collect();
+        let over_batch = |t: Tensor| -> Result<Tensor> {
+            let summed = if batch_dims.is_empty() {
+                t
+            } else {
+                t.sum(&batch_dims, false)?
+            };
+            summed.to_dtype(dtype)
+        };
+        let gx = when(need[0], || {
+            let gxhat = match &weight {
+                Some(w) => gw.mul(&widen(w, wide)?)?,
+                None => gw.clone(),
+            };
+            let proj = gxhat.mul(&xhat)?.mean(&last, true)?;
+            let mut inner = gxhat.sub(&xhat.mul(&proj)?)?;
+            if kind == NormKind::Layer {
+                inner = inner.sub(&gxhat.mean(&last, true)?)?;
+            }
+            inner.mul(&rstd)?.to_dtype(dtype)
+        })?;
+        let mut grads = vec![gx];
+        if weight.is_some() {
+            grads.push(when(need[grads.len()], || over_batch(gw.mul(&xhat)?))?);
+        }
+        if has_bias {
+            grads.push(when(need[grads.len()], || over_batch(gw.clone()))?);
+        }
+        Ok(grads)
+    })
+}
+
+/// The backward of the per-row cross-entropy of `logits` `[N, C]` against class indices
+/// `target` `[N]`: `g · (softmax(logits) - (1 - ε)·onehot(target) - ε / C)`, zero on ignored rows.
+pub(crate) fn cross_entropy(
+    logits: &Tensor,
+    target: &Tensor,
+    ignore_index: i64,
+    label_smoothing: f64,
+) -> (BackwardFn, usize) {
+    let (logits, target) = (logits.detach(), target.detach());
+    saving(bytes(&[&logits, &target]), move |g, _| {
+        let dtype = logits.dtype();
+        let wide = compute_dtype(dtype);
+        let [n, c] = [logits.shape()[0], logits.shape()[1]];
+        let probs = widen(&logits, wide)?.softmax(1)?;
+        let ignore = Tensor::full(&[], ignore_index, target.dtype(), &target.device())?;
+        let kept = target.ne(&ignore)?;
+        let zero_index = Tensor::zeros(&[], target.dtype(), &target.device())?;
+        let safe = Tensor::where_cond(&kept, &target, &zero_index)?.reshape(&[n, 1])?;
+        let hit = Tensor::full(&[n, 1], -(1.0 - label_smoothing), wide, &logits.device())?;
+        let mut grad = probs.scatter_add(1, &safe, &hit)?;
+        if label_smoothing > 0.0 && c > 0 {
+            grad = grad.sub_scalar(label_smoothing / c as f64)?;
+        }
+        let scale = widen(g, wide)?.mul(&kept.to_dtype(wide)?)?.reshape(&[n, 1])?;
+        Ok(vec![Some(grad.mul(&scale)?.to_dtype(dtype)?)])
+    })
+}
+
+/// The backward of the fused `scaled_dot_product_attention(q, k, v, None, causal)`, with the
+/// probabilities recomputed from the saved inputs (the fused forward keeps none):
+/// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ - rowsum(dO·Vᵀ ∘ P))`, `dQ = s·dS·K`, `dK = s·dSᵀ·Q`.
+pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> (BackwardFn, usize) {
+    let (q, k, v) = (q.detach(), k.detach(), v.detach());
+    saving(bytes(&[&q, &k, &v]), move |g, need| {
+        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+        if causal {
+            let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
+            let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
+            let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
+            let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
+            scores = Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?;
+        }
+        let p = scores.softmax(-1)?;
+        let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
+        let (gq, gk) = if need[0] || need[1] {
+            let dp = g.matmul(&v.transpose(-2, -1)?)?;
+            let ds = p.mul(&dp.sub(&dp.mul(&p)?.sum(&[-1], true)?)?)?.mul_scalar(scale)?;
+            (
+                when(need[0], || ds.matmul(&k))?,
+                when(need[1], || ds.transpose(-2, -1)?.matmul(&q))?,
+            )
+        } else {
+            (None, None)
+        };
+        Ok(vec![gq, gk, gv])
+    })
+}

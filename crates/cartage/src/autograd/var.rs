@@ -1,0 +1,284 @@
+//! Variables: the leaves of the graph, the tensors gradients are computed for.
+//!
+//! A [`Var`] is a shared cell holding a value and the gradient accumulated for it. Every op on
+//! [`Var::tensor`] records how its result was made, so [`Tensor::backward`] can find its way
+//! back. The cell, not the tensor, is the identity: [`Var::set`] replaces the value in place (a
+//! move to another device, a cast, an optimizer step), and every holder of the `Var`, a module
+//! or an optimizer keyed by [`VarId`], sees the new value. No handle goes stale (ARTICLE R13).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cartage_core::{DType, Device, Error, Result};
+
+use super::graph::GradLink;
+use crate::Tensor;
+
+static NEXT_VAR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A variable's identity, unique in the process and stable across [`Var::set`] (moves, casts,
+/// updates). Optimizers and parameter stores key their state by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(u64);
+
+impl VarId {
+    /// The number behind the id.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for VarId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "var#{}", self.0)
+    }
+}
+
+pub(crate) struct VarCell {
+    id: VarId,
+    state: Mutex<VarState>,
+}
+
+struct VarState {
+    /// The value, without a link (the link is added by [`Var::tensor`]).
+    value: Tensor,
+    grad: Option<Tensor>,
+}
+
+impl VarCell {
+    fn lock(&self) -> MutexGuard<'_, VarState> {
+        // A panic while the lock is held cannot leave the state half-written: every write is a
+        // single assignment of fully built tensors.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The value's shape, dtype and device (for checking gradients).
+    pub(crate) fn meta(&self) -> (cartage_core::Dims, DType, Device) {
+        let state = self.lock();
+        (
+            cartage_core::Dims::from_slice(state.value.shape()),
+            state.value.dtype(),
+            state.value.device(),
+        )
+    }
+
+    /// Add `grad` to the accumulated gradient (the first one is stored as it is).
+    pub(crate) fn accumulate(&self, grad: Tensor) -> Result<Tensor> {
+        let mut state = self.lock();
+        let total = match state.grad.take() {
+            None => grad,
+            Some(old) => match old.add(&grad) {
+                Ok(sum) => sum,
+                Err(e) => {
+                    state.grad = Some(old);
+                    return Err(e);
+                }
+            },
+        };
+        state.grad = Some(total.clone());
+        Ok(total)
+    }
+}
+
+/// A tensor that gradients are computed for: a leaf of the graph.
+///
+/// Cloning a `Var` shares the cell (value and gradient). Gradients accumulate across backward
+/// calls until [`Var::zero_grad`], as in PyTorch.
+///
+/// ```
+/// use cartage::{DType, Device, Tensor, Var};
+/// let cpu = Device::cpu();
+/// let w = Var::new(Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], &cpu)?)?;
+/// let loss = w.tensor().square()?.sum_all()?; // Σ w²
+/// loss.backward()?;
+/// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![2.0, 4.0, 6.0]);
+/// # Ok::<(), cartage::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Var {
+    cell: Arc<VarCell>,
+}
+
+impl Var {
+    /// A new variable holding `value` (detached from any graph it came from). Only float
+    /// tensors can have gradients.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, ErrorKind, Tensor, Var};
+    /// let ids = Tensor::from_slice(&[1i64, 2], &[2], &Device::cpu())?;
+    /// assert_eq!(Var::new(ids).err().unwrap().kind(), ErrorKind::WrongDType);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn new(value: Tensor) -> Result<Var> {
+        check_float("Var::new", value.dtype())?;
+        Ok(Var {
+            cell: Arc::new(VarCell {
+                id: VarId(NEXT_VAR_ID.fetch_add(1, Ordering::Relaxed)),
+                state: Mutex::new(VarState {
+                    value: value.detach(),
+                    grad: None,
+                }),
+            }),
+        })
+    }
+
+    /// The identity, stable across [`Var::set`].
+    pub fn id(&self) -> VarId {
+        self.cell.id
+    }
+
+    /// The current value, as a tensor whose ops are recorded. Take it afresh after a
+    /// [`Var::set`]: a tensor taken before still holds the old value.
+    pub fn tensor(&self) -> Tensor {
+        let value = self.cell.lock().value.clone();
+        value.with_link(Some(GradLink::Leaf(Arc::clone(&self.cell))))
+    }
+
+    /// The current value, not recorded (as `self.tensor().detach()`).
+    pub fn value(&self) -> Tensor {
+        self.cell.lock().value.clone()
+    }
+
+    /// The accumulated gradient, or `None` before the first backward that reached this variable
+    /// (and after [`Var::zero_grad`]).
+    pub fn grad(&self) -> Option<Tensor> {
+        self.cell.lock().grad.clone()
+    }
+
+    /// Frees the accumulated gradient (the next backward starts from nothing). Freeing, not
+    /// filling with zeros, gives the memory back to the cache at once.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor, Var};
+    /// let w = Var::new(Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// w.tensor().sum_all()?.backward()?;
+    /// w.tensor().sum_all()?.backward()?;
+    /// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![2.0, 2.0]); // accumulated
+    /// w.zero_grad();
+    /// assert!(w.grad().is_none());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn zero_grad(&self) {
+        self.cell.lock().grad = None;
+    }
+
+    /// Replaces the gradient (for optimizers and gradient clipping). It must have the value's
+    /// shape, dtype and device.
+    pub fn set_grad(&self, grad: Option<Tensor>) -> Result<()> {
+        let mut state = self.cell.lock();
+        if let Some(g) = &grad {
+            check_like("Var::set_grad", &state.value, g)?;
+        }
+        state.grad = grad.map(|g| g.detach());
+        Ok(())
+    }
+
+    /// Replaces the value in place: every holder of this `Var` sees the new one. The shape must
+    /// stay; the dtype (a float) and device may change, and an accumulated gradient follows them
+    /// (moved and cast), so value and gradient always agree.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor, Var};
+    /// let w = Var::new(Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// let held_elsewhere = w.clone();
+    /// w.set(w.value().to_dtype(DType::F64)?)?;
+    /// assert_eq!(held_elsewhere.tensor().dtype(), DType::F64);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn set(&self, value: Tensor) -> Result<()> {
+        check_float("Var::set", value.dtype())?;
+        let mut state = self.cell.lock();
+        if value.shape() != state.value.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "Var::set",
+                lhs: state.value.shape().to_vec(),
+                rhs: value.shape().to_vec(),
+                reason: "a variable keeps its shape; make a new `Var` for a new shape".into(),
+            });
+        }
+        let grad = match state.grad.take() {
+            Some(g) if g.device() != value.device() || g.dtype() != value.dtype() => {
+                let _guard = super::no_grad();
+                Some(g.to_device_dtype(&value.device(), value.dtype())?)
+            }
+            other => other,
+        };
+        state.value = value.detach();
+        state.grad = grad;
+        Ok(())
+    }
+
+    /// The value's shape.
+    pub fn shape(&self) -> cartage_core::Dims {
+        self.cell.meta().0
+    }
+
+    /// The value's dtype.
+    pub fn dtype(&self) -> DType {
+        self.cell.meta().1
+    }
+
+    /// The value's device.
+    pub fn device(&self) -> Device {
+        self.cell.meta().2
+    }
+
+    pub(crate) fn from_cell(cell: Arc<VarCell>) -> Var {
+        Var { cell }
+    }
+}
+
+impl fmt::Debug for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (shape, dtype, device) = self.cell.meta();
+        f.debug_struct("Var")
+            .field("id", &self.cell.id)
+            .field("shape", &shape.as_slice())
+            .field("dtype", &dtype)
+            .field("device", &device)
+            .field("has_grad", &self.cell.lock().grad.is_some())
+            .finish()
+    }
+}
+
+fn check_float(op: &'static str, dtype: DType) -> Result<()> {
+    if dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::WrongDType {
+            op,
+            dtype,
+            expected: "a float dtype: only floating-point tensors have gradients",
+        })
+    }
+}
+
+fn check_like(op: &'static str, value: &Tensor, grad: &Tensor) -> Result<()> {
+    if grad.shape() != value.shape() {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: value.shape().to_vec(),
+            rhs: grad.shape().to_vec(),
+            reason: "a gradient has its variable's shape".into(),
+        });
+    }
+    if grad.dtype() != value.dtype() {
+        return Err(Error::WrongDType {
+            op,
+            dtype: grad.dtype(),
+            expected: "the variable's dtype",
+        });
+    }
+    if grad.device() != value.device() {
+        return Err(Error::Autograd {
+            op,
+            reason: format!(
+                "the gradient is on {} but the variable on {}; move it with `.to(&device)` first",
+                grad.device(),
+                value.device()
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! Backward passes of convolution and pooling, composed from cartage's own ops so that they
+//! run on every backend: the column matrix is rebuilt from the saved input (im2col), the weight
+//! gradient is one batched matmul against it, and the input gradient is the column gradient
+//! folded back onto the padded plane (the adjoint of the window view: one strided add per kernel
+//! tap). Max pooling sends each output's gradient to the first maximum of its window, as
+//! PyTorch does.
+
+use cartage_core::{Result, Scalar, Site};
+
+use super::conv::Conv2d;
+use super::window::Window;
+use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::tensor::Tensor;
+use crate::tensor::slicing::s;
+
+impl Tensor {
+    /// The adjoint of [`Tensor::window_view`]: `self`, `[N, C, kh, kw, OH, OW]`, summed onto a
+    /// zero plane `[N, C, Hp, Wp]` at the positions each tap read.
+    pub(super) fn fold_windows(&self, window: &Window, plane: [usize; 4]) -> Result<Tensor> {
+        let out = Tensor::zeros(&plane, self.dtype, &self.device)?;
+        let [_, _, kh, kw, oh, ow] = <[usize; 6]>::try_from(self.shape())
+            .map_err(|_| cartage_core::Error::invalid("fold", "internal: the window gradient is not 6-D"))?;
+        if oh == 0 || ow == 0 {
+            return Ok(out);
+        }
+        let ([sh, sw], [dh, dw]) = (window.stride, window.dilation);
+        for i in 0..kh {
+            for j in 0..kw {
+                let rows = s(i * dh, i * dh + (oh - 1) * sh + 1, sh as i64);
+                let cols = s(j * dw, j * dw + (ow - 1) * sw + 1, sw as i64);
+                let region = out.i((.., .., rows, cols))?;
+                let tap = self.i((.., .., i, j))?;
+                region.copy_from(&region.add(&tap)?)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The interior of a padded plane (the inverse of `padded_2d`'s placement).
+    fn unpadded(&self, padding: [usize; 2], spatial: [usize; 2]) -> Result<Tensor> {
+        self.narrow(2, padding[0], spatial[0])?
+            .narrow(3, padding[1], spatial[1])?
+            .contiguous()
+    }
+}
+
+/// The backward of `x.conv2d(w, bias, opts)` for a batched `x` `[N, C, H, W]`; the node's
+/// inputs are `[x, w]` plus the bias when there is one.
+pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (BackwardFn, usize) {
+    let (x, w) = (x.detach(), w.detach());
+    saving(bytes(&[&x, &w]), move |g, need| {
+        let unbatched = x.rank() == 3;
+        let (xb, gb) = batched(&x, g, unbatched)?;
+        let (x, g) = (&xb, &gb);
+        let [n, c, h, wd] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+        let [o, cg, kh, kw] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
+        let (groups, og) = (opts.groups, w.shape()[0] / opts.groups);
+        let [oh, ow] = [g.shape()[2], g.shape()[3]];
+        let (k, l) = (cg * kh * kw, oh * ow);
+        let window = Window {
+            kernel: [kh, kw],
+            stride: opts.stride,
+            padding: opts.padding,
+            dilation: opts.dilation,
+        };
+        let g_r = g.contiguous()?.reshape(&[n, groups, og, l])?;
+        let gw = if need[1] {
+            let cols = x
+                .padded_2d(opts.padding, Scalar::Int(0), site)?
+                .window_view(&window, [oh, ow])?
+                .contiguous()?
+                .reshape(&[n, groups, k, l])?;
+            let per_sample = g_r.matmul(&cols.transpose(-1, -2)?)?;
+            Some(per_sample.sum(&[0], false)?.reshape(&[o, cg, kh, kw])?)
+        } else {
+            None
+        };
+        let gx = if need[0] {
+            let w_r = w.contiguous()?.reshape(&[groups, og, k])?;
+            let gcols = w_r.transpose(-1, -2)?.matmul(&g_r)?.reshape(&[n, c, kh, kw, oh, ow])?;
+            let [ph, pw] = opts.padding;
+            let plane = [n, c, h + 2 * ph, wd + 2 * pw];
+            let gx = gcols.fold_windows(&window, plane)?.unpadded(opts.padding, [h, wd])?;
+            Some(if unbatched { gx.squeeze(0)? } else { gx })
+        } else {
+            None
+        };
+        let mut grads = vec![gx, gw];
+        if need.len() > 2 {
+            grads.push(if need[2] { Some(g.sum(&[0, 2, 3], false)?) } else { None });
+        }
+        Ok(grads)
+    })
+}
+
+/// The backward of `x.max_pool2d(..)` for a batched `x`: each output's gradient goes to the
+/// first maximum of its window (the argmax is recomputed from the saved input).
+pub(super) fn max_pool2d(x: &Tensor, window: Window, site: Site) -> (BackwardFn, usize) {
+    let x = x.detach();
+    saving(bytes(&[&x]), move |g, _| {
+        let unbatched = x.rank() == 3;
+        let (xb, gb) = batched(&x, g, unbatched)?;
+        let (x, g) = (&xb, &gb);
+        let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+        let [kh, kw] = window.kernel;
+        let [oh, ow] = [g.shape()[2], g.shape()[3]];
+        let taps = x
+            .padded_2d(window.padding, Scalar::Float(f64::NEG_INFINITY), site)?
+            .window_view(&window, [oh, ow])?
+            .contiguous()?
+            .reshape(&[n, c, kh * kw, oh, ow])?;
+        let first_max = taps.argmax(2, true)?;
+        let zeros = Tensor::zeros(&[n, c, kh * kw, oh, ow], x.dtype(), &x.device())?;
+        let per_tap = zeros
+            .scatter(2, &first_max, &g.unsqueeze(2)?.contiguous()?)?
+            .reshape(&[n, c, kh, kw, oh, ow])?;
+        let [ph, pw] = window.padding;
+        let plane = [n, c, h + 2 * ph, w + 2 * pw];
+        let gx = per_tap.fold_windows(&window, plane)?.unpadded(window.padding, [h, w])?;
+        Ok(vec![Some(if unbatched { gx.squeeze(0)? } else { gx })])
+    })
+}
+
+/// The input and the output gradient with a batch dimension of 1 added when the op ran on an
+/// unbatched `[C, H, W]` input.
+fn batched(x: &Tensor, g: &Tensor, unbatched: bool) -> Result<(Tensor, Tensor)> {
+    if unbatched {
+        Ok((x.unsqueeze(0)?, g.unsqueeze(0)?))
+    } else {
+        Ok((x.clone(), g.clone()))
+    }
+}
