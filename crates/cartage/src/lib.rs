@@ -39,7 +39,9 @@ pub mod tensor;
 /// The `half` crate, for `f16`/`bf16` host values (`cartage::half::bf16::from_f32(1.5)`).
 pub use half;
 
-pub use autograd::{Gradients, NoGradGuard, Var, VarId, is_grad_enabled, no_grad};
+pub use autograd::{
+    Gradients, NoGradGuard, Var, VarId, is_grad_enabled, live_graph_nodes, no_grad, saved_activation_bytes,
+};
 pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{
     Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,

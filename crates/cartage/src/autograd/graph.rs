@@ -126,7 +126,7 @@ pub(crate) fn record(
     inputs: &[&Tensor],
     make: impl FnOnce(&Tensor) -> (BackwardFn, usize),
 ) -> Tensor {
-    if !tracking(inputs) {
+    if inputs.iter().all(|t| t.link().is_none()) {
         return out;
     }
     record_slow(out, name, inputs, make)
@@ -136,7 +136,7 @@ pub(crate) fn record(
 /// unless an input is tracked. The result takes part in later ops as a constant.
 #[inline]
 pub(crate) fn record_constant(out: Tensor, name: &'static str, inputs: &[&Tensor]) -> Tensor {
-    if !tracking(inputs) {
+    if inputs.iter().all(|t| t.link().is_none()) || !super::is_grad_enabled() {
         return out;
     }
     out.with_link(Some(GradLink::Constant(name)))
@@ -149,6 +149,15 @@ fn record_slow(
     inputs: &[&Tensor],
     make: impl FnOnce(&Tensor) -> (BackwardFn, usize),
 ) -> Tensor {
+    if !super::is_grad_enabled() {
+        return out;
+    }
+    if !inputs.iter().any(|t| t.link().is_some_and(GradLink::flows)) {
+        // Only constants (results of ops with no derivative) lead here: the result is one too,
+        // and keeps the name of the op that made it so, for the error backward gives.
+        let constant = inputs.iter().find_map(|t| t.link()).cloned();
+        return out.with_link(constant);
+    }
     let (backward, saved_bytes) = make(&out);
     LIVE_NODES.fetch_add(1, Ordering::Relaxed);
     SAVED_BYTES.fetch_add(saved_bytes, Ordering::Relaxed);

@@ -1,0 +1,86 @@
+//! What backward keeps and frees, measured with the allocator's statistics and the graph's
+//! own counters. One test function: the counters are process-wide, and tests in one binary run
+//! on parallel threads.
+
+use cartage::{DType, Device, Result, Tensor, Var, memory_stats, reset_peak_memory_stats};
+
+fn allocated() -> usize {
+    memory_stats(&Device::cpu()).unwrap().allocated_bytes
+}
+
+#[test]
+fn backward_frees_the_graph_and_computes_nothing_off_the_path() -> Result<()> {
+    let cpu = Device::cpu();
+    let w = Var::new(Tensor::randn(&[256, 256], DType::F32, 1, &cpu)?)?;
+    let x = Tensor::randn(&[64, 256], DType::F32, 2, &cpu)?;
+
+    // Memory returns to its level before the forward pass once the loss and gradient go.
+    let before = allocated();
+    let loss = x
+        .matmul(&w.tensor())?
+        .relu()?
+        .matmul(&w.tensor().t()?)?
+        .tanh()?
+        .mean_all()?;
+    assert!(cartage::saved_activation_bytes() > 0);
+    assert!(cartage::live_graph_nodes() > 0);
+    loss.backward()?;
+    assert_eq!(
+        cartage::saved_activation_bytes(),
+        0,
+        "backward released every saved tensor"
+    );
+    drop(loss);
+    assert_eq!(cartage::live_graph_nodes(), 0);
+    w.zero_grad();
+    assert_eq!(
+        allocated(),
+        before,
+        "memory after backward is back to its level before the forward pass"
+    );
+
+    // A branch that reaches no variable is not recorded, and the gradient of a constant
+    // operand is never computed: a [1, N] constant times a one-element variable needs no
+    // N-element gradient.
+    let n = 1 << 20;
+    let big = Tensor::ones(&[1, n], DType::F32, &cpu)?;
+    let scale = Var::new(Tensor::ones(&[1, 1], DType::F32, &cpu)?)?;
+    let off_path = big.exp()?; // no variable: nothing recorded
+    assert!(!off_path.requires_grad());
+    let loss = big.mul(&scale.tensor())?.sum_all()?.add(&off_path.sum_all()?)?;
+    let nodes = cartage::live_graph_nodes();
+    assert_eq!(nodes, 3, "mul, sum_all and add: the off-path branch added none");
+    reset_peak_memory_stats(&cpu)?;
+    let start = allocated();
+    loss.backward()?;
+    let peak = memory_stats(&cpu)?.peak_allocated_bytes;
+    // The gradient of `mul` for `big` would be 4 MiB; the backward's own temporaries are the
+    // broadcast of the output gradient (4 MiB) and the product g·big before its sum (4 MiB).
+    assert!(
+        peak - start < 3 * 4 * n,
+        "backward allocated {} bytes at its peak: it computed a gradient for the constant",
+        peak - start
+    );
+    assert_eq!(scale.grad().unwrap().to_vec::<f32>()?, vec![n as f32]);
+    drop(loss);
+
+    // Keeping losses with their graphs (ARTICLE R23) keeps every activation alive; keeping
+    // them detached keeps none.
+    let mut kept = Vec::new();
+    for _ in 0..5 {
+        kept.push(x.matmul(&w.tensor())?.sigmoid()?.mean_all()?);
+    }
+    let held = cartage::saved_activation_bytes();
+    assert!(
+        held >= 5 * 64 * 256 * 4,
+        "five graphs hold their activations: {held} bytes"
+    );
+    kept.clear();
+    assert_eq!(cartage::saved_activation_bytes(), 0);
+    let mut logged = Vec::new();
+    for _ in 0..5 {
+        logged.push(x.matmul(&w.tensor())?.sigmoid()?.mean_all()?.detach());
+    }
+    assert_eq!(cartage::saved_activation_bytes(), 0, "detached losses hold no graph");
+    Ok(())
+}
