@@ -4,10 +4,12 @@
 //! CARTAGE_DEVICE=cuda:0 cargo run -p cartage --features cuda --example memory_leak [OUT_DIR]
 //! ```
 //!
-//! The leak is the article's: every step's loss kept in a list (in PyTorch, with its whole graph),
-//! and read back with `.item()` every step. Allocated memory grows step after step; the tracker
-//! fits a line over the last steps and flags it. The fix accumulates on the device and reads once
-//! at the end: allocated memory stays flat and the host syncs once. The curves are written as
+//! The leak is the article's: every step's loss kept in a list with its whole graph (the weights
+//! are a `Var`, so each loss records the ops that made it and holds the batch and activations
+//! they saved), and read back with `.item()` every step. Allocated memory grows step after step;
+//! the tracker fits a line over the last steps, flags it and says the autograd graph is what
+//! grows. The fix accumulates `loss.detach()` on the device and reads once at the end: allocated
+//! memory stays flat and the host syncs once. The curves are written as
 //! SVG files to OUT_DIR (default: the system's temporary folder).
 
 use std::path::PathBuf;
@@ -19,20 +21,20 @@ use cartage::{reset_stats, stats};
 const STEPS: u64 = 48;
 
 /// One step of a toy regression: a batch, a prediction, a loss on the device.
-fn step_loss(device: &Device, weights: &Tensor, step: u64) -> cartage::Result<Tensor> {
+fn step_loss(device: &Device, weights: &Var, step: u64) -> cartage::Result<Tensor> {
     let inputs = Tensor::randn(&[256, 64], DType::F32, step, device)?;
-    let error = inputs.matmul(weights)?.sub_scalar(1.0)?;
+    let error = inputs.matmul(&weights.tensor())?.sub_scalar(1.0)?;
     error.mul(&error)?.mean_all()
 }
 
-fn leaky(device: &Device, weights: &Tensor, svg: &PathBuf) -> anyhow::Result<()> {
+fn leaky(device: &Device, weights: &Var, svg: &PathBuf) -> anyhow::Result<()> {
     let mut tracker = MemoryTracker::new(device);
     let mut losses = Vec::new(); // the leak: every step's loss is kept
     let mut printed = 0.0;
     for step in 0..STEPS {
         let loss = step_loss(device, weights, step)?;
         printed = loss.item::<f32>()?; // and a host sync every step
-        losses.push(loss);
+        losses.push(loss); // with its graph
         tracker.record()?;
     }
     let check = tracker.leak_check().expect("a full window");
@@ -45,12 +47,12 @@ fn leaky(device: &Device, weights: &Tensor, svg: &PathBuf) -> anyhow::Result<()>
     Ok(())
 }
 
-fn fixed(device: &Device, weights: &Tensor, svg: &PathBuf) -> anyhow::Result<()> {
+fn fixed(device: &Device, weights: &Var, svg: &PathBuf) -> anyhow::Result<()> {
     let mut tracker = MemoryTracker::new(device);
     let mut total = Tensor::zeros(&[], DType::F32, device)?;
     for step in 0..STEPS {
         let loss = step_loss(device, weights, step)?;
-        total = total.add(&loss)?; // accumulate on the device; `loss` is dropped here
+        total = total.add(&loss.detach())?; // accumulate on the device, without the graph
         tracker.record()?;
     }
     let mean = total.item::<f32>()? / STEPS as f32; // read once
@@ -70,7 +72,7 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&out)?;
     println!("device: {device}\n");
-    let weights = Tensor::randn(&[64, 1], DType::F32, 0, &device)?;
+    let weights = Var::new(Tensor::randn(&[64, 1], DType::F32, 0, &device)?)?;
 
     reset_stats();
     leaky(&device, &weights, &out.join("cartage-leak.svg"))?;

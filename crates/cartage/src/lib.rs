@@ -40,7 +40,8 @@ pub mod tensor;
 pub use half;
 
 pub use autograd::{
-    Gradients, NoGradGuard, Var, VarId, is_grad_enabled, live_graph_nodes, no_grad, saved_activation_bytes,
+    Gradients, GraphMemory, NoGradGuard, Var, VarId, graph_memory, is_grad_enabled, live_graph_nodes, no_grad,
+    saved_activation_bytes,
 };
 pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{

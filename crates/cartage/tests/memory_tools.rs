@@ -6,7 +6,7 @@
 mod memory_support;
 
 use cartage::memory::{MemoryTracker, Optimizer, TrainingEstimate, memory_summary, tensor_bytes};
-use cartage::{DType, Device, Error, Op, Tensor, backend, format_bytes, memory_stats};
+use cartage::{DType, Device, Error, Op, Tensor, Var, backend, format_bytes, memory_stats};
 use memory_support::{devices_under_test, serial, temp_path};
 
 /// The parameter shapes of a small MLP.
@@ -109,29 +109,32 @@ impl Drop for LimitGuard {
     }
 }
 
-/// One training-like step: a batch, a loss on the device.
-fn step_loss(device: &Device, step: u64) -> Tensor {
+/// One training-like step: a batch through a weight that is a variable, a loss on the device
+/// with its graph (the matmul saves the batch and the weight, the tanh its output).
+fn step_loss(device: &Device, weight: &Var, step: u64) -> Tensor {
     let x = Tensor::rand(&[64, 64], DType::F32, step, device).unwrap();
-    x.mul(&x).unwrap().mean_all().unwrap()
+    x.matmul(&weight.tensor()).unwrap().tanh().unwrap().mean_all().unwrap()
 }
 
 #[test]
 fn tracker_catches_a_planted_leak_and_passes_the_fix() {
     let _guard = serial();
     for device in devices_under_test("memory_tools/tracker") {
-        // The leak (R23): every step's loss kept in a list.
+        let weight = Var::new(Tensor::rand(&[64, 64], DType::F32, 99, &device).unwrap()).unwrap();
+        // The leak (R23): every step's loss kept in a list, each with its graph, which holds
+        // the step's batch and activations.
         let mut leaky = MemoryTracker::new(&device).with_window(16);
         let mut losses = Vec::new();
         for step in 0..24 {
-            losses.push(step_loss(&device, step));
+            losses.push(step_loss(&device, &weight, step));
             leaky.record().unwrap();
         }
         let check = leaky.leak_check().unwrap();
         assert!(check.is_leak(), "{device}: {check}");
-        assert!(
-            check.bytes_per_step >= tensor_bytes(&[], DType::F32).unwrap() as f64,
-            "{check}"
-        );
+        let per_step_activations = 2.0 * tensor_bytes(&[64, 64], DType::F32).unwrap() as f64;
+        assert!(check.bytes_per_step >= per_step_activations, "{check}");
+        assert!(check.to_string().contains("autograd graph grows"), "{check}");
+        assert!(check.last_activations >= check.first_activations + 15 * per_step_activations as usize);
         let svg = temp_path(&format!("leak-{}.svg", device.kind().name()));
         leaky.write_svg(&svg).unwrap();
         let text = std::fs::read_to_string(&svg).unwrap();
@@ -146,13 +149,15 @@ fn tracker_catches_a_planted_leak_and_passes_the_fix() {
         let mut total = Tensor::zeros(&[], DType::F32, &device).unwrap();
         let mut expected = 0.0f64;
         for step in 0..24 {
-            let loss = step_loss(&device, step);
+            let loss = step_loss(&device, &weight, step);
             expected += f64::from(loss.item::<f32>().unwrap());
-            total = total.add(&loss).unwrap();
+            total = total.add(&loss.detach()).unwrap();
+            drop(loss); // the step's graph goes with it (a training step's backward frees it too)
             fixed.record().unwrap();
         }
         let check = fixed.leak_check().unwrap();
         assert!(!check.is_leak(), "{device}: {check}");
+        assert_eq!(check.last_activations, 0, "{device}: detached losses hold no graph");
         let read_once = f64::from(total.item::<f32>().unwrap());
         assert!(
             (read_once - expected).abs() < 1e-3 * expected.abs().max(1.0),

@@ -7,7 +7,6 @@
 //! recording is on ([`super::is_grad_enabled`]); the check is a pointer test per input, so ops on
 //! plain tensors pay nothing more.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cartage_core::{DType, Device, Dims, Result, Site};
@@ -37,23 +36,71 @@ impl GradLink {
 /// one (`needs[i]` is false for inputs no variable leads to: their gradient is not computed).
 pub(crate) type BackwardFn = Box<dyn Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
 
-static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
-static SAVED_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-/// Nodes alive now, in the whole process.
-pub fn live_graph_nodes() -> usize {
-    LIVE_NODES.load(Ordering::Relaxed)
+/// Autograd's share of a device's memory: the recorded ops alive now and the bytes of the
+/// tensors they saved for backward (the activations, counted by view size).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphMemory {
+    /// Recorded ops alive (not yet released by a backward, nor dropped).
+    pub nodes: usize,
+    /// Bytes their backward functions hold.
+    pub saved_bytes: usize,
 }
 
-/// Bytes of the tensors saved by live nodes for their backward (activations), counted by view
-/// size, in the whole process. A graph kept alive by a stored loss shows here.
+/// Per device; a handful of entries, touched only when an op is recorded or released.
+static PER_DEVICE: Mutex<Vec<(Device, GraphMemory)>> = Mutex::new(Vec::new());
+
+fn account(device: Device, nodes: isize, bytes: isize) {
+    let mut table = PER_DEVICE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let at = match table.iter().position(|(d, _)| *d == device) {
+        Some(i) => i,
+        None => {
+            table.push((device, GraphMemory::default()));
+            table.len() - 1
+        }
+    };
+    let entry = &mut table[at].1;
+    entry.nodes = entry.nodes.saturating_add_signed(nodes);
+    entry.saved_bytes = entry.saved_bytes.saturating_add_signed(bytes);
+}
+
+/// The recorded graph's memory on `device` (the device of each op's result).
+///
+/// ```
+/// use cartage::{DType, Device, Tensor, Var};
+/// let cpu = Device::cpu();
+/// let w = Var::new(Tensor::ones(&[1024], DType::F32, &cpu)?)?;
+/// let before = cartage::graph_memory(&cpu);
+/// let loss = w.tensor().exp()?.sum_all()?; // exp saves its 4 KiB output
+/// assert!(cartage::graph_memory(&cpu).saved_bytes >= before.saved_bytes + 4096);
+/// loss.backward()?; // released as backward passes
+/// # Ok::<(), cartage::Error>(())
+/// ```
+pub fn graph_memory(device: &Device) -> GraphMemory {
+    let table = PER_DEVICE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    table
+        .iter()
+        .find(|(d, _)| d == device)
+        .map(|(_, m)| *m)
+        .unwrap_or_default()
+}
+
+/// Recorded ops alive now, on every device.
+pub fn live_graph_nodes() -> usize {
+    let table = PER_DEVICE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    table.iter().map(|(_, m)| m.nodes).sum()
+}
+
+/// Bytes saved for backward by the live graph, on every device. A graph kept alive by a stored
+/// loss shows here (ARTICLE R23).
 pub fn saved_activation_bytes() -> usize {
-    SAVED_BYTES.load(Ordering::Relaxed)
+    let table = PER_DEVICE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    table.iter().map(|(_, m)| m.saved_bytes).sum()
 }
 
 /// One recorded op.
 pub(crate) struct Node {
     pub(crate) name: &'static str,
+    pub(crate) device: Device,
     pub(crate) site: Site,
     /// Shape, dtype and device of each input (a gradient must match them).
     pub(crate) input_meta: Vec<(Dims, DType, Device)>,
@@ -79,15 +126,16 @@ impl Node {
         state.backward = None;
         state.inputs.clear();
         state.released = true;
-        SAVED_BYTES.fetch_sub(std::mem::take(&mut state.saved_bytes), Ordering::Relaxed);
+        let freed = std::mem::take(&mut state.saved_bytes);
+        drop(state);
+        account(self.device, 0, -(freed as isize));
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        LIVE_NODES.fetch_sub(1, Ordering::Relaxed);
         let state = self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        SAVED_BYTES.fetch_sub(state.saved_bytes, Ordering::Relaxed);
+        account(self.device, -1, -(state.saved_bytes as isize));
         // Release long chains iteratively: dropping a node drops its inputs, which would
         // otherwise recurse once per op and overflow the stack on a graph of 100k ops.
         let mut pending: Vec<Arc<Node>> = state
@@ -159,10 +207,10 @@ fn record_slow(
         return out.with_link(constant);
     }
     let (backward, saved_bytes) = make(&out);
-    LIVE_NODES.fetch_add(1, Ordering::Relaxed);
-    SAVED_BYTES.fetch_add(saved_bytes, Ordering::Relaxed);
+    account(out.device(), 1, saved_bytes as isize);
     let node = Node {
         name,
+        device: out.device(),
         site: out.origin(),
         input_meta: inputs
             .iter()

@@ -29,6 +29,6 @@ mod tensor_api;
 mod var;
 
 pub use gradients::Gradients;
-pub use graph::{live_graph_nodes, saved_activation_bytes};
+pub use graph::{GraphMemory, graph_memory, live_graph_nodes, saved_activation_bytes};
 pub use mode::{NoGradGuard, is_grad_enabled, no_grad};
 pub use var::{Var, VarId};

@@ -33,6 +33,9 @@ pub struct MemorySummary {
     pub pinned_peak: u64,
     /// The largest live blocks with their creation sites, largest first.
     pub largest_live: Vec<LiveBlock>,
+    /// The autograd graph's share: recorded ops alive on this device and the activations they
+    /// hold for backward (part of the allocated memory above).
+    pub graph: crate::GraphMemory,
 }
 
 impl MemorySummary {
@@ -48,6 +51,7 @@ impl MemorySummary {
             pinned_in_use: pinned_bytes_in_use(),
             pinned_peak: pinned_bytes_peak(),
             largest_live: allocator.largest_live(SUMMARY_LIVE_BLOCKS),
+            graph: crate::graph_memory(device),
         })
     }
 }
@@ -99,6 +103,12 @@ impl fmt::Display for MemorySummary {
             &bytes(s.peak_allocated_bytes),
         )?;
         row(f, "Requested memory", &bytes(s.requested_bytes), "")?;
+        row(
+            f,
+            "  of which saved for backward",
+            &bytes(self.graph.saved_bytes),
+            &format!("{} graph nodes", self.graph.nodes),
+        )?;
         row(
             f,
             "Reserved memory (segments)",
@@ -213,6 +223,10 @@ mod tests {
             limit: None,
             pinned_in_use: 4096,
             pinned_peak: 8192,
+            graph: crate::GraphMemory {
+                nodes: 12,
+                saved_bytes: 3 << 20,
+            },
             largest_live: vec![LiveBlock {
                 bytes: 2 << 20,
                 site: Location::caller(),
@@ -233,6 +247,8 @@ mod tests {
             "8.00 KiB",
             "1.00 GiB",
             "summary.rs",
+            "saved for backward",
+            "12 graph nodes",
         ] {
             assert!(text.contains(expected), "missing {expected} in\n{text}");
         }

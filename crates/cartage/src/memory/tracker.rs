@@ -33,6 +33,9 @@ pub struct MemorySample {
     pub allocated: usize,
     /// Bytes held in segments (allocated + cached free).
     pub reserved: usize,
+    /// Bytes saved for backward by the live autograd graph on the device (0 for samples
+    /// recorded from statistics alone).
+    pub activations: usize,
 }
 
 /// The result of the leak check over the last window.
@@ -49,6 +52,10 @@ pub struct LeakCheck {
     pub threshold: f64,
     /// Allocated bytes at the first and last sample of the window.
     pub first_allocated: usize,
+    /// Bytes saved for backward by the live graph at the window's first sample.
+    pub first_activations: usize,
+    /// Bytes saved for backward by the live graph at the window's last sample.
+    pub last_activations: usize,
     /// Allocated bytes at the last sample.
     pub last_allocated: usize,
 }
@@ -72,7 +79,17 @@ impl fmt::Display for LeakCheck {
             self.r_squared,
             self.threshold
         )?;
-        if self.is_leak() {
+        let graph_growth = self.last_activations.saturating_sub(self.first_activations);
+        let growth = self.last_allocated.saturating_sub(self.first_allocated);
+        if self.is_leak() && graph_growth > 0 && graph_growth >= growth / 2 {
+            write!(
+                f,
+                ": LEAK — the autograd graph grows ({} more saved for backward): a value kept with \
+                 its graph, such as a loss pushed to a Vec every step, holds every activation of \
+                 its step. Keep `loss.detach()` instead",
+                format_bytes(graph_growth as u64)
+            )
+        } else if self.is_leak() {
             write!(
                 f,
                 ": LEAK — something keeps a tensor every step (a list of per-step losses?). \
@@ -150,7 +167,12 @@ impl MemoryTracker {
             )
         })?;
         let stats = runtime::memory_stats(&device)?;
-        Ok(self.record_stats(&stats))
+        let mut sample = self.record_stats(&stats);
+        sample.activations = crate::graph_memory(&device).saved_bytes;
+        if let Some(last) = self.samples.last_mut() {
+            last.activations = sample.activations;
+        }
+        Ok(sample)
     }
 
     /// Record a statistics snapshot as the next step (one after the last sample's, which
@@ -162,6 +184,7 @@ impl MemoryTracker {
             step,
             allocated: stats.allocated_bytes,
             reserved: stats.reserved_bytes,
+            activations: 0,
         };
         self.samples.push(sample);
         sample
@@ -196,6 +219,8 @@ impl MemoryTracker {
             threshold: self.threshold,
             first_allocated: recent[0].allocated,
             last_allocated: recent[recent.len() - 1].allocated,
+            first_activations: recent[0].activations,
+            last_activations: recent[recent.len() - 1].activations,
         })
     }
 
@@ -302,6 +327,7 @@ mod tests {
             step: u64::MAX,
             allocated: usize::MAX,
             reserved: usize::MAX,
+            activations: 0,
         });
         let next = t.record_stats(&MemoryStats::default());
         assert_eq!(next.step, u64::MAX);
@@ -312,6 +338,7 @@ mod tests {
                 step,
                 allocated: usize::MAX,
                 reserved: 0,
+                activations: 0,
             });
         }
         let check = t.leak_check().unwrap();
