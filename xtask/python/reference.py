@@ -263,12 +263,76 @@ def torch_model(case, gen, timer, cfg, device):
         x = gen(case["batch"], case["channels_in"], side, side)
         w = gen(case["channels_out"], case["channels_in"], k, k)
         return measure(timer, lambda: F.conv2d(x, w, None, 1, case["padding"]), cfg)
+    if op == "mlp_step":
+        return torch_mlp_step(case, gen, timer, cfg, device)
     if op == "sdpa":
         shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
         q, k, v = gen(*shape), gen(*shape), gen(*shape)
         causal = case["causal"]
         return measure(timer, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), cfg)
     raise Skip("no reference for %s" % op)
+
+
+def torch_mlp_step(case, gen, timer, cfg, device):
+    """One training step of the MLP: forward, mean square, backward, gradients set to None.
+    Returns the timing and, on CUDA, the peak of allocated memory during backward above its
+    level when backward starts."""
+    width = case["width"]
+    x = gen(case["batch"], width)
+    scale = 1.0 / width ** 0.5
+    weights = [(gen(width, width) * scale).requires_grad_() for _ in range(case["layers"])]
+
+    def forward():
+        h = x
+        for i, w in enumerate(weights):
+            h = h @ w
+            if i + 1 < len(weights):
+                h = torch.relu(h)
+        return h.square().mean()
+
+    def step():
+        forward().backward()
+        for w in weights:
+            w.grad = None
+
+    median, p10, p90 = measure(timer, step, cfg)
+    counters = {}
+    if device != "cpu":
+        loss = forward()
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        loss.backward()
+        torch.cuda.synchronize(device)
+        counters["backward_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
+        for w in weights:
+            w.grad = None
+    return median, p10, p90, counters
+
+
+def numpy_mlp_step(case, gen, timer, cfg):
+    """The MLP step with its backward written out in numpy (the CPU reference without torch)."""
+    width, layers = case["width"], case["layers"]
+    x = gen(case["batch"], width)
+    weights = [gen(width, width) / np.float32(width ** 0.5) for _ in range(layers)]
+
+    def step():
+        inputs, h = [], x
+        for i, w in enumerate(weights):
+            inputs.append(h)
+            h = h @ w
+            if i + 1 < layers:
+                h = np.maximum(h, 0)
+        g = 2.0 * h / h.size
+        grads = [None] * layers
+        for i in reversed(range(layers)):
+            if i + 1 < layers:
+                g = g * (inputs[i + 1] > 0)
+            grads[i] = inputs[i].T @ g
+            g = g @ weights[i].T
+        return grads
+
+    return measure(timer, step, cfg)
 
 
 def torch_pipeline(case, device, timer, cfg):
@@ -432,6 +496,8 @@ def numpy_case(task, cfg):
 def numpy_model(case, gen, timer, cfg):
     """The CPU rows of the ops section, composed from numpy primitives."""
     op = case["op"]
+    if op == "mlp_step":
+        return numpy_mlp_step(case, gen, timer, cfg)
     if op not in ("layer_norm", "softmax", "exp"):
         raise Skip("no numpy reference for %s" % op)
     rows, cols = case["rows"], case["cols"]
@@ -495,14 +561,19 @@ def run(spec_path):
             if use_torch and task["device"].startswith("cuda"):
                 # Events record on the current device's stream: make the task's device current.
                 with torch.cuda.device(task["device"]):
-                    median, p10, p90 = torch_case(task, cfg)
+                    result = torch_case(task, cfg)
             elif use_torch:
-                median, p10, p90 = torch_case(task, cfg)
+                result = torch_case(task, cfg)
+                if task["section"] == "training":
+                    library += " (%d threads)" % torch.get_num_threads()
             elif np is not None and task["device"] == "cpu":
-                median, p10, p90 = numpy_case(task, cfg)
+                result = numpy_case(task, cfg)
             else:
                 raise Skip("no library for %s" % task["device"])
+            median, p10, p90 = result[:3]
             line.update(median=median, p10=p10, p90=p90, library=library)
+            if len(result) > 3 and result[3]:
+                line["counters"] = result[3]
             if task["case"]["kind"] == "matmul":
                 history[(task["device"], task["dtype"], task["case"]["tf32"])] = (task["case"]["n"], median)
         except Skip as skip:

@@ -302,6 +302,7 @@ fn attach_reference(
                 p10: m.p10,
                 p90: m.p90,
                 ratio: row.median / m.median,
+                counters: m.counters.clone(),
             });
         }
     }

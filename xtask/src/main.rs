@@ -4,11 +4,14 @@
 //! - `devices`: every device found, with its capabilities.
 //! - `lint-devices [PATH]`: hard-coded device literals outside the entry point (R17).
 //! - `ops-table`: writes `docs/OPS.md`, every op × backend × dtype from the capabilities.
+//! - `ptx [--check]`: compiles the CUDA kernels to PTX beside their sources.
 
 mod bench;
 mod devices;
 mod lint_devices;
 mod ops_table;
+#[cfg(feature = "cuda")]
+mod ptx;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +33,9 @@ enum Command {
     LintDevices(lint_devices::LintArgs),
     /// Write docs/OPS.md: every op × backend × dtype, from the backends' capabilities.
     OpsTable(ops_table::OpsTableArgs),
+    /// Compile the CUDA kernels to PTX beside their sources (NVRTC, no GPU needed).
+    #[cfg(feature = "cuda")]
+    Ptx(ptx::PtxArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,5 +54,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::OpsTable(args) => ops_table::run(args),
+        #[cfg(feature = "cuda")]
+        Command::Ptx(args) => ptx::run(args),
     }
 }

@@ -33,11 +33,13 @@ pub enum Section {
     /// 9. The ops a model needs (norms, losses, joins, sorts, scans, convolution, attention),
     ///    against PyTorch, and on the CPU against numpy.
     Ops,
+    /// 10. Training: forward and backward of an MLP against PyTorch, and what backward holds.
+    Training,
 }
 
 impl Section {
     /// Every section, in order.
-    pub const ALL: [Section; 9] = [
+    pub const ALL: [Section; 10] = [
         Section::Devices,
         Section::Sweep,
         Section::SmallTensors,
@@ -47,6 +49,7 @@ impl Section {
         Section::Precision,
         Section::Elementwise,
         Section::Ops,
+        Section::Training,
     ];
 
     /// The section's number in the report.
@@ -66,6 +69,7 @@ impl Section {
             Section::Precision => "Precision: matmul in f32, TF32, f16 and bf16",
             Section::Elementwise => "Elementwise ops and reductions against the bandwidth ceiling",
             Section::Ops => "Ops a model needs: norms, losses, cat, sort, cumsum, conv2d and attention",
+            Section::Training => "Training: forward and backward of an MLP, and backward memory",
         }
     }
 
@@ -81,6 +85,7 @@ impl Section {
             Section::Precision => "R24, R32",
             Section::Elementwise => "R1",
             Section::Ops => "R1",
+            Section::Training => "R19, R23, R31",
         }
     }
 }

@@ -10,7 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use cartage::bench::{Bench, Measurement};
 use cartage::{DType, Device, Error, MatmulPrecision, Result, Tensor};
 
-use super::cases::{Case, Task, VectorOp};
+use super::cases::{Case, ModelOp, Task, VectorOp};
 
 mod io;
 mod model;
@@ -113,6 +113,9 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
             empty_cache,
         } => Ok(steps::alloc_loop(steps, numel, empty_cache, device, bench)?),
         Case::Vector { op, numel } => Ok(vector(op, numel, dtype, device, bench)?.into()),
+        Case::Model(ModelOp::MlpStep { layers, width, batch }) => {
+            Ok(model::mlp_step(layers, width, batch, dtype, device, bench)?)
+        }
         Case::Model(ref op) => Ok(model::run(op, dtype, device, bench)?.into()),
     }
 }

@@ -275,6 +275,9 @@ impl Plan {
         for (dtype, case, needs) in self.ops.cases(device == "cpu") {
             add(Section::Ops, dtype, case, &needs);
         }
+        for (dtype, case, needs) in self.ops.training_cases(device == "cpu") {
+            add(Section::Training, dtype, case, &needs);
+        }
         (tasks, skips)
     }
 }

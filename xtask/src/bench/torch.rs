@@ -2,7 +2,7 @@
 //! `xtask/python/reference.py`, embedded in this binary and written to a temporary file, and
 //! attach each reference median to the matching row.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 
@@ -36,6 +36,8 @@ struct Line {
     p90: Option<f64>,
     library: Option<String>,
     skipped: Option<String>,
+    #[serde(default)]
+    counters: BTreeMap<String, f64>,
 }
 
 /// A reference measurement.
@@ -49,6 +51,8 @@ pub struct Measured {
     pub p10: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// Case-specific counts the runner reported (its backward's peak memory…).
+    pub counters: BTreeMap<String, f64>,
 }
 
 /// The key that pairs a task with its reference line (ids repeat across sections).
@@ -177,6 +181,7 @@ impl Reference {
                                 median,
                                 p10: line.p10.unwrap_or(median),
                                 p90: line.p90.unwrap_or(median),
+                                counters: line.counters,
                             },
                         );
                     }

@@ -103,6 +103,18 @@ pub enum ModelOp {
         /// Causal mask.
         causal: bool,
     },
+    /// One training step of an MLP: `layers` linear layers `[width, width]` (weights are
+    /// variables) with ReLU between them, the mean square of the output as the loss, backward,
+    /// and the gradients freed (`torch.nn.Linear` without bias, `loss.backward()`,
+    /// `zero_grad(set_to_none=True)`).
+    MlpStep {
+        /// Linear layers.
+        layers: usize,
+        /// Input, hidden and output width.
+        width: usize,
+        /// Rows of the batch.
+        batch: usize,
+    },
 }
 
 impl ModelOp {
@@ -121,6 +133,7 @@ impl ModelOp {
             ModelOp::Conv2d { .. } => "conv2d",
             ModelOp::Sdpa { causal: true, .. } => "sdpa_causal",
             ModelOp::Sdpa { causal: false, .. } => "sdpa",
+            ModelOp::MlpStep { .. } => "mlp_step",
         }
     }
 
@@ -149,6 +162,7 @@ impl ModelOp {
                 head_dim,
                 ..
             } => batch * heads * seq * head_dim,
+            ModelOp::MlpStep { width, batch, .. } => batch * width,
         }
     }
 
@@ -184,6 +198,9 @@ impl ModelOp {
                 "[{batch}, {heads}, {seq}, {head_dim}]{}",
                 if causal { ", causal" } else { "" }
             ),
+            ModelOp::MlpStep { layers, width, batch } => {
+                format!("{layers} × [{width}, {width}], batch {batch}")
+            }
         }
     }
 
@@ -199,12 +216,17 @@ impl ModelOp {
             ModelOp::Cat { .. } | ModelOp::Sort { .. } | ModelOp::Cumsum { .. } | ModelOp::Conv2d { .. } => Some(0.9),
             ModelOp::Sdpa { .. } => Some(0.8),
             ModelOp::LogSoftmax { .. } => None,
+            // Launch-bound at small widths, where cartage's lower per-op cost must show.
+            ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
         }
     }
 
     /// True when arithmetic, not memory, bounds the op (its rate is shown in GFLOP/s).
     pub fn compute_bound(&self) -> bool {
-        matches!(self, ModelOp::Conv2d { .. } | ModelOp::Sdpa { .. })
+        matches!(
+            self,
+            ModelOp::Conv2d { .. } | ModelOp::Sdpa { .. } | ModelOp::MlpStep { .. }
+        )
     }
 
     /// The work of one call for elements of `s` bytes.
@@ -245,6 +267,17 @@ impl ModelOp {
                 Work {
                     flops: 2.0 * out * (channels_in * kernel * kernel) as f64,
                     device_bytes: (n + out + weight) * s,
+                    link_bytes: 0.0,
+                    ops: 1.0,
+                }
+            }
+            // Per layer, the forward product and the two backward ones (input and weight
+            // gradients), each 2·batch·width² flops; the weights and activations are read.
+            ModelOp::MlpStep { layers, width, batch } => {
+                let (l, w, b) = (layers as f64, width as f64, batch as f64);
+                Work {
+                    flops: 6.0 * b * w * w * l,
+                    device_bytes: 3.0 * l * (w * w + b * w) * s,
                     link_bytes: 0.0,
                     ops: 1.0,
                 }

@@ -1,11 +1,13 @@
 //! The ops section on cartage: each [`ModelOp`] set up at its shape on the device and measured
 //! with the same call a model makes.
 
+use std::collections::BTreeMap;
+
 use cartage::bench::{Bench, Measurement};
 use cartage::tensor::nn::{Conv2d, CrossEntropy};
-use cartage::{DType, Device, Result, Tensor};
+use cartage::{DType, Device, Result, Tensor, Var, graph_memory, memory_stats, reset_peak_memory_stats, synchronize};
 
-use super::random;
+use super::{Outcome, random};
 use crate::bench::cases::ModelOp;
 
 /// Measure `op` in `dtype` on `device`.
@@ -89,5 +91,60 @@ pub fn run(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) -> Result
                 Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, None).map(drop)
             })
         }
+        ModelOp::MlpStep { .. } => Err(cartage::Error::invalid(
+            "bench",
+            "internal: the MLP step is measured by `mlp_step`",
+        )),
     }
+}
+
+/// One training step of the MLP: forward, `mean(out²)`, backward, gradients freed. Counters:
+/// the bytes the graph saved for backward (the activations) and the peak of allocated memory
+/// during backward above its level when backward starts.
+pub fn mlp_step(
+    layers: usize,
+    width: usize,
+    batch: usize,
+    dtype: DType,
+    device: &Device,
+    bench: &Bench,
+) -> Result<Outcome> {
+    let x = random(&[batch, width], dtype, 30, device)?;
+    // Scaled so that activations keep their size through the layers (a unit-variance init).
+    let scale = 1.0 / (width as f64).sqrt();
+    let weights = (0..layers)
+        .map(|i| Var::new(random(&[width, width], dtype, 40 + i as u64, device)?.mul_scalar(scale)?))
+        .collect::<Result<Vec<_>>>()?;
+    let forward = || -> Result<Tensor> {
+        let mut h = x.clone();
+        for (i, w) in weights.iter().enumerate() {
+            h = h.matmul(&w.tensor())?;
+            if i + 1 < weights.len() {
+                h = h.relu()?;
+            }
+        }
+        h.square()?.mean_all()
+    };
+    let measurement = bench.run_on(device, || {
+        forward()?.backward()?;
+        weights.iter().for_each(Var::zero_grad);
+        Ok(())
+    })?;
+
+    let loss = forward()?;
+    synchronize(device)?;
+    let activations = graph_memory(device).saved_bytes;
+    let start = memory_stats(device)?.allocated_bytes;
+    reset_peak_memory_stats(device)?;
+    loss.backward()?;
+    synchronize(device)?;
+    let peak = memory_stats(device)?.peak_allocated_bytes;
+    weights.iter().for_each(Var::zero_grad);
+    Ok(Outcome {
+        measurement,
+        counters: BTreeMap::from([
+            ("activation_bytes".to_string(), activations as f64),
+            ("backward_peak_bytes".to_string(), peak.saturating_sub(start) as f64),
+        ]),
+    })
 }

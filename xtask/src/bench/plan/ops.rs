@@ -24,6 +24,8 @@ pub struct OpsSizes {
     pub conv: (usize, usize, usize),
     /// (batch, heads, seq, head dim) of causal attention.
     pub sdpa: (usize, usize, usize, usize),
+    /// (layers, width, batch) of the training steps: compute-bound, then launch-bound.
+    pub mlp: [(usize, usize, usize); 2],
 }
 
 impl OpsSizes {
@@ -39,6 +41,7 @@ impl OpsSizes {
                 cumsum: (64, 4096),
                 conv: (2, 16, 28),
                 sdpa: (1, 2, 256, 64),
+                mlp: [(4, 512, 64), (4, 64, 64)],
             }
         } else {
             OpsSizes {
@@ -51,8 +54,30 @@ impl OpsSizes {
                 cumsum: (4096, 4096),
                 conv: (32, 64, 56),
                 sdpa: (8, 16, 1024, 64),
+                mlp: [(4, 4096, 256), (4, 256, 256)],
             }
         }
+    }
+
+    /// The training section's cases: the MLP steps in f32 and bf16 on a GPU, the launch-bound
+    /// one in f32 on the CPU.
+    pub fn training_cases(&self, cpu: bool) -> Vec<(DType, Case, Vec<Op>)> {
+        let needs = [Op::Matmul, Op::Unary(UnaryOp::Relu), Op::Reduce(ReduceOp::Mean)];
+        let mut out = Vec::new();
+        for (i, &(layers, width, batch)) in self.mlp.iter().enumerate() {
+            let dtypes: &[DType] = if cpu { &[DType::F32] } else { &[DType::F32, DType::BF16] };
+            if cpu && i == 0 {
+                continue;
+            }
+            for &dtype in dtypes {
+                out.push((
+                    dtype,
+                    Case::Model(ModelOp::MlpStep { layers, width, batch }),
+                    needs.to_vec(),
+                ));
+            }
+        }
+        out
     }
 
     /// The section's cases on a device (`cpu` or not), each with its dtype and the kernels it needs.

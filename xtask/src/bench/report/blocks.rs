@@ -8,6 +8,7 @@ mod section_devices;
 mod section_matmul;
 mod section_ops;
 mod section_steps;
+mod section_training;
 mod section_transfers;
 
 /// A table: header cells and rows of cells.
@@ -74,6 +75,7 @@ pub fn build(report: &Report) -> Vec<Block> {
             Section::Precision => section_matmul::precision(report),
             Section::Elementwise => section_steps::elementwise(report),
             Section::Ops => section_ops::build(report),
+            Section::Training => section_training::build(report),
         });
         let empty = report.section_rows(section).next().is_none() && report.section_skips(section).next().is_none();
         if empty && section != Section::Devices {

@@ -149,6 +149,9 @@ pub struct ReferenceValue {
     pub p90: f64,
     /// cartage's median over the reference's (below 1: cartage is faster).
     pub ratio: f64,
+    /// The reference's case-specific counts (its backward's peak memory…).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, f64>,
 }
 
 /// One measurement.

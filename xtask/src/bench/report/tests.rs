@@ -245,6 +245,7 @@ fn reference_ratios_and_a_missing_reference_are_shown() {
         p10: first.median,
         p90: first.median * 3.0,
         ratio: 0.5,
+        counters: Default::default(),
     });
     let text = format!("{:?}", build(&report));
     assert!(text.contains("numpy 2.4.6") && text.contains("0.50×"), "{text}");
@@ -312,6 +313,7 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         p10: 2e-3,
         p90: 2e-3,
         ratio: 0.5,
+        counters: Default::default(),
     });
     let mut slow = row(Section::Ops, "cuda:0", "bf16", sdpa, 4e-3);
     slow.reference = Some(ReferenceValue {
@@ -320,6 +322,7 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         p10: 1e-3,
         p90: 1e-3,
         ratio: 4.0,
+        counters: Default::default(),
     });
     report.rows.extend([fast, slow]);
     report.finalize();
