@@ -169,6 +169,8 @@ fn add_leaf(
         }
         None => {
             order.push(k);
+            // A stored gradient owns dense memory, never a broadcast view of another tensor.
+            let g = if g.is_contiguous() { g } else { g.contiguous()? };
             leaves.insert(k, (Arc::clone(cell), g));
         }
     }

@@ -32,14 +32,13 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> (BackwardFn, usize
             let slope = y.mul(&y.neg()?.add_scalar(1.0)?)?;
             Ok(vec![Some(g.mul(&slope)?)])
         }),
-        U::Relu => saving(bytes(&[&y]), move |g, _| {
-            let zero = zero_like(g)?;
-            Ok(vec![Some(Tensor::where_cond(&y.gt(&zero)?, g, &zero)?)])
-        }),
+        // sign(relu(x)) is 1 where x > 0 and 0 elsewhere: two launches, no constant to fill.
+        U::Relu => saving(bytes(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.sign()?)?)])),
         U::Abs => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sign()?)?)])),
         U::Log => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.div(&x)?)])),
         U::Log1p => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.div(&x.add_scalar(1.0)?)?)])),
-        U::Square => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x)?.mul_scalar(2.0)?)])),
+        // x + x is 2x exactly, without filling a constant.
+        U::Square => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.add(&x)?)?)])),
         U::Sin => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.cos()?)?)])),
         U::Cos => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sin()?)?.neg()?)])),
         U::Erf => saving(bytes(&[&x]), move |g, _| {

@@ -29,7 +29,9 @@ pub(crate) fn sum(x: &Tensor, dims: Dims, keepdim: bool, scale: f64) -> (Backwar
     let m = Meta::of(x);
     saving(bytes(&[]), move |g, _| {
         let g = if scale == 1.0 { g.clone() } else { g.mul_scalar(scale)? };
-        Ok(vec![Some(expand_back(&g, &m.shape, &dims, keepdim)?.contiguous()?)])
+        // A broadcast view: the consumers read it in place, and a variable's gradient is made
+        // contiguous when it is stored.
+        Ok(vec![Some(expand_back(&g, &m.shape, &dims, keepdim)?)])
     })
 }
 
