@@ -1,0 +1,55 @@
+//! [`MultiHeadAttention`]: self-attention over `[B, T, D]` on scaled dot-product attention.
+
+use cartage::{Generator, Result, Tensor};
+
+use super::{Linear, check_last};
+use crate::{Module, Scope};
+
+/// Multi-head self-attention: one projection to queries, keys and values (`[D, 3D]`), `heads`
+/// heads of `D / heads` each through `Tensor::scaled_dot_product_attention` (fused where the
+/// backend has it), and an output projection.
+pub struct MultiHeadAttention {
+    qkv: Linear,
+    out: Linear,
+    heads: usize,
+    dim: usize,
+    causal: bool,
+}
+
+impl MultiHeadAttention {
+    /// Attention over width `dim` with `heads` heads (`dim` must divide by `heads`).
+    pub fn new(scope: &Scope, dim: usize, heads: usize, causal: bool, rng: &mut Generator) -> Result<Self> {
+        if heads == 0 || !dim.is_multiple_of(heads) {
+            return Err(cartage::Error::InvalidArgument {
+                op: "MultiHeadAttention",
+                reason: format!("the width {dim} must be a multiple of the number of heads {heads}"),
+            });
+        }
+        Ok(MultiHeadAttention {
+            qkv: Linear::new(&scope.sub("qkv"), dim, 3 * dim, true, rng)?,
+            out: Linear::new(&scope.sub("out"), dim, dim, true, rng)?,
+            heads,
+            dim,
+            causal,
+        })
+    }
+}
+
+impl Module for MultiHeadAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        check_last("MultiHeadAttention", x, 3, self.dim)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let head = self.dim / self.heads;
+        // [B, T, 3, H, hd] → [3, B, H, T, hd]
+        let qkv = self
+            .qkv
+            .forward(x)?
+            .reshape(&[b, t, 3, self.heads, head])?
+            .permute(&[2, 0, 3, 1, 4])?;
+        let (q, k, v) = (qkv.select(0, 0)?, qkv.select(0, 1)?, qkv.select(0, 2)?);
+        let y = Tensor::scaled_dot_product_attention(&q, &k, &v, None, self.causal, None)?;
+        // [B, H, T, hd] → [B, T, D]
+        let y = y.transpose(1, 2)?.reshape(&[b, t, self.dim])?;
+        self.out.forward(&y)
+    }
+}

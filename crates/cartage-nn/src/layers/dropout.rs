@@ -1,0 +1,34 @@
+//! [`Dropout`]: zeroes elements with probability `p` in training mode.
+
+use std::sync::Mutex;
+
+use cartage::{Generator, Result, Tensor};
+
+use crate::{Module, ParamStore};
+
+/// Drops each element with probability `p` and scales the rest by `1/(1-p)` while the store is
+/// in training mode; passes the input through in evaluation mode. Draws from its own
+/// [`Generator`], so a seed replays the same masks.
+pub struct Dropout {
+    p: f64,
+    rng: Mutex<Generator>,
+    store: ParamStore,
+}
+
+impl Dropout {
+    /// Dropout with probability `p`, following `store`'s mode.
+    pub fn new(store: &ParamStore, p: f64, rng: Generator) -> Dropout {
+        Dropout {
+            p,
+            rng: Mutex::new(rng),
+            store: store.clone(),
+        }
+    }
+}
+
+impl Module for Dropout {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut rng = self.rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        x.dropout(self.p, &mut rng, self.store.is_training())
+    }
+}

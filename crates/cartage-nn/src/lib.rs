@@ -1,0 +1,41 @@
+//! cartage-nn: modules, optimizers and training loops on cartage tensors.
+//!
+//! Built on the frontend alone (no backend crate): whatever device the tensors live on, the
+//! same code trains there.
+//!
+//! - [`ParamStore`]: owns the named parameters ([`cartage::Var`]s). [`ParamStore::to`] moves
+//!   every parameter in place, so modules and optimizers, which hold the variables (shared
+//!   cells) and their ids, never see a stale parameter (ARTICLE R13).
+//! - [`Module`] and the layers in [`layers`]: `Linear`, `Embedding`, `LayerNorm`, `RmsNorm`,
+//!   `Dropout`, `Conv2d`, pooling, `MultiHeadAttention`, `TransformerBlock`, `Sequential`, with
+//!   PyTorch's default initialisations drawn from an explicit [`cartage::Generator`].
+//! - [`optim`]: SGD (momentum, Nesterov, weight decay), Adam and AdamW, learning-rate
+//!   schedules and `clip_grad_norm`. An optimizer keeps its state by variable id and takes the
+//!   store at each step; its state follows the parameters to their device and dtype.
+//!
+//! ```
+//! use cartage::prelude::*;
+//! use cartage_nn::{Module, ParamStore, layers::Linear, optim::{AdamW, Optimizer}};
+//!
+//! # fn main() -> cartage::Result<()> {
+//! let device = Device::cpu();
+//! let store = ParamStore::new(&device);
+//! let mut rng = Generator::new(0);
+//! let layer = Linear::new(&store.root().sub("fc"), 4, 2, true, &mut rng)?;
+//! let mut opt = AdamW::new(&store, 1e-2)?;
+//! let x = Tensor::randn(&[8, 4], DType::F32, 1, &device)?;
+//! let loss = layer.forward(&x)?.square()?.mean_all()?;
+//! loss.backward()?;
+//! opt.step(&store)?;
+//! store.zero_grad();
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod layers;
+mod module;
+pub mod optim;
+mod store;
+
+pub use module::Module;
+pub use store::{ParamStore, Scope, StoreId};

@@ -1,0 +1,147 @@
+//! [`Adam`] and [`AdamW`].
+
+use std::collections::HashMap;
+
+use cartage::{Result, Tensor, VarId};
+
+use super::{Optimizer, follow, same_store, write};
+use crate::{ParamStore, StoreId};
+
+/// The moments of one parameter.
+struct Moments {
+    m: Tensor,
+    v: Tensor,
+}
+
+/// The shared update: Adam's L2 decay adds `wd·p` to the gradient; AdamW's decoupled decay
+/// multiplies `p` by `1 - lr·wd` first.
+struct Core {
+    store: StoreId,
+    lr: f64,
+    betas: (f64, f64),
+    eps: f64,
+    weight_decay: f64,
+    decoupled: bool,
+    step: u64,
+    moments: HashMap<VarId, Moments>,
+}
+
+impl Core {
+    fn new(store: &ParamStore, lr: f64, weight_decay: f64, decoupled: bool) -> Core {
+        Core {
+            store: store.id(),
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay,
+            decoupled,
+            step: 0,
+            moments: HashMap::new(),
+        }
+    }
+
+    fn step(&mut self, op: &'static str, store: &ParamStore) -> Result<()> {
+        same_store(op, self.store, store)?;
+        let _plain = cartage::no_grad();
+        self.step += 1;
+        let (b1, b2) = self.betas;
+        let t = self.step as i32;
+        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        for var in store.vars() {
+            let Some(mut g) = var.grad() else { continue };
+            let mut p = var.value();
+            if self.weight_decay != 0.0 {
+                if self.decoupled {
+                    p = p.mul_scalar(1.0 - self.lr * self.weight_decay)?;
+                } else {
+                    g = g.add(&p.mul_scalar(self.weight_decay)?)?;
+                }
+            }
+            let (m, v) = match self.moments.remove(&var.id()) {
+                Some(s) => (follow(s.m, &p)?, follow(s.v, &p)?),
+                None => (p.zeros_like()?, p.zeros_like()?),
+            };
+            let m = m.lerp(&g, 1.0 - b1)?;
+            let v = v.lerp(&g.square()?, 1.0 - b2)?;
+            let denom = v.sqrt()?.mul_scalar(1.0 / bc2.sqrt())?.add_scalar(self.eps)?;
+            let update = m.div(&denom)?.mul_scalar(self.lr / bc1)?;
+            write(&var, &p.sub(&update)?)?;
+            self.moments.insert(var.id(), Moments { m, v });
+        }
+        Ok(())
+    }
+}
+
+/// Adam (`torch.optim.Adam`): betas (0.9, 0.999), eps 1e-8, L2 weight decay added to the
+/// gradient.
+pub struct Adam {
+    core: Core,
+}
+
+impl Adam {
+    /// Adam at learning rate `lr`, no weight decay.
+    pub fn new(store: &ParamStore, lr: f64) -> Result<Adam> {
+        Ok(Adam {
+            core: Core::new(store, lr, 0.0, false),
+        })
+    }
+
+    /// With betas, eps and L2 weight decay.
+    pub fn with(mut self, betas: (f64, f64), eps: f64, weight_decay: f64) -> Adam {
+        (self.core.betas, self.core.eps, self.core.weight_decay) = (betas, eps, weight_decay);
+        self
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self, store: &ParamStore) -> Result<()> {
+        self.core.step("Adam::step", store)
+    }
+
+    fn learning_rate(&self) -> f64 {
+        self.core.lr
+    }
+
+    fn set_learning_rate(&mut self, lr: f64) {
+        self.core.lr = lr;
+    }
+}
+
+/// AdamW (`torch.optim.AdamW`): Adam with decoupled weight decay, 0.01 by default.
+pub struct AdamW {
+    core: Core,
+}
+
+impl AdamW {
+    /// AdamW at learning rate `lr`, weight decay 0.01.
+    pub fn new(store: &ParamStore, lr: f64) -> Result<AdamW> {
+        Ok(AdamW {
+            core: Core::new(store, lr, 0.01, true),
+        })
+    }
+
+    /// With betas, eps and weight decay.
+    pub fn with(mut self, betas: (f64, f64), eps: f64, weight_decay: f64) -> AdamW {
+        (self.core.betas, self.core.eps, self.core.weight_decay) = (betas, eps, weight_decay);
+        self
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.core.step
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self, store: &ParamStore) -> Result<()> {
+        self.core.step("AdamW::step", store)
+    }
+
+    fn learning_rate(&self) -> f64 {
+        self.core.lr
+    }
+
+    fn set_learning_rate(&mut self, lr: f64) {
+        self.core.lr = lr;
+    }
+}

@@ -1,0 +1,64 @@
+//! Optimizers, learning-rate schedules and gradient clipping.
+//!
+//! An optimizer is built on a [`ParamStore`] and keeps its state (momentum, moments) by
+//! [`cartage::VarId`]; [`Optimizer::step`] takes the store again, refuses another store, reads
+//! each parameter's current value and gradient from its variable, and moves its state to the
+//! parameter's device and dtype when the store was moved or cast since. Parameters without a
+//! gradient are left alone. Updates run without recording and write each parameter in place.
+//!
+//! Gradient accumulation needs nothing special: gradients add up across `backward` calls until
+//! [`ParamStore::zero_grad`], which frees them.
+//!
+//! Each update is composed from cartage's element-wise ops, one parameter at a time.
+
+mod adam;
+mod clip;
+mod schedule;
+mod sgd;
+
+pub use adam::{Adam, AdamW};
+pub use clip::clip_grad_norm;
+pub use schedule::{LrSchedule, StepLr, WarmupCosine};
+pub use sgd::Sgd;
+
+use cartage::{Error, Result, Tensor, Var};
+
+use crate::{ParamStore, StoreId};
+
+/// Something that updates a store's parameters from their gradients.
+pub trait Optimizer {
+    /// One update of every parameter of `store` that has a gradient. `store` must be the store
+    /// the optimizer was built on.
+    fn step(&mut self, store: &ParamStore) -> Result<()>;
+    /// The learning rate of the next step.
+    fn learning_rate(&self) -> f64;
+    /// Set the learning rate (a schedule calls this before each step).
+    fn set_learning_rate(&mut self, lr: f64);
+}
+
+/// Refuse a store other than the one the optimizer was built on.
+pub(crate) fn same_store(op: &'static str, built_on: StoreId, store: &ParamStore) -> Result<()> {
+    if store.id() == built_on {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        reason: "this optimizer was built on another ParamStore; pass the store whose parameters it \
+                 updates (build one optimizer per store)"
+            .into(),
+    })
+}
+
+/// `state` on the device and in the dtype of `like` (a parameter moved or cast since).
+pub(crate) fn follow(state: Tensor, like: &Tensor) -> Result<Tensor> {
+    if state.device() == like.device() && state.dtype() == like.dtype() {
+        Ok(state)
+    } else {
+        state.to_device_dtype(&like.device(), like.dtype())
+    }
+}
+
+/// Write `new` into the variable's value in place (the storage a module reads stays the same).
+pub(crate) fn write(var: &Var, new: &Tensor) -> Result<()> {
+    var.value().copy_from(new)
+}
