@@ -25,7 +25,7 @@ use cartage_core::{
 
 use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
-use crate::{cross_entropy, elementwise, index, matmul, norm, reduce, scan, scatter, softmax, sort, unary};
+use crate::{cross_entropy, elementwise, host_copy, index, matmul, norm, reduce, scan, scatter, softmax, sort, unary};
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
 pub struct CpuBackend {
@@ -265,8 +265,10 @@ impl Backend for CpuBackend {
         let _stream = self.stream();
         // SAFETY: `src` is a live range of this backend's host memory at least `dst.len()` bytes
         // long (the caller's contract; zero-initialised at allocation, so every byte is
-        // initialised); the stream lock means no kernel writes it meanwhile.
-        unsafe { std::ptr::copy(Self::host_ptr(src), dst.as_mut_ptr(), dst.len()) };
+        // initialised); the stream lock means no kernel writes it meanwhile, and `dst`, a host
+        // slice borrowed mutably, cannot overlap a block the allocator handed out.
+        let device = unsafe { std::slice::from_raw_parts(Self::host_ptr(src).cast_const(), dst.len()) };
+        host_copy::copy_out(self.pool(), device, dst);
         Ok(())
     }
 

@@ -26,6 +26,7 @@ mod dispatch;
 mod elem;
 mod elementwise;
 mod fast_math;
+mod host_copy;
 mod index;
 mod map;
 pub mod matmul;

@@ -3,7 +3,12 @@
 // `fill_b<bytes>_contig(out, n, bits)` / `fill_b<bytes>_strided(out, shape, strides, bits)`.
 // `arange_<dtype>(out, shape, strides, start, step)`: start + i * step in f64, then `as`.
 // `rand_<dtype>` / `randn_<dtype>`: Philox4x32-10, identical to cartage_core::random.
-// `copy_b<bytes>_strided(out, in, shape, out_strides, in_strides)`.
+// `copy_b<bytes>_strided(out, in, shape, out_strides, in_strides)` (also b16: 16-byte vectors,
+// for copies whose innermost dimension is contiguous on both sides, widened by the host).
+// `transpose_b<bytes>(out, in, rest, rest_out, rest_in, rows, cols, out_row, in_col)`: the tiled
+// copy of a transposed view, out[r * out_row + c] = in[r + c * in_col] for each position of the
+// `rest` dimensions, through a shared-memory tile so that both the reads (along r) and the writes
+// (along c) are coalesced.
 
 template <typename V> __device__ void fill_contig(V* out, u64 n, u64 bits) {
     const int N = Lanes<V>::n;
@@ -48,6 +53,62 @@ BY_SIZE(1, u8)
 BY_SIZE(2, u16)
 BY_SIZE(4, u32)
 BY_SIZE(8, u64)
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+    copy_b16_strided(uint4* out, const uint4* in, Shape sh, Strides so, Strides si) {
+    copy_strided<uint4>(out, in, sh, so, si);
+}
+
+// ---- tiled transpose -----------------------------------------------------------------------------
+
+#define TILE 32
+#define TILE_ROWS (THREADS / TILE)
+
+template <typename V>
+__device__ void transpose_tiled(V* out, const V* in, const Shape& rest, const Strides& ro, const Strides& ri, u64 rows,
+                                u64 cols, i64 out_row, i64 in_col) {
+    __shared__ V tile[TILE][TILE + 1];
+    const u64 row_tiles = (rows + TILE - 1) / TILE;
+    const u64 col_tiles = (cols + TILE - 1) / TILE;
+    const int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;
+    for (u64 k = blockIdx.z; k < rest.numel; k += gridDim.z) {
+        i64 oo, oi;
+        offset2(k, rest, ro, ri, oo, oi);
+        for (u64 rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
+            for (u64 ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
+                const u64 r0 = rt * TILE, c0 = ct * TILE;
+                // Read: consecutive threads take consecutive rows (the input's unit stride).
+                const u64 r = r0 + tx;
+#pragma unroll
+                for (int j = ty; j < TILE; j += TILE_ROWS) {
+                    const u64 c = c0 + j;
+                    if (r < rows && c < cols) tile[j][tx] = in[oi + (i64)r + (i64)c * in_col];
+                }
+                __syncthreads();
+                // Write: consecutive threads take consecutive columns (the output's unit stride).
+                const u64 c = c0 + tx;
+#pragma unroll
+                for (int j = ty; j < TILE; j += TILE_ROWS) {
+                    const u64 rr = r0 + j;
+                    if (rr < rows && c < cols) out[oo + (i64)rr * out_row + (i64)c] = tile[tx][j];
+                }
+                __syncthreads();
+            }
+        }
+    }
+}
+
+#define TRANSPOSE(BYTES, V)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                           \
+        transpose_b##BYTES(V* out, const V* in, Shape rest, Strides ro, Strides ri, u64 rows, u64 cols, i64 out_row, \
+                           i64 in_col) {                                                                            \
+        transpose_tiled<V>(out, in, rest, ro, ri, rows, cols, out_row, in_col);                                     \
+    }
+
+TRANSPOSE(1, u8)
+TRANSPOSE(2, u16)
+TRANSPOSE(4, u32)
+TRANSPOSE(8, u64)
 
 // ---- arange ------------------------------------------------------------------------------------
 

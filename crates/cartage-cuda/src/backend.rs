@@ -17,10 +17,11 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::blas::Blas;
-use crate::copies::{self, Staging};
+use crate::copies;
 use crate::memory::DeviceMemory;
 use crate::modules::KernelModules;
 use crate::ordering::StreamOrder;
+use crate::staging::{StagingPool, TransferStats};
 use crate::{driver, events, launch};
 
 /// A CUDA device; obtain it with [`crate::open`].
@@ -35,7 +36,7 @@ pub struct CudaBackend {
     pub(crate) order: Arc<StreamOrder>,
     pub(crate) modules: KernelModules,
     pub(crate) blas: Mutex<Option<Blas>>,
-    pub(crate) staging: Mutex<Option<Staging>>,
+    pub(crate) staging: StagingPool,
     pub(crate) sm_count: u32,
     pub(crate) compute_capability: (i32, i32),
     precision: Mutex<MatmulPrecision>,
@@ -110,6 +111,20 @@ impl CudaBackend {
                 ("driver CUDA version".into(), driver_version),
                 ("NVRTC".into(), format!("{nv_major}.{nv_minor}")),
                 ("kernel architecture".into(), modules.arch().to_string()),
+                (
+                    "precompiled PTX".into(),
+                    if crate::precompiled::covers(compute_capability) {
+                        format!(
+                            "{} (the driver builds it for this device)",
+                            crate::precompiled::PTX_ARCH
+                        )
+                    } else {
+                        format!(
+                            "{} does not cover this device: NVRTC builds every module",
+                            crate::precompiled::PTX_ARCH
+                        )
+                    },
+                ),
             ],
         };
         let precision = MatmulPrecision::Highest;
@@ -128,7 +143,7 @@ impl CudaBackend {
             order,
             modules,
             blas: Mutex::new(None),
-            staging: Mutex::new(None),
+            staging: StagingPool::default(),
             sm_count,
             compute_capability,
             precision: Mutex::new(precision),
@@ -149,6 +164,12 @@ impl CudaBackend {
     /// The kernel modules of this device (compile statistics, cache paths).
     pub fn modules(&self) -> &KernelModules {
         &self.modules
+    }
+
+    /// How bytes moved between the host and this device so far: staged, copied by the host,
+    /// or copied directly by DMA.
+    pub fn transfer_stats(&self) -> TransferStats {
+        self.staging.stats()
     }
 
     /// The stream kernels run on (for CUDA-specific extensions and benchmarks that must order
@@ -205,8 +226,13 @@ impl Backend for CudaBackend {
         self.device
     }
 
+    /// The device's fixed details, plus where each kernel module came from (or, before its
+    /// first use, where it will come from).
     fn info(&self) -> DeviceInfo {
-        self.info.clone()
+        let mut info = self.info.clone();
+        info.details
+            .push(("kernel modules".into(), self.modules.origin_summary()));
+        info
     }
 
     fn capabilities(&self) -> &Capabilities {

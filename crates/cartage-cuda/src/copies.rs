@@ -1,9 +1,11 @@
 //! Copies between the host and a CUDA device, within a device and between two devices.
 //!
 //! - `write`/`read` from ordinary (pageable) slices are synchronous for the slice and correct in
-//!   stream order. Small ones go through the driver; large ones through a reused pool of two
-//!   pinned 16 MiB staging buffers, double-buffered so the host copy of one chunk overlaps the
-//!   DMA of the other (R9: pageable is slow; this recovers much of pinned bandwidth).
+//!   stream order. Small ones go through the driver; large ones through a pool of pinned
+//!   staging sets ([`crate::staging`]), double-buffered so the host copy of one chunk overlaps
+//!   the DMA of the other (R9: pageable is slow; this recovers much of pinned bandwidth). A read
+//!   is one DMA into staging and one host copy, on several threads, straight into the caller's
+//!   slice, whose pages are advised onto huge pages first (a fresh vector faults per page).
 //!   A slice that is itself pinned memory is copied directly and waited for.
 //! - `write_async`/`read_async` take any [`HostStaging`]. Memory pinned for this device is
 //!   copied on the copy stream, ordered against the compute stream per segment
@@ -26,19 +28,12 @@ use cudarc::driver::CudaEvent;
 
 use crate::backend::CudaBackend;
 use crate::driver;
+use crate::staging::{CHUNK, StagingSet};
 
-/// Bytes per staging chunk.
-const CHUNK: usize = 16 << 20;
 /// Pageable copies up to this size go through the driver's own staging.
 const SMALL: usize = 1 << 20;
-/// Host threads that copy one chunk into or out of staging memory.
-const COPY_THREADS: usize = 4;
-
-/// Two pinned buffers and the events of the last DMA that used each.
-pub(crate) struct Staging {
-    buffers: [PinnedBuffer; 2],
-    events: [CudaEvent; 2],
-}
+/// The most host threads that copy one chunk into or out of staging memory.
+const COPY_THREADS: usize = 8;
 
 fn check_len(op: &'static str, buffer: BufferSlice, host: usize) -> Result<()> {
     if host > buffer.len() {
@@ -50,9 +45,20 @@ fn check_len(op: &'static str, buffer: BufferSlice, host: usize) -> Result<()> {
     Ok(())
 }
 
-/// Copy `src` into `dst` with several threads when it is large (host memory bandwidth).
+/// Host threads for one chunk: up to [`COPY_THREADS`], fewer on a small host.
+fn copy_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get() / 2)
+            .clamp(1, COPY_THREADS)
+    })
+}
+
+/// Copy `src` into `dst` with several threads when it is large (host memory bandwidth, and page
+/// faults of fresh memory taken in parallel).
 fn parallel_copy(dst: &mut [u8], src: &[u8]) {
-    let threads = if src.len() >= 4 << 20 { COPY_THREADS } else { 1 };
+    let threads = if src.len() >= 4 << 20 { copy_threads() } else { 1 };
     if threads == 1 {
         dst.copy_from_slice(src);
         return;
@@ -65,21 +71,32 @@ fn parallel_copy(dst: &mut [u8], src: &[u8]) {
     });
 }
 
-fn staging<'a>(backend: &CudaBackend, slot: &'a mut Option<Staging>) -> Result<&'a mut Staging> {
-    if slot.is_none() {
-        let event = || {
-            backend
-                .ctx
-                .new_event(None)
-                .map_err(driver::error(backend.device, "create event"))
-        };
-        *slot = Some(Staging {
-            buffers: [alloc_pinned(backend, CHUNK)?, alloc_pinned(backend, CHUNK)?],
-            events: [event()?, event()?],
-        });
+/// Ask for transparent huge pages over the 2 MiB-aligned interior of `dst` (Linux; advice only:
+/// the contents are unaffected, and nothing changes where the system does not use them).
+fn advise_huge_pages(dst: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (dst.as_mut_ptr() as usize).next_multiple_of(HUGE);
+        let end = (dst.as_mut_ptr() as usize + dst.len()) & !(HUGE - 1);
+        if end > start {
+            // SAFETY: `[start, end)` lies inside `dst`, memory of this process that the caller
+            // borrows mutably; MADV_HUGEPAGE only changes how later page faults are served (it
+            // never changes or frees contents), and a refusal is harmless.
+            let status = unsafe {
+                libc::madvise(
+                    std::ptr::with_exposed_provenance_mut::<libc::c_void>(start),
+                    end - start,
+                    libc::MADV_HUGEPAGE,
+                )
+            };
+            if status != 0 {
+                tracing::trace!("madvise(MADV_HUGEPAGE) refused; reading onto ordinary pages");
+            }
+        }
     }
-    slot.as_mut()
-        .ok_or_else(|| Error::invalid("write", "staging buffers missing"))
+    #[cfg(not(target_os = "linux"))]
+    let _ = dst;
 }
 
 /// Host → device, synchronous for `src`.
@@ -101,6 +118,7 @@ pub(crate) unsafe fn write(backend: &CudaBackend, dst: BufferSlice, src: &[u8]) 
         // `src.len()` bytes long (checked); pageable `src` is staged by the driver before the
         // call returns, and pinned `src` is waited for below, so `src` outlives its use.
         unsafe { driver::htod_async(dst.addr(), src.as_ptr(), src.len(), stream) }.map_err(&err)?;
+        backend.staging.count_direct(src.len());
         if pinned {
             backend
                 .compute
@@ -109,14 +127,14 @@ pub(crate) unsafe fn write(backend: &CudaBackend, dst: BufferSlice, src: &[u8]) 
         }
         return Ok(());
     }
-    let mut slot = backend.staging.lock().unwrap_or_else(|p| p.into_inner());
-    let staging = staging(backend, &mut slot)?;
+    let mut staging = backend.staging.take(backend)?;
     for (i, chunk) in src.chunks(CHUNK).enumerate() {
         let k = i % 2;
         staging.events[k]
             .synchronize()
             .map_err(driver::error(backend.device, "wait for staging"))?;
         parallel_copy(&mut staging.buffers[k].as_mut_slice()[..chunk.len()], chunk);
+        backend.staging.count_host_copy(chunk.len());
         // SAFETY: the staging buffer is pinned, holds `chunk`, and is not touched again before
         // its event (recorded next) completes; the destination range lies inside `dst`, a live
         // block (the caller's contract).
@@ -133,6 +151,7 @@ pub(crate) unsafe fn write(backend: &CudaBackend, dst: BufferSlice, src: &[u8]) 
             .record(&backend.compute)
             .map_err(driver::error(backend.device, "record event"))?;
     }
+    backend.staging.count_staged_write(src.len());
     Ok(())
 }
 
@@ -154,21 +173,22 @@ pub(crate) unsafe fn read(backend: &CudaBackend, src: BufferSlice, dst: &mut [u8
         // `dst.len()` bytes long; `dst` is borrowed mutably until the stream is synchronised
         // below.
         unsafe { driver::dtoh_async(dst.as_mut_ptr(), src.addr(), dst.len(), stream) }.map_err(&err)?;
+        backend.staging.count_direct(dst.len());
         return backend
             .compute
             .synchronize()
             .map_err(driver::error(backend.device, "synchronize"));
     }
-    let mut slot = backend.staging.lock().unwrap_or_else(|p| p.into_inner());
-    let staging = staging(backend, &mut slot)?;
+    let mut staging = backend.staging.take(backend)?;
     let total = dst.len();
     let chunks = total.div_ceil(CHUNK);
-    let issue = |staging: &mut Staging, i: usize| -> Result<()> {
+    let issue = |staging: &mut StagingSet, i: usize| -> Result<()> {
         let k = i % 2;
         let len = CHUNK.min(total - i * CHUNK);
         // SAFETY: the pinned staging buffer `k` is free (its previous chunk was copied out
-        // before this call) and is read only after its event completes; the source range lies
-        // inside `src`, a live block (the caller's contract).
+        // before this call, and DMAs into it are ordered on this stream) and is read only after
+        // its event completes; the source range lies inside `src`, a live block (the caller's
+        // contract).
         unsafe {
             driver::dtoh_async(
                 staging.buffers[k].as_mut_ptr(),
@@ -182,10 +202,12 @@ pub(crate) unsafe fn read(backend: &CudaBackend, src: BufferSlice, dst: &mut [u8
             .record(&backend.compute)
             .map_err(driver::error(backend.device, "record event"))
     };
-    issue(staging, 0)?;
+    issue(&mut staging, 0)?;
+    // While the first chunk is in flight: the destination is usually a fresh vector.
+    advise_huge_pages(dst);
     for i in 0..chunks {
         if i + 1 < chunks {
-            issue(staging, i + 1)?;
+            issue(&mut staging, i + 1)?;
         }
         let k = i % 2;
         staging.events[k]
@@ -194,7 +216,9 @@ pub(crate) unsafe fn read(backend: &CudaBackend, src: BufferSlice, dst: &mut [u8
         let start = i * CHUNK;
         let len = CHUNK.min(total - start);
         parallel_copy(&mut dst[start..start + len], &staging.buffers[k].as_slice()[..len]);
+        backend.staging.count_host_copy(len);
     }
+    backend.staging.count_staged_read(total);
     Ok(())
 }
 

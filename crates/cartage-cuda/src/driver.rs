@@ -201,3 +201,60 @@ pub(crate) fn is_pinned_host(ptr: *const u8) -> bool {
     let status = unsafe { sys::cuPointerGetAttributes(1, &mut attribute, data.as_mut_ptr(), ptr as CUdeviceptr) };
     status == sys::CUresult::CUDA_SUCCESS && memory_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
 }
+
+/// Bytes of the driver's JIT error log kept for a failed [`jit_ptx`].
+const JIT_LOG_BYTES: usize = 8 << 10;
+
+/// Compile NUL-terminated `ptx` for the current context's device with the driver's JIT
+/// (`cuLinkCreate` … `cuLinkComplete`) and return the CUBIN; `Err` carries the driver's error and
+/// its log (e.g. a PTX ISA version newer than this driver knows). The context must be bound.
+pub(crate) fn jit_ptx(name: &str, ptx: &[u8]) -> Result<Vec<u8>, String> {
+    if ptx.last() != Some(&0) {
+        return Err(format!("{name}: the PTX is not NUL-terminated"));
+    }
+    let mut log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // The driver reads option values as pointer-sized words: a pointer, then a size.
+    let mut values = [log.as_mut_ptr().cast::<c_void>(), JIT_LOG_BYTES as *mut c_void];
+    let mut state: sys::CUlinkState = std::ptr::null_mut();
+    // SAFETY: `options` and `values` hold two entries each and outlive the link state (destroyed
+    // below, before they drop); the log buffer holds the `JIT_LOG_BYTES` it is declared with.
+    unsafe { sys::cuLinkCreate_v2(2, options.as_mut_ptr(), values.as_mut_ptr(), &mut state) }
+        .result()
+        .map_err(|e| format!("{name}: cuLinkCreate: {e}"))?;
+    let log_text = |log: &[u8]| String::from_utf8_lossy(log.split(|&b| b == 0).next().unwrap_or(&[])).into_owned();
+    let cname = std::ffi::CString::new(name).unwrap_or_default();
+    // SAFETY: `state` is live; `ptx` is NUL-terminated and `ptx.len()` bytes long, read during
+    // the call only; `cname` is a C string; no per-input options.
+    let added = unsafe {
+        sys::cuLinkAddData_v2(
+            state,
+            sys::CUjitInputType::CU_JIT_INPUT_PTX,
+            ptx.as_ptr().cast_mut().cast(),
+            ptx.len(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result();
+    let linked = added.and_then(|()| {
+        let mut cubin: *mut c_void = std::ptr::null_mut();
+        let mut size = 0usize;
+        // SAFETY: `state` is live; the driver writes a pointer to the CUBIN it owns (valid until
+        // `cuLinkDestroy`) and its size.
+        unsafe { sys::cuLinkComplete(state, &mut cubin, &mut size) }.result()?;
+        // SAFETY: `cubin` points to `size` bytes owned by `state`, which is still live; they are
+        // copied out before it is destroyed.
+        Ok(unsafe { std::slice::from_raw_parts(cubin.cast::<u8>(), size) }.to_vec())
+    });
+    // SAFETY: `state` came from `cuLinkCreate_v2` and is destroyed once, here.
+    if let Err(e) = unsafe { sys::cuLinkDestroy(state) }.result() {
+        tracing::warn!(error = %e, "cuLinkDestroy failed");
+    }
+    linked.map_err(|e| format!("{name}: the driver's JIT refused the PTX: {e}\n{}", log_text(&log)))
+}

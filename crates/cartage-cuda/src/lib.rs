@@ -3,8 +3,10 @@
 //! - Building needs no CUDA toolkit: the driver, NVRTC and cuBLAS are opened with `dlopen` when a
 //!   device is first asked for ([`loader`]). A machine without them gets
 //!   [`Error::BackendUnavailable`] with the reason, and [`device_count`] returns 0; nothing panics.
-//! - Kernels are CUDA C files in `kernels/`, embedded in the binary, compiled by NVRTC for the
-//!   device's own architecture on first use and cached per device and on disk ([`modules`]).
+//! - Kernels are CUDA C files in `kernels/`, embedded in the binary with their PTX compiled ahead
+//!   of time ([`precompiled`]); each module is built for the device on first use by the driver's
+//!   JIT (or by NVRTC where the PTX does not apply) and cached per device and on disk
+//!   ([`modules`]).
 //! - Memory comes from `cuMemAlloc` segments under core's caching allocator ([`memory`]); work is
 //!   ordered across the compute and copy streams with events ([`ordering`]).
 //! - Matmul runs through cuBLAS ([`matmul`]) with an explicit f32 precision setting (R32).
@@ -31,8 +33,11 @@ pub mod memory;
 pub mod modules;
 mod nvrtc;
 pub mod ordering;
+pub mod precompiled;
+mod staging;
 
 pub use backend::{CudaBackend, capabilities_for};
+pub use staging::TransferStats;
 
 /// The number of CUDA devices on this machine: 0 when there is no driver or no device.
 pub fn device_count() -> Result<usize> {

@@ -197,7 +197,10 @@ fn kernels_are_cached_on_disk_for_the_next_process() {
     touch_every_module(&dyn_backend(&cuda));
     let path = cuda
         .modules()
-        .cache_path(cartage_cuda::modules::SourceFile::Unary)
+        .cache_path(cartage_cuda::modules::KernelName::new(
+            cartage_cuda::modules::SourceFile::Unary,
+            ["unary", "exp", "f32", "contig"],
+        ))
         .expect("a cache folder (XDG_CACHE_HOME or HOME)");
     assert!(path.exists(), "{} was not written", path.display());
     // A second process: it must load from disk and compile nothing.
@@ -244,6 +247,147 @@ fn second_process_loads_kernels_from_disk() {
         "child: compiled {} disk hits {} load {:?} first calls {:?}",
         stats.compiled,
         stats.disk_hits,
+        stats.load_time,
+        started.elapsed()
+    );
+}
+
+/// Run this test binary's `test` as a child process with `env`, returning its `child:` lines.
+fn run_child(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args(["--exact", test, "--ignored", "--nocapture"])
+        .env(CHILD_VAR, "1");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("run the child process");
+    let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "child {test} failed:\n{text}");
+    text.lines()
+        .filter(|l| l.starts_with("child:"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A fresh machine: no disk cache and no driver JIT cache. Every module comes from the committed
+/// PTX (NVRTC compiles nothing); a second process loads the machine code the first one cached;
+/// with the PTX switched off, NVRTC compiles instead (the fallback for older devices).
+#[test]
+fn cold_start_builds_modules_from_the_committed_ptx() {
+    let _serial = serial();
+    let Some(cuda) = backend("cold_start_builds_modules_from_the_committed_ptx", 0) else {
+        return;
+    };
+    if !cartage_cuda::precompiled::covers(cuda.compute_capability()) {
+        eprintln!("SKIP cuda/cold_start: the committed PTX does not cover this device");
+        return;
+    }
+    let cache = tempfile::tempdir().expect("a cache folder");
+    let env = [
+        ("XDG_CACHE_HOME", cache.path().as_os_str()),
+        ("CUDA_CACHE_DISABLE", std::ffi::OsStr::new("1")),
+    ];
+    let first = run_child("cold_start_child", &env);
+    eprintln!("{first}");
+    let [compiled, built, hits] = child_counts(&first);
+    assert_eq!(compiled, 0, "NVRTC compiled on a cold start:\n{first}");
+    assert!(
+        built >= 8 && hits == 0,
+        "the kernels did not come from the PTX:\n{first}"
+    );
+    let second = run_child("cold_start_child", &env);
+    eprintln!("{second}");
+    assert_eq!(
+        child_counts(&second),
+        [0, 0, built],
+        "the second process did not load the cached machine code:\n{second}"
+    );
+    let fallback = tempfile::tempdir().expect("a cache folder");
+    let env = [
+        ("XDG_CACHE_HOME", fallback.path().as_os_str()),
+        ("CUDA_CACHE_DISABLE", std::ffi::OsStr::new("1")),
+        ("CARTAGE_TEST_NO_PTX", std::ffi::OsStr::new("1")),
+    ];
+    let nvrtc = run_child("cold_start_child", &env);
+    eprintln!("{nvrtc}");
+    assert_eq!(
+        child_counts(&nvrtc),
+        [1, 0, 0],
+        "without the PTX, NVRTC should build the one module used:\n{nvrtc}"
+    );
+}
+
+/// `[compiled, precompiled, disk hits]` from a child's `child: compiled … precompiled … disk
+/// hits …` line.
+fn child_counts(lines: &str) -> [u32; 3] {
+    let line = lines
+        .lines()
+        .find(|l| l.starts_with("child: compiled"))
+        .unwrap_or_else(|| panic!("no counts in:\n{lines}"));
+    let number = |label: &str| -> u32 {
+        let at = line.find(label).unwrap_or_else(|| panic!("no {label} in {line}"));
+        line[at + label.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("bad {label} in {line}"))
+    };
+    [number("compiled "), number("precompiled "), number("disk hits ")]
+}
+
+/// Run by `cold_start_builds_modules_from_the_committed_ptx` in a child process: times the first
+/// op (context creation included) and the first use of eight modules.
+#[test]
+#[ignore = "run as a child process by cold_start_builds_modules_from_the_committed_ptx"]
+fn cold_start_child() {
+    assert_eq!(
+        std::env::var(CHILD_VAR).as_deref(),
+        Ok("1"),
+        "only meaningful as a child process"
+    );
+    let started = std::time::Instant::now();
+    let cuda = cartage_cuda::open_cuda(0).expect("open in the child");
+    let opened = started.elapsed();
+    let b = dyn_backend(&cuda);
+    if std::env::var_os("CARTAGE_TEST_NO_PTX").is_some() {
+        cuda.modules().set_use_precompiled(false);
+        let x = upload_f32(&b, &[1.5; 64]);
+        let out = buffer(&b, 64 * 8);
+        Kernel::Cast {
+            input: arg(&x, &[64], DType::F32),
+            out: arg(&out, &[64], DType::F64),
+        }
+        .run(&[&x, &out])
+        .expect("cast");
+        b.synchronize().expect("sync");
+    } else {
+        // The first op: an arange (construct.cu).
+        let out = buffer(&b, 64 * 4);
+        Kernel::Arange {
+            out: arg(&out, &[64], DType::F32),
+            start: 0.0,
+            step: 1.0,
+        }
+        .run(&[&out])
+        .expect("arange");
+        b.synchronize().expect("sync");
+        let first_op = started.elapsed();
+        touch_every_module(&b);
+        println!(
+            "child: first op {first_op:?} (open {opened:?}), eight modules {:?}",
+            started.elapsed()
+        );
+        println!("child: {}", cuda.modules().origin_summary());
+    }
+    let stats = cuda.modules().stats();
+    println!(
+        "child: compiled {} precompiled {} disk hits {} jit {:?} nvrtc {:?} load {:?} total {:?}",
+        stats.compiled,
+        stats.precompiled,
+        stats.disk_hits,
+        stats.jit_time,
+        stats.compile_time,
         stats.load_time,
         started.elapsed()
     );
@@ -543,6 +687,106 @@ fn pageable_copies_of_every_size_round_trip() {
         let mut back = vec![0u8; len];
         a.read(0, &mut back).expect("read");
         assert!(back == data, "round trip of {len} bytes differs");
+    }
+}
+
+/// A large pageable read is one DMA into pinned staging and one host copy into the caller's
+/// slice: the host copies each byte exactly once (a second copy would double the count).
+#[test]
+fn pageable_reads_are_staged_and_copied_once() {
+    let _serial = serial();
+    let Some(cuda) = backend("pageable_reads_are_staged_and_copied_once", 0) else {
+        return;
+    };
+    let b = dyn_backend(&cuda);
+    let len = (40 << 20) + 12;
+    let data: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+    let a = buffer(&b, len);
+    let before = cuda.transfer_stats();
+    a.write(0, &data).expect("write");
+    let written = cuda.transfer_stats();
+    assert_eq!(written.staged_write_bytes - before.staged_write_bytes, len as u64);
+    assert_eq!(written.host_copy_bytes - before.host_copy_bytes, len as u64);
+    let mut back = vec![0u8; len];
+    a.read(0, &mut back).expect("read");
+    let read = cuda.transfer_stats();
+    assert!(back == data, "the staged read differs");
+    assert_eq!(read.staged_read_bytes - written.staged_read_bytes, len as u64);
+    assert_eq!(
+        read.host_copy_bytes - written.host_copy_bytes,
+        len as u64,
+        "each byte is copied once by the host"
+    );
+    assert_eq!(
+        read.direct_bytes, written.direct_bytes,
+        "nothing went around the staging"
+    );
+    // Reads from several threads at once each take a staging set from the pool.
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                let mut back = vec![0u8; len];
+                a.read(0, &mut back).expect("concurrent read");
+                assert!(back == data, "a concurrent read differs");
+            });
+        }
+    });
+    let after = cuda.transfer_stats();
+    assert_eq!(after.host_copy_bytes - read.host_copy_bytes, 3 * len as u64);
+    assert!(after.staging_sets >= 1);
+    eprintln!("cuda/pageable_reads: {after:?}");
+}
+
+/// Strided copies on each of their paths, against the host: the tiled transpose (2-D, batched,
+/// outer-dimension unit stride, ragged edges, every element width), the widened gather (inner
+/// dimension contiguous on both sides) and the plain gather (a misaligned view).
+#[test]
+fn strided_copies_match_the_host_on_every_path() {
+    let _serial = serial();
+    let Some(cuda) = backend("strided_copies_match_the_host_on_every_path", 0) else {
+        return;
+    };
+    let b = dyn_backend(&cuda);
+    // (source shape, permutation, element offset of the view)
+    let cases: [(&[usize], &[usize], usize); 7] = [
+        (&[67, 45], &[1, 0], 0),
+        (&[3, 50, 33], &[0, 2, 1], 0),
+        (&[20, 6, 40], &[2, 1, 0], 0),
+        (&[2, 17, 3, 64], &[0, 2, 1, 3], 0),
+        (&[4, 5, 6, 2], &[1, 0, 2, 3], 0),
+        (&[2, 17, 3, 64], &[0, 2, 1, 3], 1),
+        (&[9, 40], &[1, 0], 1),
+    ];
+    for dtype in [DType::U8, DType::F16, DType::F32, DType::F64] {
+        let size = dtype.size_in_bytes();
+        for (shape, perm, offset) in cases {
+            let numel: usize = shape.iter().product();
+            let src_bytes: Vec<u8> = (0..(numel + offset) * size).map(|i| (i * 31 % 251) as u8).collect();
+            let src = buffer(&b, src_bytes.len());
+            src.write(0, &src_bytes).expect("write");
+            let base = Layout::contiguous(shape).expect("layout");
+            let view = Layout::from_parts(shape, base.strides(), offset)
+                .and_then(|l| l.permute(perm))
+                .expect("view");
+            let out_shape = view.shape().to_vec();
+            let out = buffer(&b, numel * size);
+            Kernel::Copy {
+                input: src.arg(view.clone(), dtype),
+                out: arg(&out, &out_shape, dtype),
+            }
+            .run(&[&src, &out])
+            .expect("copy");
+            let mut got = vec![0u8; numel * size];
+            out.read(0, &mut got).expect("read");
+            let want: Vec<u8> = view
+                .offsets()
+                .flat_map(|o| src_bytes[o * size..(o + 1) * size].to_vec())
+                .collect();
+            assert!(
+                got == want,
+                "{dtype} copy of {shape:?} permuted {perm:?} at {offset} differs"
+            );
+        }
     }
 }
 

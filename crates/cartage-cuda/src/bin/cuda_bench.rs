@@ -10,13 +10,16 @@
 //! cross-entropy) over 2^26 elements, reporting GB/s of the bytes each must move (`bench/ops_torch.py`
 //! prints the same rows for PyTorch).
 //!
+//! `strided` mode times `contiguous()` of 1 GiB transposed and permuted views, and reading back
+//! into a fresh vector (as `to_vec` does).
+//!
 //! `attention` mode times the fused flash-attention kernel (B·H = 128, L = S = 1024) in TFLOP/s.
 //!
 //! `conv` mode times `Kernel::Conv2d` (cuDNN) on ResNet-like 3×3 convolutions (batch 32,
 //! 64→64 channels, 56×56, padding 1) in f32 (true f32 and TF32), bf16 and f16, and bf16 read
 //! from a channels-last buffer, in TFLOP/s of `2·N·O·OH·OW·C/g·kh·kw`.
 //!
-//! Usage: `cuda_bench [--quick]`, `cuda_bench conv`, `cuda_bench ops` or `cuda_bench attention` on a machine with a
+//! Usage: `cuda_bench [--quick]`, `cuda_bench strided`, `cuda_bench conv`, `cuda_bench ops` or `cuda_bench attention` on a machine with a
 //! CUDA device.
 
 use std::ffi::c_void;
@@ -429,6 +432,46 @@ fn copies(b: &Dyn, cuda: &CudaBackend, quick: bool) -> Res<()> {
     Ok(())
 }
 
+/// `strided` mode: `contiguous()` of 1 GiB views (2-D transpose, batched transpose, permute with
+/// a contiguous inner dimension) in TB/s of bytes read and written, against a dense copy; and
+/// reading 256 MiB back into a fresh vector each time, as `to_vec` does.
+fn strided(b: &Dyn, cuda: &CudaBackend) -> Res<()> {
+    let cases: [(&str, DType, &[usize], &[usize]); 5] = [
+        ("copy_dense_f32_1GiB", DType::F32, &[1 << 28], &[0]),
+        ("transpose_2d_f32_1GiB", DType::F32, &[16384, 16384], &[1, 0]),
+        ("transpose_2d_bf16_1GiB", DType::BF16, &[16384, 32768], &[1, 0]),
+        ("permute_021_f32_1GiB", DType::F32, &[64, 2048, 2048], &[0, 2, 1]),
+        ("permute_0213_f32_1GiB", DType::F32, &[32, 1024, 128, 64], &[0, 2, 1, 3]),
+    ];
+    for (case, dtype, shape, perm) in cases {
+        let numel: usize = shape.iter().product();
+        let bytes = numel * dtype.size_in_bytes();
+        let src = DeviceBuffer::new(b, bytes)?;
+        let out = DeviceBuffer::new(b, bytes)?;
+        let view = Layout::contiguous(shape)?.permute(perm)?;
+        let out_shape = view.shape().to_vec();
+        let kernel = Kernel::Copy {
+            input: src.arg(view, dtype),
+            out: tensor(&out, &out_shape, dtype),
+        };
+        let t = device_time(b, 3, 20, || kernel.run(&[&src, &out]).expect("copy"))?;
+        result(case, 2.0 * bytes as f64 / t / 1e12, "TB/s");
+    }
+    let bytes = 256 * MIB;
+    let dev = DeviceBuffer::new(b, bytes)?;
+    let before = cuda.transfer_stats();
+    let t = wall_time(10, || {
+        let mut host = vec![0u8; bytes];
+        dev.read(0, &mut host)?;
+        std::hint::black_box(&host);
+        Ok(())
+    })?;
+    result("d2h_fresh_vec_256MiB", bytes as f64 / t / 1e9, "GB/s");
+    let after = cuda.transfer_stats();
+    eprintln!("transfer stats over the fresh-vector reads: before {before:?} after {after:?}");
+    Ok(())
+}
+
 /// One kernel from every module; returns the wall time of each first call (launch + sync).
 fn first_calls(b: &Dyn) -> Res<Vec<(SourceFile, Duration)>> {
     let n = 256;
@@ -666,6 +709,12 @@ fn main() -> Res<()> {
         eprintln!("cuda_bench conv on {}", b.info());
         let d: Dyn = b.clone();
         return conv(&d);
+    }
+    if args.iter().any(|a| a == "strided") {
+        let b = cartage_cuda::open_cuda(0)?;
+        eprintln!("cuda_bench strided on {}", b.info());
+        let d: Dyn = b.clone();
+        return strided(&d, &b);
     }
     if args.iter().any(|a| a == "ops") {
         let b = cartage_cuda::open_cuda(0)?;

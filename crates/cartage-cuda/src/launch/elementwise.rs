@@ -1,4 +1,5 @@
-//! Element-wise kernels: Fill, Arange, Random, Cast, Copy, Unary, Binary, Compare, Where.
+//! Element-wise kernels: Fill, Arange, Random, Cast, Unary, Binary, Compare, Where (Copy lives in
+//! [`super::copy`]).
 //! Each picks the dense vectorised kernel (`*_contig`) when it can and the strided one otherwise.
 
 use cartage_core::{BinaryOp, CompareOp, DType, Distribution, Result, Scalar, TensorArg, UnaryOp};
@@ -133,7 +134,7 @@ pub(super) fn random(
 
 pub(super) fn cast(backend: &CudaBackend, input: &TensorArg, out: &TensorArg) -> Result<()> {
     if input.dtype == out.dtype {
-        return copy(backend, input, out);
+        return super::copy::copy(backend, input, out);
     }
     let n = out.layout.numel();
     if n == 0 {
@@ -145,47 +146,6 @@ pub(super) fn cast(backend: &CudaBackend, input: &TensorArg, out: &TensorArg) ->
     let name = backend.modules.kernel(KernelName::new(
         SourceFile::Cast,
         ["cast", input.dtype.name(), out.dtype.name(), ""],
-    ))?;
-    let cfg = grid(n as u64, max_blocks(backend, &name));
-    launch_kernel!(
-        backend,
-        name,
-        cfg,
-        [input.buffer, out.buffer],
-        &po,
-        &pi,
-        &shape,
-        &so,
-        &si
-    )
-}
-
-pub(super) fn copy(backend: &CudaBackend, input: &TensorArg, out: &TensorArg) -> Result<()> {
-    let n = out.layout.numel();
-    if n == 0 {
-        return Ok(());
-    }
-    let (po, pi) = (device_ptr(out), device_ptr(input));
-    if po == pi && input.layout.strides() == out.layout.strides() {
-        // A copy onto itself (the in-place case `Kernel::validate` allows): nothing to do.
-        return Ok(());
-    }
-    if input.layout.is_contiguous() && out.layout.is_contiguous() {
-        backend.bind()?;
-        backend
-            .order
-            .before_compute(&backend.compute, &[input.buffer, out.buffer])?;
-        // SAFETY: both views are dense, covering `n * size` bytes inside their buffers
-        // (`Kernel::validate`), live blocks (the contract of `launch`) that do not overlap unless
-        // they are the same view; queued on the compute stream after earlier users.
-        return unsafe { driver::dtod_async(po, pi, n * out.dtype.size_in_bytes(), backend.compute.cu_stream()) }
-            .map_err(driver::error(backend.device, "copy"));
-    }
-    let geometry = Coalesced::of("copy", &[&out.layout, &input.layout])?;
-    let (shape, so, si) = (geometry.shape(), geometry.strides(0), geometry.strides(1));
-    let name = backend.modules.kernel(KernelName::new(
-        SourceFile::Construct,
-        ["copy", size_name(out.dtype), "strided", ""],
     ))?;
     let cfg = grid(n as u64, max_blocks(backend, &name));
     launch_kernel!(

@@ -14,6 +14,7 @@ use crate::modules::LoadedKernel;
 use crate::{conv, matmul};
 
 pub(crate) mod attention;
+mod copy;
 mod elementwise;
 pub mod geometry;
 mod index;
@@ -61,7 +62,7 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             offset,
         } => elementwise::random(backend, out, *distribution, *seed, *offset),
         Kernel::Cast { input, out } => elementwise::cast(backend, input, out),
-        Kernel::Copy { input, out } => elementwise::copy(backend, input, out),
+        Kernel::Copy { input, out } => copy::copy(backend, input, out),
         Kernel::Unary { op, input, out } => elementwise::unary(backend, *op, input, out),
         Kernel::Binary { op, lhs, rhs, out } => elementwise::binary(backend, *op, lhs, rhs, out),
         Kernel::Compare { op, lhs, rhs, out } => elementwise::compare(backend, *op, lhs, rhs, out),

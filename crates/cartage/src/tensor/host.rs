@@ -1,6 +1,12 @@
 //! Host reads: `to_vec`, `to_vec2`, `to_vec3`, `to_vec_f64` and `item`. Each is an explicit synchronisation point —
 //! the host waits for the device — and is counted with its call site in `cartage::stats()`, so
 //! a loop that reads back every step shows up (R5).
+//!
+//! `to_vec`, `to_vec2` and `to_vec3` read the device's bytes straight into the `Vec<T>` they
+//! return ([`read_elements`]): the backend's one copy lands in the result, with no byte buffer in
+//! between. The vector is zero-allocated (`calloc`: fresh pages, no memset) before the read.
+
+use std::any::Any;
 
 use cartage_core::{DType, Element, Error, Result, Site};
 use half::{bf16, f16};
@@ -25,7 +31,7 @@ impl Tensor {
         let site = caller();
         self.expect_dtype::<T>("to_vec", site)?;
         runtime::record_host_sync(site);
-        Ok(T::from_le_bytes_slice(&self.read_bytes(site)?))
+        self.read_vec(site)
     }
 
     /// The rows of a rank-2 tensor ([`Error::InvalidArgument`] naming the shape for another
@@ -45,7 +51,7 @@ impl Tensor {
         runtime::record_host_sync(site);
         let (count, len) = (self.shape()[0], self.shape()[1]);
         nested_fits::<T>(self, count)?;
-        let flat = T::from_le_bytes_slice(&self.read_bytes(site)?);
+        let flat = self.read_vec::<T>(site)?;
         Ok(rows(flat, len, count))
     }
 
@@ -66,7 +72,7 @@ impl Tensor {
         let (a, b, c) = (self.shape()[0], self.shape()[1], self.shape()[2]);
         let count = a.saturating_mul(b);
         nested_fits::<T>(self, count)?;
-        let flat = T::from_le_bytes_slice(&self.read_bytes(site)?);
+        let flat = self.read_vec::<T>(site)?;
         let inner = rows(flat, c, count);
         let mut it = inner.into_iter();
         Ok((0..a).map(|_| it.by_ref().take(b).collect()).collect())
@@ -158,22 +164,35 @@ impl Tensor {
         })
     }
 
-    /// The viewed elements as little-endian bytes, row-major (a strided view is made contiguous
-    /// on the device first: counted as an implicit copy).
+    /// This tensor, or a contiguous copy of a strided view (made on the device: counted as an
+    /// implicit copy).
+    fn dense_for_read(&self, site: Site) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        let copy = self.contiguous_at(site)?;
+        runtime::record_implicit_copy("host read of a strided view", copy.size_in_bytes(), site);
+        Ok(copy)
+    }
+
+    /// The viewed elements, row-major, read by the device straight into the returned vector.
+    fn read_vec<T: Element>(&self, site: Site) -> Result<Vec<T>> {
+        let dense = self.dense_for_read(site)?;
+        let offset = dense.byte_offset();
+        read_elements::<T>(dense.numel(), |dst| {
+            if dst.is_empty() {
+                return Ok(());
+            }
+            dense.storage.device_buffer().read(offset, dst)
+        })
+    }
+
+    /// The viewed elements as little-endian bytes, row-major.
     fn read_bytes(&self, site: Site) -> Result<Vec<u8>> {
-        let contiguous = if self.is_contiguous() {
-            self.clone()
-        } else {
-            let copy = self.contiguous_at(site)?;
-            runtime::record_implicit_copy("host read of a strided view", copy.size_in_bytes(), site);
-            copy
-        };
-        let mut bytes = vec![0u8; contiguous.size_in_bytes()];
+        let dense = self.dense_for_read(site)?;
+        let mut bytes = vec![0u8; dense.size_in_bytes()];
         if !bytes.is_empty() {
-            contiguous
-                .storage
-                .device_buffer()
-                .read(contiguous.byte_offset(), &mut bytes)?;
+            dense.storage.device_buffer().read(dense.byte_offset(), &mut bytes)?;
         }
         Ok(bytes)
     }
@@ -204,5 +223,157 @@ fn nested_fits<T>(t: &Tensor, count: usize) -> Result<()> {
             shape: t.shape().to_vec(),
             dtype: t.dtype,
         })
+    }
+}
+
+/// Plain element types: every byte pattern of their size is a valid value, with no padding.
+///
+/// # Safety
+/// Implement it only for such types.
+unsafe trait Plain: Copy + Default + 'static {}
+// SAFETY: primitive numbers: no padding, and every bit pattern is a value.
+unsafe impl Plain for f32 {}
+// SAFETY: as above.
+unsafe impl Plain for f64 {}
+// SAFETY: as above.
+unsafe impl Plain for i32 {}
+// SAFETY: as above.
+unsafe impl Plain for i64 {}
+// SAFETY: as above.
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
+unsafe impl Plain for u16 {}
+
+/// `n` zeroed `P`s (zero-allocated) whose bytes `fill` writes in place.
+fn filled<P: Plain>(n: usize, fill: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<Vec<P>> {
+    let mut values = vec![P::default(); n];
+    let len = std::mem::size_of_val(values.as_slice());
+    // SAFETY: `values` owns `n` initialised elements, `len` bytes starting at its pointer; `P`
+    // is plain (every byte pattern is a valid value, and it has no padding), so viewing them as
+    // bytes and letting `fill` write any bytes keeps every element valid. The byte view borrows
+    // `values` mutably for the call only.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) };
+    fill(bytes)?;
+    Ok(values)
+}
+
+/// `values` itself when `P` is `T` (always, for the element types cartage defines), else
+/// `otherwise(values)` (an `Element` implemented outside cartage).
+fn same_or<T: 'static, P: 'static>(values: Vec<P>, otherwise: impl FnOnce(Vec<P>) -> Vec<T>) -> Vec<T> {
+    let mut slot = Some(values);
+    if let Some(same) = (&mut slot as &mut dyn Any).downcast_mut::<Option<Vec<T>>>() {
+        return same.take().unwrap_or_default();
+    }
+    otherwise(slot.unwrap_or_default())
+}
+
+/// Plain `values` as `Vec<T>` (see [`same_or`]), converted from their bytes when `T` is not `P`.
+fn into_elements<T: Element, P: Plain>(values: Vec<P>) -> Vec<T> {
+    same_or(values, |values| {
+        let len = std::mem::size_of_val(values.as_slice());
+        // SAFETY: as in `filled`: `P` is plain, so its `len` bytes are initialised.
+        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), len) };
+        T::from_le_bytes_slice(bytes)
+    })
+}
+
+/// `n` elements of `T` whose little-endian bytes `fill` writes directly into the returned
+/// vector's memory (one copy, from the device into the result). Half-precision elements are
+/// read as `u16` and booleans as bytes, then reinterpreted in place (a collect that reuses the
+/// allocation); booleans are normalised to 0 or 1.
+fn read_elements<T: Element>(n: usize, fill: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<Vec<T>> {
+    Ok(match T::DTYPE {
+        DType::F32 => into_elements::<T, _>(filled::<f32>(n, fill)?),
+        DType::F64 => into_elements::<T, _>(filled::<f64>(n, fill)?),
+        DType::I32 => into_elements::<T, _>(filled::<i32>(n, fill)?),
+        DType::I64 => into_elements::<T, _>(filled::<i64>(n, fill)?),
+        DType::U8 => into_elements::<T, _>(filled::<u8>(n, fill)?),
+        DType::F16 => {
+            let bits = filled::<u16>(n, fill)?;
+            convert_in_place::<T, u16, f16>(bits, f16::from_bits)
+        }
+        DType::BF16 => {
+            let bits = filled::<u16>(n, fill)?;
+            convert_in_place::<T, u16, bf16>(bits, bf16::from_bits)
+        }
+        DType::Bool => {
+            let bytes = filled::<u8>(n, fill)?;
+            convert_in_place::<T, u8, bool>(bytes, |b| b != 0)
+        }
+    })
+}
+
+/// `values` mapped to `E` in their own allocation, as a `Vec<T>` (see [`same_or`]).
+fn convert_in_place<T: Element, P: Plain, E: Element>(values: Vec<P>, f: impl Fn(P) -> E) -> Vec<T> {
+    let converted: Vec<E> = values.into_iter().map(f).collect();
+    same_or(converted, |values| T::from_le_bytes_slice(&E::to_le_bytes_vec(&values)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// Read `bytes` through `read_elements`, checking that the backend's copy landed in the
+    /// returned vector's own memory (so no second copy happened after it).
+    fn read_once<T: Element>(bytes: &[u8]) -> Vec<T> {
+        let n = bytes.len() / std::mem::size_of::<T>();
+        let landed = Cell::new(std::ptr::null::<u8>());
+        let values = read_elements::<T>(n, |dst| {
+            assert_eq!(dst.len(), bytes.len());
+            dst.copy_from_slice(bytes);
+            landed.set(dst.as_ptr());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(values.len(), n);
+        assert_eq!(
+            values.as_ptr().cast::<u8>(),
+            landed.get(),
+            "{}: the read landed elsewhere and was copied again",
+            T::DTYPE
+        );
+        values
+    }
+
+    #[test]
+    fn reads_land_in_the_returned_vector() {
+        let f: Vec<f32> = vec![1.5, -2.0, 3.25];
+        let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(read_once::<f32>(&bytes), f);
+        let d: Vec<f64> = vec![0.5, 1e300];
+        let bytes: Vec<u8> = d.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(read_once::<f64>(&bytes), d);
+        let i: Vec<i32> = vec![-7, 1 << 30];
+        let bytes: Vec<u8> = i.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(read_once::<i32>(&bytes), i);
+        let l: Vec<i64> = vec![i64::MIN, 42];
+        let bytes: Vec<u8> = l.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(read_once::<i64>(&bytes), l);
+        assert_eq!(read_once::<u8>(&[0, 255, 9]), vec![0, 255, 9]);
+        let h = [f16::from_f32(1.5), f16::from_f32(-0.25)];
+        let bytes: Vec<u8> = h.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(read_once::<f16>(&bytes), h);
+        let b = [bf16::from_f32(3.0), bf16::from_f32(-8.0)];
+        let bytes: Vec<u8> = b.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(read_once::<bf16>(&bytes), b);
+    }
+
+    #[test]
+    fn booleans_are_normalised_in_place() {
+        assert_eq!(read_once::<bool>(&[0, 1, 2, 255]), vec![false, true, true, true]);
+    }
+
+    #[test]
+    fn a_failed_read_is_returned() {
+        let err = read_elements::<f32>(4, |_| Err(Error::invalid("read", "device lost"))).unwrap_err();
+        assert!(err.to_string().contains("device lost"), "{err}");
+    }
+
+    #[test]
+    fn empty_reads_give_empty_vectors() {
+        assert!(read_once::<f32>(&[]).is_empty());
+        assert!(read_once::<bool>(&[]).is_empty());
     }
 }
