@@ -9,6 +9,7 @@
 //! - [`Module`] and the layers in [`layers`]: `Linear`, `Embedding`, `LayerNorm`, `RmsNorm`,
 //!   `Dropout`, `Conv2d`, pooling, `MultiHeadAttention`, `TransformerBlock`, `Sequential`, with
 //!   PyTorch's default initialisations drawn from an explicit [`cartage::Generator`].
+//! - [`GradScaler`]: dynamic loss scaling for f16 training under `cartage::autocast`.
 //! - [`optim`]: SGD (momentum, Nesterov, weight decay), Adam and AdamW, learning-rate
 //!   schedules and `clip_grad_norm`. An optimizer keeps its state by variable id and takes the
 //!   store at each step; its state follows the parameters to their device and dtype.
@@ -32,10 +33,12 @@
 //! # }
 //! ```
 
+mod amp;
 pub mod layers;
 mod module;
 pub mod optim;
 mod store;
 
+pub use amp::{GradScaler, ScalerState};
 pub use module::Module;
 pub use store::{ParamStore, Scope, StoreId};

@@ -373,6 +373,11 @@ impl Tensor {
     }
 
     pub(super) fn binary(&self, op: BinaryOp, rhs: &Tensor, site: Site) -> Result<Tensor> {
+        if self.dtype != rhs.dtype
+            && let Some((a, b)) = crate::autocast::promoted(self, rhs)?
+        {
+            return a.binary(op, &b, site);
+        }
         let name = op.name();
         check::same_device_and_dtype(name, self, rhs)?;
         check::defined_for(name, Op::Binary(op), self.dtype, ARITHMETIC_DTYPES)?;

@@ -26,6 +26,12 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let site = caller();
+        if crate::autocast::autocast_dtype().is_some_and(|d| self.dtype != d || rhs.dtype != d) {
+            let (a, b) = (crate::autocast::lower(self)?, crate::autocast::lower(rhs)?);
+            if a.dtype != self.dtype || b.dtype != rhs.dtype {
+                return a.matmul(&b);
+            }
+        }
         if graph::tracking(&[self, rhs]) {
             let out = {
                 let _plain = crate::autograd::no_grad();

@@ -232,6 +232,13 @@ impl Tensor {
     }
 
     pub(super) fn reduce_resolved(&self, op: ReduceOp, dims: Dims, keepdim: bool, site: Site) -> Result<Tensor> {
+        if matches!(
+            op,
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::LogSumExp
+        ) && let Some(wide) = crate::autocast::widened(self)?
+        {
+            return wide.reduce_resolved(op, dims, keepdim, site);
+        }
         let name = op.name();
         match op {
             ReduceOp::Mean | ReduceOp::LogSumExp => check::float(name, self.dtype)?,
@@ -288,6 +295,9 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, dim: isize, log: bool, site: Site) -> Result<Tensor> {
+        if let Some(wide) = crate::autocast::widened(self)? {
+            return wide.softmax_impl(dim, log, site);
+        }
         let name = if log { "log_softmax" } else { "softmax" };
         let d = resolve_dim(name, dim, self.rank())?;
         check::float(name, self.dtype)?;

@@ -383,6 +383,9 @@ impl Tensor {
     }
 
     fn scan(&self, op: ScanOp, dim: isize, site: Site) -> Result<Tensor> {
+        if let Some(wide) = crate::autocast::widened(self)? {
+            return wide.scan(op, dim, site);
+        }
         let name = op.name();
         let widened;
         let input = if self.dtype.is_float() {

@@ -42,6 +42,16 @@ impl Tensor {
         scale: Option<f64>,
     ) -> Result<Tensor> {
         let site = caller();
+        if crate::autocast::autocast_dtype().is_some_and(|d| [q, k, v].iter().any(|t| t.dtype != d)) {
+            let (lq, lk, lv) = (
+                crate::autocast::lower(q)?,
+                crate::autocast::lower(k)?,
+                crate::autocast::lower(v)?,
+            );
+            if lq.dtype != q.dtype || lk.dtype != k.dtype || lv.dtype != v.dtype {
+                return Tensor::scaled_dot_product_attention(&lq, &lk, &lv, mask, causal, scale);
+            }
+        }
         check::same_device_and_dtype(NAME, q, k)?;
         check::same_device_and_dtype(NAME, k, v)?;
         check::float(NAME, q.dtype)?;

@@ -64,6 +64,19 @@ impl Tensor {
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d) -> Result<Tensor> {
         let site = caller();
+        if let Some(dtype) = crate::autocast::autocast_dtype()
+            && [Some(self), Some(weight), bias]
+                .into_iter()
+                .flatten()
+                .any(|t| t.dtype != dtype)
+        {
+            let (x, w) = (crate::autocast::lower(self)?, crate::autocast::lower(weight)?);
+            let b = bias.map(crate::autocast::lower).transpose()?;
+            if x.dtype != self.dtype || w.dtype != weight.dtype || b.as_ref().map(|t| t.dtype) != bias.map(|t| t.dtype)
+            {
+                return x.conv2d(&w, b.as_ref(), opts);
+            }
+        }
         let inputs: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
         if graph::tracking(&inputs) {
             let out = {

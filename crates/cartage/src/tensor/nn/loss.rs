@@ -68,6 +68,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cross_entropy(&self, target: &Tensor, opts: CrossEntropy) -> Result<Tensor> {
+        if let Some(wide) = crate::autocast::widened(self)? {
+            return wide.cross_entropy(target, opts);
+        }
         let site = caller();
         let name = "cross_entropy";
         let (logits, rows) = self.loss_operands(name, target, &opts)?;
@@ -107,6 +110,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn nll_loss(&self, target: &Tensor, opts: CrossEntropy) -> Result<Tensor> {
+        if let Some(wide) = crate::autocast::widened(self)? {
+            return wide.nll_loss(target, opts);
+        }
         let site = caller();
         let name = "nll_loss";
         let (logp, rows) = self.loss_operands(name, target, &opts)?;

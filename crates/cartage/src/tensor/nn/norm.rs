@@ -48,6 +48,17 @@ impl Tensor {
         eps: f64,
         site: Site,
     ) -> Result<Tensor> {
+        if crate::autocast::autocast_dtype().is_some()
+            && [Some(self), weight, bias]
+                .into_iter()
+                .flatten()
+                .any(|t| t.dtype.size_in_bytes() == 2 && t.dtype.is_float())
+        {
+            let x = crate::autocast::widen(self)?;
+            let w = weight.map(crate::autocast::widen).transpose()?;
+            let b = bias.map(crate::autocast::widen).transpose()?;
+            return x.normalize_last(kind, w.as_ref(), b.as_ref(), eps, site);
+        }
         let name = kind.name();
         check::float(name, self.dtype)?;
         let Some(&last) = self.shape().last() else {
