@@ -9,6 +9,8 @@
 //! - [`Module`] and the layers in [`layers`]: `Linear`, `Embedding`, `LayerNorm`, `RmsNorm`,
 //!   `Dropout`, `Conv2d`, pooling, `MultiHeadAttention`, `TransformerBlock`, `Sequential`, with
 //!   PyTorch's default initialisations drawn from an explicit [`cartage::Generator`].
+//! - [`save_checkpoint`]/[`load_checkpoint`]: parameters, optimizer, scaler and generators in one
+//!   safetensors file; resuming on the same device continues bit for bit.
 //! - [`GradScaler`]: dynamic loss scaling for f16 training under `cartage::autocast`.
 //! - [`optim`]: SGD (momentum, Nesterov, weight decay), Adam and AdamW, learning-rate
 //!   schedules and `clip_grad_norm`. An optimizer keeps its state by variable id and takes the
@@ -34,11 +36,13 @@
 //! ```
 
 mod amp;
+mod checkpoint;
 pub mod layers;
 mod module;
 pub mod optim;
 mod store;
 
 pub use amp::{GradScaler, ScalerState};
+pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use module::Module;
 pub use store::{ParamStore, Scope, StoreId};

@@ -26,6 +26,25 @@ pub struct Generator {
 }
 
 impl Generator {
+    /// A generator resumed at `offset` of `seed`'s stream (as saved from [`Generator::seed`] and
+    /// [`Generator::offset`], e.g. in a checkpoint): it draws what the saved one would have drawn.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Generator, Tensor};
+    /// let mut a = Generator::new(7);
+    /// let _ = Tensor::rand_with(&[5], DType::F32, &mut a, &Device::cpu())?;
+    /// let mut b = Generator::resume(a.seed(), a.offset());
+    /// let (x, y) = (
+    ///     Tensor::rand_with(&[3], DType::F32, &mut a, &Device::cpu())?,
+    ///     Tensor::rand_with(&[3], DType::F32, &mut b, &Device::cpu())?,
+    /// );
+    /// assert_eq!(x.to_vec::<f32>()?, y.to_vec::<f32>()?);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn resume(seed: u64, offset: u64) -> Generator {
+        Generator { seed, offset }
+    }
+
     /// A stream keyed by `seed`, starting at counter 0.
     pub fn new(seed: u64) -> Generator {
         Generator { seed, offset: 0 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use cartage::{Result, Tensor, VarId};
 
-use super::{Optimizer, follow, same_store, write};
+use super::{Optimizer, OptimizerState, export, follow, import, same_store, write};
 use crate::{ParamStore, StoreId};
 
 /// The moments of one parameter.
@@ -27,6 +27,32 @@ struct Core {
 }
 
 impl Core {
+    fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
+        let slots = self
+            .moments
+            .iter()
+            .flat_map(|(id, s)| [(*id, "m", &s.m), (*id, "v", &s.v)]);
+        Ok(OptimizerState {
+            tensors: export(store, slots)?,
+            scalars: vec![("step".into(), self.step as f64), ("lr".into(), self.lr)],
+        })
+    }
+
+    fn load_state(&mut self, op: &'static str, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+        same_store(op, self.store, store)?;
+        let m = import(store, state, "m")?;
+        let mut v: std::collections::HashMap<VarId, Tensor> = import(store, state, "v")?.into_iter().collect();
+        self.moments = m
+            .into_iter()
+            .filter_map(|(id, m)| v.remove(&id).map(|v| (id, Moments { m, v })))
+            .collect();
+        self.step = state.scalar("step").unwrap_or(0.0) as u64;
+        if let Some(lr) = state.scalar("lr") {
+            self.lr = lr;
+        }
+        Ok(())
+    }
+
     fn new(store: &ParamStore, lr: f64, weight_decay: f64, decoupled: bool) -> Core {
         Core {
             store: store.id(),
@@ -98,6 +124,14 @@ impl Optimizer for Adam {
         self.core.step("Adam::step", store)
     }
 
+    fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
+        self.core.state(store)
+    }
+
+    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+        self.core.load_state("Adam::load_state", store, state)
+    }
+
     fn learning_rate(&self) -> f64 {
         self.core.lr
     }
@@ -135,6 +169,14 @@ impl AdamW {
 impl Optimizer for AdamW {
     fn step(&mut self, store: &ParamStore) -> Result<()> {
         self.core.step("AdamW::step", store)
+    }
+
+    fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
+        self.core.state(store)
+    }
+
+    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+        self.core.load_state("AdamW::load_state", store, state)
     }
 
     fn learning_rate(&self) -> f64 {

@@ -17,13 +17,31 @@ mod schedule;
 mod sgd;
 
 pub use adam::{Adam, AdamW};
+
 pub use clip::clip_grad_norm;
 pub use schedule::{LrSchedule, StepLr, WarmupCosine};
 pub use sgd::Sgd;
 
-use cartage::{Error, Result, Tensor, Var};
+use cartage::{Error, Result, Tensor, Var, VarId};
 
 use crate::{ParamStore, StoreId};
+
+/// An optimizer's state for a checkpoint: tensors named `<parameter>.<slot>` (slots such as
+/// `m`, `v`, `momentum`) and scalars (the step count).
+#[derive(Clone, Debug, Default)]
+pub struct OptimizerState {
+    /// Per-parameter tensors, named `<parameter name>.<slot>`.
+    pub tensors: Vec<(String, Tensor)>,
+    /// Named numbers (`step`, `lr`).
+    pub scalars: Vec<(String, f64)>,
+}
+
+impl OptimizerState {
+    /// The scalar `name`.
+    pub fn scalar(&self, name: &str) -> Option<f64> {
+        self.scalars.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
 
 /// Something that updates a store's parameters from their gradients.
 pub trait Optimizer {
@@ -34,6 +52,50 @@ pub trait Optimizer {
     fn learning_rate(&self) -> f64;
     /// Set the learning rate (a schedule calls this before each step).
     fn set_learning_rate(&mut self, lr: f64);
+    /// The state to checkpoint, with tensors named by `store`'s parameter names.
+    fn state(&self, store: &ParamStore) -> Result<OptimizerState>;
+    /// Resume from a checkpoint's state (tensors named by `store`'s parameter names).
+    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()>;
+}
+
+/// The per-variable tensors of `slots` as `<name>.<slot>` entries.
+pub(crate) fn export<'a>(
+    store: &ParamStore,
+    slots: impl Iterator<Item = (VarId, &'static str, &'a Tensor)>,
+) -> Result<Vec<(String, Tensor)>> {
+    let names = store.named_vars();
+    slots
+        .map(|(id, slot, t)| {
+            let (name, _) = names
+                .iter()
+                .find(|(_, v)| v.id() == id)
+                .ok_or_else(|| Error::InvalidArgument {
+                    op: "Optimizer::state",
+                    reason: "the optimizer holds state for a variable that is not in this store".into(),
+                })?;
+            Ok((format!("{name}.{slot}"), t.clone()))
+        })
+        .collect()
+}
+
+/// The tensor `<name>.<slot>` of `state` for each of `store`'s variables that has one.
+pub(crate) fn import(store: &ParamStore, state: &OptimizerState, slot: &str) -> Result<Vec<(VarId, Tensor)>> {
+    let mut out = Vec::new();
+    for (name, var) in store.named_vars() {
+        let key = format!("{name}.{slot}");
+        if let Some((_, t)) = state.tensors.iter().find(|(n, _)| *n == key) {
+            if t.shape() != var.shape().as_slice() {
+                return Err(Error::ShapeMismatch {
+                    op: "Optimizer::load_state",
+                    lhs: var.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                    reason: format!("the saved `{key}` does not have its parameter's shape"),
+                });
+            }
+            out.push((var.id(), follow(t.clone(), &var.value())?));
+        }
+    }
+    Ok(out)
 }
 
 /// Refuse a store other than the one the optimizer was built on.

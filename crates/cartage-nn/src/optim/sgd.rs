@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use cartage::{Result, Tensor, VarId};
 
-use super::{Optimizer, follow, same_store, write};
+use super::{Optimizer, OptimizerState, export, follow, import, same_store, write};
 use crate::{ParamStore, StoreId};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g += wd·p`; with momentum `buf = μ·buf + (1-dampening)·g`
@@ -73,5 +73,21 @@ impl Optimizer for Sgd {
 
     fn set_learning_rate(&mut self, lr: f64) {
         self.lr = lr;
+    }
+
+    fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
+        Ok(OptimizerState {
+            tensors: export(store, self.buffers.iter().map(|(id, t)| (*id, "momentum", t)))?,
+            scalars: vec![("lr".into(), self.lr)],
+        })
+    }
+
+    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+        same_store("Sgd::load_state", self.store, store)?;
+        self.buffers = import(store, state, "momentum")?.into_iter().collect();
+        if let Some(lr) = state.scalar("lr") {
+            self.lr = lr;
+        }
+        Ok(())
     }
 }
