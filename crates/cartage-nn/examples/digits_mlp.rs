@@ -71,7 +71,11 @@ fn main() -> anyhow::Result<()> {
     };
     let device = Device::pick()?;
     let (train, test) = load()?;
-    println!("device: {device}; {} training and {} test images", train.len(), test.len());
+    println!(
+        "device: {device}; {} training and {} test images",
+        train.len(),
+        test.len()
+    );
 
     let store = ParamStore::new(&device);
     let mut rng = Generator::new(0);
@@ -117,7 +121,11 @@ fn main() -> anyhow::Result<()> {
         correct = correct.add(&hits.sum_all()?)?;
     }
     let accuracy = correct.item::<i64>()? as f64 / test.len() as f64;
-    println!("test accuracy: {:.2}% ({} parameters)", 100.0 * accuracy, store.num_params());
+    println!(
+        "test accuracy: {:.2}% ({} parameters)",
+        100.0 * accuracy,
+        store.num_params()
+    );
     anyhow::ensure!(accuracy >= 0.95, "test accuracy {:.2}% is below 95%", 100.0 * accuracy);
     Ok(())
 }

@@ -1,0 +1,84 @@
+//! The article's memory lessons on a real training step (R19): parameters, gradients and Adam's
+//! two moments measured against the estimator, exactly, and the activations reported. One test
+//! function: the allocator's counters are per device, and tests run on parallel threads.
+
+use cartage::memory::{Optimizer as Estimated, TrainingEstimate};
+use cartage::prelude::*;
+use cartage::{backend, graph_memory, memory_stats};
+use cartage_nn::layers::{Activation, Linear, Sequential};
+use cartage_nn::optim::{AdamW, Optimizer};
+use cartage_nn::{Module, ParamStore};
+
+fn requested(device: &Device) -> usize {
+    memory_stats(device).unwrap().requested_bytes
+}
+
+#[test]
+fn an_adamw_step_holds_what_the_estimator_says() -> Result<()> {
+    let mut devices = vec![Device::cpu()];
+    for d in [Device::wgpu(0), Device::cuda(0)] {
+        match backend(&d) {
+            Ok(_) => devices.push(d),
+            Err(e) => {
+                let required = std::env::var("CARTAGE_REQUIRE")
+                    .is_ok_and(|v| v.split(',').any(|k| k.trim().eq_ignore_ascii_case(d.kind().name())));
+                assert!(
+                    !required,
+                    "CARTAGE_REQUIRE names {} but {d} did not open: {e}",
+                    d.kind().name()
+                );
+                eprintln!("SKIP {d}: {e}");
+            }
+        }
+    }
+    for device in devices {
+        let x = Tensor::randn(&[32, 256], DType::F32, 1, &device)?;
+        let before = requested(&device);
+        let store = ParamStore::new(&device);
+        let mut rng = Generator::new(0);
+        let model = Sequential::new()
+            .push(Linear::new(&store.root().sub("0"), 256, 512, false, &mut rng)?)
+            .push(Activation::Relu)
+            .push(Linear::new(&store.root().sub("2"), 512, 128, false, &mut rng)?);
+        let shapes: Vec<Vec<usize>> = store.vars().iter().map(|v| v.shape().to_vec()).collect();
+        let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+        let estimate = TrainingEstimate::for_shapes(&refs, DType::F32, Estimated::Adam)?;
+
+        let with_params = requested(&device);
+        assert_eq!(
+            (with_params - before) as u64,
+            estimate.parameter_bytes(),
+            "{device}: parameters"
+        );
+
+        let loss = model.forward(&x)?.square()?.mean_all()?;
+        let activations = graph_memory(&device).saved_bytes;
+        assert!(activations > 0);
+        loss.backward()?;
+        drop(loss);
+        let with_grads = requested(&device);
+        assert_eq!(
+            (with_grads - with_params) as u64,
+            estimate.gradient_bytes(),
+            "{device}: gradients"
+        );
+
+        let mut opt = AdamW::new(&store, 1e-3)?;
+        opt.step(&store)?;
+        let with_state = requested(&device);
+        assert_eq!(
+            (with_state - with_grads) as u64,
+            estimate.optimizer_bytes(),
+            "{device}: Adam's moments"
+        );
+        println!(
+            "{device}: parameters {} B, gradients {} B, moments {} B (4× parameters in all), activations saved for backward {activations} B",
+            estimate.parameter_bytes(),
+            estimate.gradient_bytes(),
+            estimate.optimizer_bytes()
+        );
+        store.zero_grad();
+        assert_eq!((requested(&device) - with_params) as u64, estimate.optimizer_bytes());
+    }
+    Ok(())
+}
