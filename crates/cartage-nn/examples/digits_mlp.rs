@@ -17,8 +17,11 @@ use cartage_nn::{Module, ParamStore};
 
 const BATCH: usize = 64;
 
+/// One image's 64 pixels (scaled to [0, 1]) followed by its label.
+type Row = [f32; 65];
+
 /// The images as f32 rows `[64 pixels / 16, label]`, split into train and test.
-fn load() -> anyhow::Result<(Vec<[f32; 65]>, Vec<[f32; 65]>)> {
+fn load() -> anyhow::Result<(Vec<Row>, Vec<Row>)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/digits.safetensors");
     let file = SafetensorsFile::open(path)?;
     let cpu = Device::cpu();
@@ -38,7 +41,7 @@ fn load() -> anyhow::Result<(Vec<[f32; 65]>, Vec<[f32; 65]>)> {
 }
 
 /// Rows as host batches of `[n, 65]`, the training ones shuffled by `epoch`.
-fn batches(rows: &[[f32; 65]], epoch: u64) -> Vec<HostBatch> {
+fn batches(rows: &[Row], epoch: u64) -> Vec<HostBatch> {
     let mut order: Vec<usize> = (0..rows.len()).collect();
     let mut state = epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for i in (1..order.len()).rev() {
