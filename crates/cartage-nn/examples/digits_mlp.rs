@@ -99,7 +99,7 @@ fn main() -> anyhow::Result<()> {
     for epoch in 0..epochs {
         store.train();
         let mut total = Tensor::zeros(&[], DType::F32, &device)?;
-        for batch in PrefetchLoader::new(batches(&train, epoch as u64).into_iter(), &device)? {
+        for batch in PrefetchLoader::new(batches(&train, epoch as u64), &device)? {
             let (x, y) = split(&batch?)?;
             let loss = model.forward(&x)?.cross_entropy(&y, CrossEntropy::default())?;
             loss.backward()?;
@@ -118,7 +118,7 @@ fn main() -> anyhow::Result<()> {
     store.eval();
     let _plain = cartage::no_grad();
     let mut correct = Tensor::zeros(&[], DType::I64, &device)?;
-    for batch in PrefetchLoader::new(batches(&test, 0).into_iter(), &device)? {
+    for batch in PrefetchLoader::new(batches(&test, 0), &device)? {
         let (x, y) = split(&batch?)?;
         let hits = model.forward(&x)?.argmax(1, false)?.eq(&y)?.to_dtype(DType::I64)?;
         correct = correct.add(&hits.sum_all()?)?;
