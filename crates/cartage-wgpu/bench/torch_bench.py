@@ -1,10 +1,14 @@
 """PyTorch CUDA reference for crates/cartage-wgpu/src/bin/wgpu_bench.rs, same ops and sizes.
 
+`--half`: the rows of `wgpu_bench --half` instead (f16/bf16 add and copy of 16 Mi elements,
+4096³ matmul in f16, bf16 and f32, 256 MiB host<->device copies from pinned and pageable memory).
+
 Device times with torch.cuda.Event, median of 20 after warm-up; TF32 off for f32 matmul.
 Prints one JSON line per row: {"name": "torch/<gpu>/<op>", "value": ..., "unit": ...}.
 """
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -35,6 +39,52 @@ def row(op, value, unit, seconds):
     print(json.dumps({"name": f"torch/{gpu}/{op}", "value": round(value, 4), "unit": unit,
                       "median_ns": int(seconds * 1e9)}), flush=True)
 
+
+def host_timed(fn, reps=10):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def half_rows():
+    n = 16 << 20
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "f16")):
+        a, b, c = (torch.rand(n, device=dev).to(dtype) for _ in range(3))
+        t = timed(lambda: torch.add(a, b, out=c))
+        row(f"add_{name}_16Mi", 3 * n * 2 / t / 1e9, "GB/s", t)
+        t = timed(lambda: c.copy_(a))
+        row(f"copy_{name}_16Mi", 2 * n * 2 / t / 1e9, "GB/s", t)
+        del a, b, c
+    size = 4096
+    for dtype, name in ((torch.float16, "f16"), (torch.bfloat16, "bf16"), (torch.float32, "f32")):
+        a, b, c = (torch.rand(size, size, device=dev).to(dtype) for _ in range(3))
+        t = timed(lambda: torch.matmul(a, b, out=c))
+        row(f"matmul_{name}_{size}", 2 * size**3 / t / 1e12, "TFLOP/s", t)
+        del a, b, c
+    nbytes = 256 << 20
+    d = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    pinned = torch.full((nbytes,), 7, dtype=torch.uint8).pin_memory()
+    pageable = torch.full((nbytes,), 5, dtype=torch.uint8)
+    for name, fn in (
+        ("h2d_pinned_256MiB", lambda: d.copy_(pinned, non_blocking=True)),
+        ("d2h_pinned_256MiB", lambda: pinned.copy_(d, non_blocking=True)),
+        ("h2d_pageable_256MiB", lambda: d.copy_(pageable)),
+        ("d2h_pageable_256MiB", lambda: pageable.copy_(d)),
+    ):
+        t = host_timed(fn)
+        row(name, nbytes / t / 1e9, "GB/s", t)
+
+
+if "--half" in sys.argv:
+    half_rows()
+    sys.exit(0)
 
 for mib in (64, 256):
     n = mib * (1 << 20) // 4

@@ -52,6 +52,41 @@ fn f32_to_bf16(x: f32) -> u32 {
     return ((b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u) & 0xffffu;
 }
 
+// Four f16 values in two words (low half first) -> f32, exactly.
+fn unpack4_f16(w: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(f16_to_f32(w.x & 0xffffu), f16_to_f32(w.x >> 16u), f16_to_f32(w.y & 0xffffu), f16_to_f32(w.y >> 16u));
+}
+
+// Four bf16 values in two words (low half first) -> f32.
+fn unpack4_bf16(w: vec2<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(vec4<u32>(w.x << 16u, w.x & 0xffff0000u, w.y << 16u, w.y & 0xffff0000u));
+}
+
+// f32 -> four f16 in two words, as f32_to_f16 lane by lane (branch-free).
+fn pack4_f16(x: vec4<f32>) -> vec2<u32> {
+    let b = bitcast<vec4<u32>>(x);
+    let s = (b >> vec4<u32>(16u)) & vec4<u32>(0x8000u);
+    let a = b & vec4<u32>(0x7fffffffu);
+    let nan = s | vec4<u32>(0x7e00u) | ((a >> vec4<u32>(13u)) & vec4<u32>(0x1ffu));
+    let inf = s | vec4<u32>(0x7c00u);
+    let sub = s | vec4<u32>(round(bitcast<vec4<f32>>(min(a, vec4<u32>(0x38800000u))) * 16777216.0));
+    let r = a + vec4<u32>(0xfffu) + ((a >> vec4<u32>(13u)) & vec4<u32>(1u));
+    let norm = s | ((r - vec4<u32>(0x38000000u)) >> vec4<u32>(13u));
+    var h = select(norm, sub, a < vec4<u32>(0x38800000u));
+    h = select(h, inf, a >= vec4<u32>(0x477ff000u));
+    h = select(h, nan, a > vec4<u32>(0x7f800000u));
+    return vec2<u32>(h.x | (h.y << 16u), h.z | (h.w << 16u));
+}
+
+// f32 -> four bf16 in two words, as f32_to_bf16 lane by lane.
+fn pack4_bf16(x: vec4<f32>) -> vec2<u32> {
+    let b = bitcast<vec4<u32>>(x);
+    let nan = (b & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+    let rounded = (b + vec4<u32>(0x7fffu) + ((b >> vec4<u32>(16u)) & vec4<u32>(1u))) >> vec4<u32>(16u);
+    let h = select(rounded, (b >> vec4<u32>(16u)) | vec4<u32>(0x40u), nan) & vec4<u32>(0xffffu);
+    return vec2<u32>(h.x | (h.y << 16u), h.z | (h.w << 16u));
+}
+
 // Rust `as i32` from f32: truncate toward zero, saturate, NaN -> 0.
 fn f32_to_i32(x: f32) -> i32 {
     if is_nan_f32(x) { return 0; }

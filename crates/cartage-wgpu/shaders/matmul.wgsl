@@ -7,6 +7,7 @@
 // Fast path: K-contiguous A and N-contiguous B are read four elements at a time (vec4).
 // The register block is unrolled by the generator (ACC_DECL, INNER, STORE_ALL): one vec4
 // variable per four columns of a row, so that it lives in registers on every compiler.
+{{ENABLE}}
 
 {{PRELUDE}}
 

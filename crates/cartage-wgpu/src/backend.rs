@@ -4,8 +4,9 @@
 //! A kernel's structure is checked once, by core's [`Kernel::validate`], right after the
 //! capability check; the backend itself checks only what the adapter limits (binding sizes,
 //! dispatch sizes, f64 and 16-bit support) and that every range it binds or copies lies inside
-//! its segment. Host staging is ordinary memory: wgpu cannot page-lock host memory, so
-//! `alloc_pinned` keeps core's refusal and `alloc_staging` core's pageable buffers.
+//! its segment. Pinned host memory is a persistently mapped wgpu buffer (`mapped`), copied in
+//! place; large copies from and to ordinary memory go through rings of mapped staging buffers
+//! (`ring`).
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,19 +14,22 @@ use std::time::{Duration, Instant};
 
 use cartage_core::raw::{Allocation, BufferSlice, SegmentError};
 use cartage_core::{
-    Backend, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel, Layout, Result, TensorArg,
+    Backend, CachingAllocator, Capabilities, CopyHandle, DType, Device, DeviceInfo, Error, Event, HostStaging, Kernel,
+    Layout, PageableBuffer, PinnedBuffer, Result, StagingBuffer, TensorArg,
 };
 
 use crate::bindings::{BindGroupCache, BindKey, Window};
 use crate::capabilities::{capabilities, refusal};
 use crate::context::GpuContext;
 use crate::encoder::{ParamBlock, Recorder};
+use crate::mapped::{Direction, PinnedBuffers};
 use crate::memory::{BufferSource, SegmentTable, allocator_config};
 use crate::ops;
 use crate::ops::index::IndexChecks;
 use crate::ops::matmul::MatmulTiling;
 use crate::pipelines::{PARAM_BYTES, PipelineCache};
 use crate::readback::{StagingPool, map_and_copy};
+use crate::ring::{CHUNK, Rings};
 use crate::timing::{WgpuEvent, span};
 
 /// A wgpu adapter as a cartage device (`wgpu:N`).
@@ -38,7 +42,11 @@ pub struct WgpuBackend {
     pub(crate) index_checks: Mutex<IndexChecks>,
     pub(crate) tiling: Mutex<Option<MatmulTiling>>,
     vec4_per_invocation: std::sync::atomic::AtomicU32,
+    native_f16: std::sync::atomic::AtomicBool,
+    coop: std::sync::atomic::AtomicBool,
     staging: StagingPool,
+    pinned: PinnedBuffers,
+    rings: Rings,
     allocator: CachingAllocator,
     capabilities: Capabilities,
 }
@@ -55,6 +63,8 @@ impl WgpuBackend {
         let recorder = Mutex::new(Recorder::new(&ctx));
         let index_checks = Mutex::new(IndexChecks::new(&ctx, &table));
         let capabilities = capabilities(&ctx);
+        let native_f16 = std::sync::atomic::AtomicBool::new(native_f16_default(&ctx));
+        let coop = std::sync::atomic::AtomicBool::new(ctx.coop_f16_subgroup.is_some());
         Ok(WgpuBackend {
             ctx,
             table,
@@ -64,7 +74,11 @@ impl WgpuBackend {
             index_checks,
             tiling: Mutex::new(None),
             vec4_per_invocation: std::sync::atomic::AtomicU32::new(4),
+            native_f16,
+            coop,
             staging: StagingPool::default(),
+            pinned: PinnedBuffers::default(),
+            rings: Rings::default(),
             allocator,
             capabilities,
         })
@@ -114,6 +128,43 @@ impl WgpuBackend {
 
     pub(crate) fn vec4_per_invocation(&self) -> u32 {
         self.vec4_per_invocation.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Load f16 operands as the adapter's own `f16` type (`true`) or as packed words converted
+    /// bit by bit (`false`). Native loads need the adapter feature SHADER_F16: without it the
+    /// packed path stays and this returns `false`. Both paths give bit-identical results; the
+    /// default is native where the adapter has the feature, unless the environment variable
+    /// `CARTAGE_WGPU_F16` is `packed`.
+    pub fn set_native_f16(&self, native: bool) -> bool {
+        let value = native && self.ctx.has(wgpu::Features::SHADER_F16);
+        self.native_f16.store(value, std::sync::atomic::Ordering::Relaxed);
+        value
+    }
+
+    /// Run f16 matmuls on cooperative matrices (`true`, where the adapter has them: see
+    /// [`has_cooperative_matrices`](Self::has_cooperative_matrices)) or on the tiled kernel
+    /// (`false`); returns the path now in effect.
+    pub fn set_cooperative_matrices(&self, on: bool) -> bool {
+        let value = on && self.ctx.coop_f16_subgroup.is_some();
+        self.coop.store(value, std::sync::atomic::Ordering::Relaxed);
+        value
+    }
+
+    /// True when the adapter has the cooperative matrices the f16 matmul uses (16 × 16 × 16,
+    /// f16 inputs, f32 accumulators) and they were not turned off with `CARTAGE_WGPU_COOP=0`.
+    pub fn has_cooperative_matrices(&self) -> bool {
+        self.ctx.coop_f16_subgroup.is_some()
+    }
+
+    /// True when f16 matmuls run on cooperative matrices now.
+    pub fn cooperative_matrices(&self) -> bool {
+        self.coop.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// True when f16 kernels load through the adapter's `f16` type (see
+    /// [`set_native_f16`](Self::set_native_f16)).
+    pub fn native_f16(&self) -> bool {
+        self.native_f16.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Number of compute pipelines compiled so far.
@@ -283,6 +334,10 @@ impl WgpuBackend {
                 format!("bytes {start}..{hi} lie outside a segment of {} bytes", buffer.size()),
             ));
         }
+        if hi - lo > CHUNK {
+            self.flush();
+            return self.rings.download(self, buffer, lo, (start - lo) as usize, dst);
+        }
         let staging = self.staging.take(&self.ctx, hi - lo).map_err(|e| match e {
             SegmentError::Failed(e) => e,
             SegmentError::OutOfMemory => Error::Driver {
@@ -299,6 +354,30 @@ impl WgpuBackend {
         let result = map_and_copy(&self.ctx, &staging, submission, hi - lo, (start - lo) as usize, dst);
         self.staging.give_back(staging);
         result
+    }
+}
+
+/// Native f16 where the adapter has SHADER_F16, unless `CARTAGE_WGPU_F16=packed`.
+fn native_f16_default(ctx: &GpuContext) -> bool {
+    let packed = std::env::var("CARTAGE_WGPU_F16").is_ok_and(|v| v.trim().eq_ignore_ascii_case("packed"));
+    ctx.has(wgpu::Features::SHADER_F16) && !packed
+}
+
+/// Host writes larger than this go through the upload ring rather than `Queue::write_buffer`
+/// (which creates a staging buffer per write).
+const RING_FROM: u64 = 1 << 20;
+
+/// Refuse host memory pinned for another device, or say whether `host` is pinned for this one.
+fn pinned_here(op: &'static str, device: Device, host: &dyn HostStaging) -> Result<bool> {
+    match host.pinned_for() {
+        None => Ok(false),
+        Some(pinned) if pinned == device => Ok(true),
+        Some(pinned) => Err(Error::invalid(
+            op,
+            format!(
+                "host memory pinned for {pinned}, used with {device}; allocate it with alloc_pinned on this device"
+            ),
+        )),
     }
 }
 
@@ -336,6 +415,13 @@ impl Backend for WgpuBackend {
                 ("max buffer".into(), cartage_core::format_bytes(limits.max_buffer_size)),
                 ("features".into(), format!("{:?}", self.ctx.features)),
                 (
+                    "f16 matmul".into(),
+                    match self.ctx.coop_f16_subgroup {
+                        Some(size) => format!("cooperative matrices 16x16x16 f16->f32, subgroups of {size}"),
+                        None => "tiled kernel (no cooperative matrices)".into(),
+                    },
+                ),
+                (
                     "timing".into(),
                     if self.ctx.has(wgpu::Features::TIMESTAMP_QUERY) {
                         "timestamp queries".into()
@@ -372,9 +458,12 @@ impl Backend for WgpuBackend {
         let (lo4, hi4) = (start.div_ceil(4) * 4, end / 4 * 4);
         if lo4 < hi4 {
             let from = (lo4 - start) as usize;
-            self.ctx
-                .queue
-                .write_buffer(&buffer, lo4, &src[from..from + (hi4 - lo4) as usize]);
+            let words = &src[from..from + (hi4 - lo4) as usize];
+            if words.len() as u64 > RING_FROM {
+                self.rings.upload(self, &buffer, lo4, words)?;
+            } else {
+                self.ctx.queue.write_buffer(&buffer, lo4, words);
+            }
         }
         // Bytes outside whole words are patched by a small kernel (never racing neighbours).
         let mut edges: Vec<(u64, u32, u32)> = Vec::new();
@@ -411,6 +500,76 @@ impl Backend for WgpuBackend {
         }
         self.check_indices()?;
         self.ctx.take_errors("read")
+    }
+
+    /// A persistently mapped wgpu buffer (see the crate's `mapped` module); `Unsupported` on
+    /// backends other than Vulkan and Metal, or without `MAPPABLE_PRIMARY_BUFFERS`.
+    fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
+        self.pinned.alloc(&self.ctx, bytes)
+    }
+
+    fn alloc_staging(&self, bytes: usize) -> Result<StagingBuffer> {
+        if crate::mapped::unavailable(&self.ctx).is_none() {
+            self.alloc_pinned(bytes).map(StagingBuffer::Pinned)
+        } else {
+            PageableBuffer::new(bytes).map(StagingBuffer::Pageable)
+        }
+    }
+
+    /// Pinned memory of this device is copied by the device straight from its mapped buffer
+    /// (tracked by the buffer); ordinary memory is written at once; memory pinned for another
+    /// device is refused.
+    ///
+    /// # Safety
+    /// `dst` lies in a live allocation of this backend (the trait's contract).
+    unsafe fn write_async<'a>(&self, dst: BufferSlice, src: &'a dyn HostStaging) -> Result<CopyHandle<'a>> {
+        let len = dst.len().min(src.len());
+        let dst = dst.prefix(len)?;
+        let aligned = dst.offset().is_multiple_of(4) && len.is_multiple_of(4);
+        if !pinned_here("write_async", self.ctx.cartage_device, src)? || !aligned {
+            // SAFETY: the caller guarantees `dst` is live; `as_slice` waits for a copy in flight.
+            unsafe { self.write(dst, &src.as_slice()[..len]) }?;
+            return Ok(CopyHandle::completed());
+        }
+        if len == 0 {
+            return Ok(CopyHandle::completed());
+        }
+        let buffer = self.buffer(&dst, "write_async")?;
+        let copy = self
+            .pinned
+            .start(self, src.as_ptr(), Direction::Upload, &buffer, dst.offset() as u64, len)?;
+        src.track(copy.clone());
+        Ok(CopyHandle::new(copy))
+    }
+
+    /// As [`Backend::write_async`], device to host.
+    ///
+    /// # Safety
+    /// `src` lies in a live allocation of this backend (the trait's contract).
+    unsafe fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut dyn HostStaging) -> Result<CopyHandle<'a>> {
+        let len = src.len().min(dst.len());
+        let src = src.prefix(len)?;
+        let aligned = src.offset().is_multiple_of(4) && len.is_multiple_of(4);
+        if !pinned_here("read_async", self.ctx.cartage_device, dst)? || !aligned {
+            // SAFETY: the caller guarantees `src` is live; `as_mut_slice` waits for a copy in
+            // flight.
+            unsafe { self.read(src, &mut dst.as_mut_slice()[..len]) }?;
+            return Ok(CopyHandle::completed());
+        }
+        if len == 0 {
+            return Ok(CopyHandle::completed());
+        }
+        let buffer = self.buffer(&src, "read_async")?;
+        let copy = self.pinned.start(
+            self,
+            dst.as_ptr(),
+            Direction::Download,
+            &buffer,
+            src.offset() as u64,
+            len,
+        )?;
+        dst.track(copy.clone());
+        Ok(CopyHandle::new(copy))
     }
 
     unsafe fn copy_within(&self, src: BufferSlice, dst: BufferSlice) -> Result<()> {
@@ -462,6 +621,7 @@ impl Backend for WgpuBackend {
     fn empty_cache(&self) -> Result<usize> {
         self.synchronize()?;
         self.staging.clear();
+        self.rings.clear();
         Ok(self.allocator.empty_cache())
     }
 

@@ -1,7 +1,10 @@
 //! What runs on a wgpu adapter, and why the rest does not (ARTICLE R26).
 //!
-//! - f32, f16, bf16, i32, u8, bool: every op defined for them. f16 and bf16 are stored packed
-//!   and computed in f32 on every adapter (SHADER_F16 is not needed for that).
+//! - f32, f16, bf16, i32, u8, bool: every op defined for them. f16 and bf16 are stored two to a
+//!   word and computed in f32 (rounded once on store) on every adapter: SHADER_F16 is not needed.
+//!   Where the adapter has it, f16 element-wise kernels and matmul tiles load four values at a
+//!   time as `vec4<f16>`, and f16 matmuls run on cooperative matrices (f32 accumulators) where
+//!   the adapter has those; without it the same kernels unpack packed words, with the same bits.
 //! - f64: only with `SHADER_F64`, and not the transcendental unary functions
 //!   ([`UnaryOp::transcendental`]), pow, softmax, logsumexp or cross-entropy, which need exp,
 //!   log or sin that Vulkan's GLSL.std.450 does not define for 64-bit floats; no scatter-add

@@ -17,7 +17,28 @@ pub(crate) const WANTED_FEATURES: Features = Features::SHADER_F16
     .union(Features::TIMESTAMP_QUERY)
     .union(Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
     .union(Features::SUBGROUP)
-    .union(Features::SHADER_F64);
+    .union(Features::SHADER_F64)
+    .union(Features::MAPPABLE_PRIMARY_BUFFERS);
+
+/// The subgroup size for the cooperative-matrix f16 matmul on `adapter`, when it has the
+/// experimental feature, a 16 × 16 × 16 configuration with f16 inputs and f32 accumulators, and
+/// one subgroup size (the kernel's workgroup is exactly one subgroup); never without SHADER_F16,
+/// and never when `CARTAGE_WGPU_COOP=0`.
+fn cooperative_f16(adapter: &Adapter, info: &AdapterInfo) -> Option<u32> {
+    let off = std::env::var("CARTAGE_WGPU_COOP").is_ok_and(|v| v.trim() == "0");
+    let wanted = Features::EXPERIMENTAL_COOPERATIVE_MATRIX | Features::SHADER_F16;
+    if off || !adapter.features().contains(wanted) {
+        return None;
+    }
+    let f16_f32 = adapter.cooperative_matrix_properties().iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+            && p.ab_type == wgpu::CooperativeScalarType::F16
+            && p.cr_type == wgpu::CooperativeScalarType::F32
+    });
+    let single = info.subgroup_min_size == info.subgroup_max_size && info.subgroup_min_size > 0;
+    tracing::debug!(f16_f32, single, "cooperative matrix probe");
+    (f16_f32 && single).then_some(info.subgroup_min_size)
+}
 
 /// A wgpu device with its queue and what cartage needs to know about it.
 pub(crate) struct GpuContext {
@@ -33,6 +54,9 @@ pub(crate) struct GpuContext {
     pub features: Features,
     /// The cartage device this is (`wgpu:N`).
     pub cartage_device: Device,
+    /// The subgroup size of the cooperative-matrix f16 matmul, where the adapter has 16 × 16 × 16
+    /// f16 → f32 cooperative matrices and a single subgroup size (`None`: the tiled path only).
+    pub coop_f16_subgroup: Option<u32>,
     errors: Arc<Mutex<Vec<String>>>,
 }
 
@@ -41,12 +65,24 @@ impl GpuContext {
     pub fn open(adapter: &Adapter, cartage_device: Device) -> Result<Self> {
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let features = adapter.features() & WANTED_FEATURES;
+        let mut features = adapter.features() & WANTED_FEATURES;
+        let coop_f16_subgroup = cooperative_f16(adapter, &info);
+        let experimental_features = if coop_f16_subgroup.is_some() {
+            features |= Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu asks callers of experimental features to accept that their
+            // implementation may still have bugs. cartage uses this one feature in one kernel
+            // (`shaders/matmul_coop.wgsl`), whose loads and stores stay inside the bound
+            // operands by construction (the host checks every size, offset and stride first);
+            // `CARTAGE_WGPU_COOP=0` turns it off.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let descriptor = wgpu::DeviceDescriptor {
             label: Some("cartage"),
             required_features: features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         };
@@ -77,6 +113,7 @@ impl GpuContext {
             limits,
             features,
             cartage_device,
+            coop_f16_subgroup,
             errors,
         })
     }
@@ -119,6 +156,27 @@ impl GpuContext {
         size: u64,
         usage: wgpu::BufferUsages,
     ) -> std::result::Result<wgpu::Buffer, SegmentError> {
+        self.create_buffer_inner(label, size, usage, false)
+    }
+
+    /// [`create_buffer`](Self::create_buffer), mapped at creation (a `MAP_WRITE` buffer ready
+    /// for its first write; `size` a multiple of 4).
+    pub fn create_buffer_mapped(
+        &self,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+    ) -> std::result::Result<wgpu::Buffer, SegmentError> {
+        self.create_buffer_inner(label, size, usage, true)
+    }
+
+    fn create_buffer_inner(
+        &self,
+        label: &str,
+        size: u64,
+        usage: wgpu::BufferUsages,
+        mapped_at_creation: bool,
+    ) -> std::result::Result<wgpu::Buffer, SegmentError> {
         if size > self.limits.max_buffer_size {
             tracing::warn!(
                 size,
@@ -133,7 +191,7 @@ impl GpuContext {
             label: Some(label),
             size,
             usage,
-            mapped_at_creation: false,
+            mapped_at_creation,
         });
         let out_of_memory = pollster::block_on(oom.pop());
         let invalid = pollster::block_on(validation.pop());

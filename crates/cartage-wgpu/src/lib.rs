@@ -1,17 +1,26 @@
 //! The wgpu backend of cartage: every [`Kernel`](cartage_core::Kernel) as a WGSL compute
-//! kernel on any adapter wgpu finds through Vulkan (a discrete GPU, or Mesa's lavapipe on a
+//! kernel on any adapter wgpu finds through Vulkan, Metal or DX12, or OpenGL where no other API
+//! has one (a discrete GPU, or Mesa's lavapipe on a
 //! machine without one).
+//!
+//! f16 and bf16 live two to a 32-bit word; kernels compute in f32 and round once on store. Where
+//! the adapter has SHADER_F16, f16 kernels read through WGSL's `f16` type
+//! ([`WgpuBackend::set_native_f16`], `CARTAGE_WGPU_F16=packed` to turn it off), and f16 matmuls
+//! run on cooperative matrices where the adapter has them ([`WgpuBackend::set_cooperative_matrices`],
+//! `CARTAGE_WGPU_COOP=0`). Pinned host memory ([`Backend::alloc_pinned`](cartage_core::Backend::alloc_pinned))
+//! is a mapped wgpu buffer that device copies read and write in place.
 //!
 //! Entry points: [`device_count`] and [`open`]. `wgpu:N` is the N-th adapter in a stable order
 //! — discrete GPUs, integrated GPUs, virtual GPUs, CPU (software) adapters, others; ties by
-//! name and PCI bus id. A machine without a Vulkan driver has no adapters: `device_count()` is
+//! name and PCI bus id (see `adapters`). A machine without a driver has no adapters: `device_count()` is
 //! `Ok(0)` and `open` returns [`Error::BackendUnavailable`].
 //!
 //! Layout of the crate: `adapters` (enumeration), `context` (device, queue, error sink),
 //! `memory` (segments under core's caching allocator), `bindings` (binding windows, bind-group
 //! cache), `encoder` (batched recording), `pipelines` (compiled-kernel cache), `wgsl` (shader
 //! specialisation), `ops/*` (one family of kernels each, sources in `shaders/*.wgsl`),
-//! `readback` (staging buffers), `timing` (events), `capabilities`, and `backend`.
+//! `readback` (staging buffers), `mapped` (pinned host buffers), `ring` (staging rings for
+//! large copies), `timing` (events), `capabilities`, and `backend`.
 
 mod adapters;
 mod backend;
@@ -19,10 +28,12 @@ mod bindings;
 mod capabilities;
 mod context;
 mod encoder;
+mod mapped;
 mod memory;
 mod ops;
 mod pipelines;
 mod readback;
+mod ring;
 mod timing;
 mod wgsl;
 
@@ -35,7 +46,7 @@ pub use backend::WgpuBackend;
 pub use capabilities::capabilities_for;
 pub use ops::matmul::MatmulTiling;
 
-/// The number of wgpu adapters on this machine (0 without a Vulkan driver; never a panic).
+/// The number of wgpu adapters on this machine (0 without a driver; never a panic).
 pub fn device_count() -> Result<usize> {
     Ok(adapters::count())
 }
@@ -60,7 +71,8 @@ pub fn open_wgpu(ordinal: usize) -> Result<Arc<WgpuBackend>> {
     let Some(list) = adapters::adapters() else {
         return Err(Error::BackendUnavailable {
             device,
-            reason: "wgpu could not enumerate Vulkan adapters (see the log); is a Vulkan loader installed?".into(),
+            reason: "wgpu could not enumerate adapters (see the log); is a Vulkan loader (or Metal, DX12) available?"
+                .into(),
         });
     };
     let Some(adapter) = list.list.get(ordinal) else {

@@ -91,10 +91,21 @@ impl PipelineCache {
         storage: usize,
         source: impl FnOnce() -> String,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
+        self.try_get(ctx, key, storage, || Ok(source()))
+    }
+
+    /// [`get`](Self::get) with a source generator that can fail (a template left unfilled).
+    pub fn try_get(
+        &self,
+        ctx: &GpuContext,
+        key: &str,
+        storage: usize,
+        source: impl FnOnce() -> Result<String>,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
         if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
             return Ok(Arc::clone(p));
         }
-        let text = source();
+        let text = source()?;
         let pipeline = Arc::new(self.compile(ctx, key, storage, &text)?);
         self.pipelines
             .lock()

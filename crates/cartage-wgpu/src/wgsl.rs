@@ -175,6 +175,92 @@ pub(crate) fn convert(from: DType, to: DType, expr: &str) -> String {
     }
 }
 
+/// Pieces of a WGSL file, each starting at a `//# name` line and running to the next one
+/// (text before the first header is a comment about the file).
+pub(crate) struct Pieces {
+    file: &'static str,
+    head: &'static str,
+    pieces: Vec<(&'static str, &'static str)>,
+}
+
+impl Pieces {
+    /// Split `text` (the file `file`) into its pieces.
+    pub fn parse(file: &'static str, text: &'static str) -> Pieces {
+        let mut pieces = Vec::new();
+        let head = text.find("//# ").map_or(text, |at| &text[..at]);
+        let mut rest = text;
+        while let Some(at) = rest.find("//# ") {
+            let after = &rest[at + 4..];
+            let line_end = after.find('\n').unwrap_or(after.len());
+            let name = after[..line_end].trim();
+            let body = &after[(line_end + 1).min(after.len())..];
+            let end = body.find("\n//# ").map_or(body.len(), |e| e + 1);
+            pieces.push((name, body[..end].trim_end()));
+            rest = &body[end..];
+        }
+        Pieces { file, head, pieces }
+    }
+
+    /// The text before the first piece (a file's main template), filled with `parts`.
+    pub fn fill_head(&self, parts: &[(&str, &str)]) -> cartage_core::Result<String> {
+        fill_checked(self.head, parts).map_err(|e| template_error(format!("{}: {e}", self.file)))
+    }
+
+    /// The piece `name`, filled with `parts` (see [`fill_checked`]).
+    pub fn fill(&self, name: &str, parts: &[(&str, &str)]) -> cartage_core::Result<String> {
+        let piece = self
+            .pieces
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, text)| *text)
+            .ok_or_else(|| template_error(format!("{} has no piece `{name}`", self.file)))?;
+        fill_checked(piece, parts).map_err(|e| template_error(format!("{}, piece `{name}`: {e}", self.file)))
+    }
+
+    /// The names of the pieces, in file order.
+    #[cfg(test)]
+    pub fn names(&self) -> Vec<&'static str> {
+        self.pieces.iter().map(|(n, _)| *n).collect()
+    }
+}
+
+fn template_error(message: String) -> cartage_core::Error {
+    cartage_core::Error::Driver {
+        device: cartage_core::Device::cpu(),
+        op: "wgsl template",
+        message,
+    }
+}
+
+/// Replace each `{{NAME}}` placeholder of `template` with its value in `parts`; an error (a
+/// string saying which) when a placeholder has no value or a value no placeholder. Values are
+/// inserted as they are: a placeholder inside a value is not expanded.
+pub(crate) fn fill_checked(template: &str, parts: &[(&str, &str)]) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut used = vec![false; parts.len()];
+    let mut rest = template;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let close = after
+            .find("}}")
+            .ok_or_else(|| format!("an unclosed `{{{{` at `{}`", &rest[open..(open + 24).min(rest.len())]))?;
+        let name = &after[..close];
+        let k = parts
+            .iter()
+            .position(|(n, _)| *n == name)
+            .ok_or_else(|| format!("the placeholder `{{{{{name}}}}}` has no value"))?;
+        used[k] = true;
+        out.push_str(parts[k].1);
+        rest = &after[close + 2..];
+    }
+    out.push_str(rest);
+    if let Some(k) = used.iter().position(|u| !u) {
+        return Err(format!("the value for `{}` fills no placeholder", parts[k].0));
+    }
+    Ok(out)
+}
+
 /// Replace each `{{NAME}}` placeholder of `template`.
 pub(crate) fn fill(template: &str, parts: &[(&str, &str)]) -> String {
     let mut out = template.to_string();
@@ -191,6 +277,32 @@ mod tests {
     #[test]
     fn placeholders_are_replaced() {
         assert_eq!(fill("a {{X}} b {{Y}} {{X}}", &[("X", "1"), ("Y", "2")]), "a 1 b 2 1");
+    }
+
+    #[test]
+    fn checked_fill_refuses_missing_and_unused_values() {
+        assert_eq!(
+            fill_checked("a {{X}} b {{Y}} {{X}}", &[("X", "1"), ("Y", "2")]).unwrap(),
+            "a 1 b 2 1"
+        );
+        // A value holding a placeholder is inserted as it is.
+        assert_eq!(fill_checked("{{X}}", &[("X", "{{Y}}")]).unwrap(), "{{Y}}");
+        let missing = fill_checked("a {{X}} {{Z}}", &[("X", "1")]).unwrap_err();
+        assert!(missing.contains("{{Z}}"), "{missing}");
+        let unused = fill_checked("a {{X}}", &[("X", "1"), ("Y", "2")]).unwrap_err();
+        assert!(unused.contains("`Y`"), "{unused}");
+        assert!(fill_checked("a {{X", &[("X", "1")]).unwrap_err().contains("unclosed"));
+    }
+
+    #[test]
+    fn pieces_split_at_their_headers() {
+        let pieces = Pieces::parse("test.wgsl", "// about\n//# one\nlet a = {{A}};\n//# two\nb\n  c\n\n");
+        assert_eq!(pieces.names(), ["one", "two"]);
+        assert_eq!(pieces.fill_head(&[]).unwrap(), "// about\n");
+        assert_eq!(pieces.fill("one", &[("A", "1")]).unwrap(), "let a = 1;");
+        assert_eq!(pieces.fill("two", &[]).unwrap(), "b\n  c");
+        assert!(pieces.fill("three", &[]).is_err());
+        assert!(pieces.fill("one", &[]).is_err());
     }
 
     #[test]

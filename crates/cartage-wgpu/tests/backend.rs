@@ -1,16 +1,15 @@
 //! The wgpu backend's own contract beyond the conformance suite: typed out-of-memory and
 //! binding-limit errors, index errors found on the device, f64 refusals that name device, dtype
-//! and op, malformed kernels refused before any work, host staging without page-locking, batched
+//! and op, malformed kernels refused before any work, batched
 //! recording across batch boundaries, chunked dispatch, timing, and the stable adapter order.
 
 mod common;
 
 use cartage_core::allocator::testing::MockSource;
 use cartage_core::{
-    Backend, BinaryOp, CachingAllocator, DType, Device, DeviceBuffer, Error, HostStaging, Kernel, Layout, Op, ReduceOp,
-    Scalar, TensorArg, UnaryOp,
+    Backend, BinaryOp, CachingAllocator, DType, Device, Error, Kernel, Layout, Op, ReduceOp, Scalar, TensorArg, UnaryOp,
 };
-use common::{backend, device, download, empty, upload};
+use common::{backend, download, empty, upload};
 
 #[test]
 fn opening_twice_gives_the_same_device_and_bad_ordinals_are_typed() {
@@ -430,28 +429,4 @@ fn slices_of_foreign_memory_never_reach_the_device() {
     assert!(read.is_err());
     foreign.free(block);
     b.synchronize().unwrap();
-}
-
-#[test]
-fn host_staging_is_pageable_and_pinning_is_unsupported() {
-    let Some(b) = backend("host_staging_is_pageable_and_pinning_is_unsupported") else {
-        return;
-    };
-    match b.alloc_pinned(64) {
-        Err(Error::Unsupported { device, .. }) => assert_eq!(device, Device::wgpu(0)),
-        other => panic!("expected Unsupported, got {:?}", other.map(|p| p.len())),
-    }
-    let mut staging = b.alloc_staging(64).unwrap();
-    assert!(!staging.is_pinned());
-    assert_eq!(staging.pinned_for(), None);
-    assert_eq!(staging.len(), 64);
-    let data: Vec<u8> = (0..64).map(|i| i * 3).collect();
-    staging.as_mut_slice().copy_from_slice(&data);
-    let buffer = DeviceBuffer::new(&device(&b), 64).unwrap();
-    buffer.write_async(0, &staging, 64).unwrap().wait().unwrap();
-    let mut back = b.alloc_staging(64).unwrap();
-    buffer.read_async(0, &mut back, 64).unwrap().wait().unwrap();
-    assert_eq!(back.as_slice(), data.as_slice());
-    // A copy larger than the host buffer is an error, not a short copy.
-    assert!(buffer.write_async(0, &b.alloc_staging(16).unwrap(), 32).is_err());
 }

@@ -1,4 +1,6 @@
-//! Without a Vulkan driver the backend reports zero adapters and a typed error, never a panic.
+//! Without a driver the backend reports zero adapters and a typed error, never a panic (Vulkan
+//! hidden, and the other APIs ruled out with wgpu's `WGPU_BACKEND`: OpenGL would otherwise be
+//! the fallback).
 //! (Its own test binary: the driver list is read once per process.)
 
 use cartage_core::{Device, Error};
@@ -10,6 +12,7 @@ fn no_driver_means_zero_devices_and_backend_unavailable() {
     unsafe {
         std::env::set_var("VK_ICD_FILENAMES", "/nonexistent/icd.json");
         std::env::set_var("VK_DRIVER_FILES", "/nonexistent/icd.json");
+        std::env::set_var("WGPU_BACKEND", "vulkan");
     }
     assert_eq!(cartage_wgpu::device_count().unwrap(), 0);
     match cartage_wgpu::open(0) {

@@ -28,6 +28,15 @@ fn vec4_element(dtype: DType) -> Option<&'static str> {
     }
 }
 
+/// The element type of `compute4` for ops that compute in the dtype's compute type: f16 and
+/// bf16 are loaded four at a time and computed in f32 (see `map::Half`).
+fn vec4_compute(dtype: DType) -> Option<&'static str> {
+    match dtype {
+        DType::F16 | DType::BF16 => Some("f32"),
+        other => vec4_element(other),
+    }
+}
+
 /// `out = value`.
 pub(crate) fn fill(backend: &WgpuBackend, out: &TensorArg, value: Scalar) -> Result<()> {
     let dtype = out.dtype;
@@ -155,7 +164,7 @@ pub(crate) fn copy(backend: &WgpuBackend, input: &TensorArg, out: &TensorArg) ->
         )
     };
     let mut kernel = MapKernel::new(("copy", ""), out, vec![input], body);
-    if let Some(e) = vec4_element(out.dtype) {
+    if let Some(e) = vec4_compute(out.dtype) {
         kernel.body4 = Some(Box::new(move || {
             format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t); }}")
         }));
@@ -173,7 +182,7 @@ pub(crate) fn unary(backend: &WgpuBackend, op: UnaryOp, input: &TensorArg, out: 
         )
     };
     let mut kernel = MapKernel::new(("unary", op.name()), out, vec![input], body);
-    if let Some(e) = vec4_element(out.dtype) {
+    if let Some(e) = vec4_compute(out.dtype) {
         kernel.body4 = Some(Box::new(move || {
             componentwise(e, 1, |a| format!("{name}_{fam}({})", a[0]))
         }));
@@ -197,7 +206,7 @@ pub(crate) fn binary(
         )
     };
     let mut kernel = MapKernel::new(("binary", op.name()), out, vec![lhs, rhs], body);
-    if let Some(e) = vec4_element(out.dtype) {
+    if let Some(e) = vec4_compute(out.dtype) {
         kernel.body4 = Some(Box::new(move || match op {
             BinaryOp::Add => format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t) + ldq_2(t); }}"),
             BinaryOp::Sub => format!("fn compute4(t: u32) -> vec4<{e}> {{ return ldq_1(t) - ldq_2(t); }}"),

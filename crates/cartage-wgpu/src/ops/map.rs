@@ -218,20 +218,33 @@ fn dispatch(
 ) -> Result<()> {
     let operands = kernel.operands();
     let out_dtype = kernel.out.dtype;
+    // Four elements at a time: 4-byte dtypes as vec4, f16 and bf16 as 8-byte groups.
+    let half = match out_dtype {
+        DType::BF16 => Some(Half::Bf16),
+        DType::F16 if backend.native_f16() => Some(Half::F16Native),
+        DType::F16 => Some(Half::F16Packed),
+        _ => None,
+    };
     let vec4 = kernel.body4.is_some()
         && kernel.extra_windows.is_empty()
         && numel.is_multiple_of(4)
         && operands
             .iter()
-            .all(|a| a.dtype.size_in_bytes() == 4 && a.dtype == out_dtype)
+            .all(|a| (a.dtype.size_in_bytes() == 4 || half.is_some()) && a.dtype == out_dtype)
         && access[0] == Access::Contiguous
         && access
             .iter()
             .zip(offsets)
             .all(|(a, &o)| *a == Access::Broadcast || (*a == Access::Contiguous && o % 4 == 0));
+    // A copy moves the words as they are (NaN payloads included).
+    let half = half
+        .filter(|_| vec4)
+        .map(|h| if kernel.name == ("copy", "") { Half::Raw } else { h });
     let mut params = ParamBlock::default();
-    // Four vec4s per invocation pay off on large tensors (more loads in flight per thread).
-    let quads_per_invocation = if numel >= (32 << 20) {
+    // Four vec4s per invocation pay off on large tensors (more loads in flight per thread);
+    // four 2-byte groups are half as many bytes, so they pay off from fewer elements.
+    let large = if half.is_some() { 8 << 20 } else { 32 << 20 };
+    let quads_per_invocation = if numel >= large {
         backend.vec4_per_invocation() as usize
     } else {
         1
@@ -263,7 +276,9 @@ fn dispatch(
     }
     let storage = windows.len() + kernel.extra_windows.len();
     let store_tag = match (vec4, store) {
+        (true, _) if half == Some(Half::F16Native) && quads_per_invocation == 4 => "v4hx4",
         (true, _) if quads_per_invocation == 4 => "v4x4",
+        (true, _) if half == Some(Half::F16Native) => "v4h",
         (true, _) => "v4",
         (false, Store::Wide) => "wide",
         (false, Store::Words) => "words",
@@ -281,7 +296,7 @@ fn dispatch(
         let _ = write!(key, "|{store_tag}");
         backend.pipelines.get(&backend.ctx, key, storage, || {
             if vec4 {
-                source_vec4(kernel, access, quads_per_invocation)
+                source_vec4(kernel, access, quads_per_invocation, half)
             } else {
                 source(kernel, access, store)
             }
@@ -394,49 +409,102 @@ fn source(kernel: &MapKernel<'_>, access: &[Access], store: Store) -> String {
     )
 }
 
-fn source_vec4(kernel: &MapKernel<'_>, access: &[Access], quads: usize) -> String {
+/// How a 2-byte float dtype is loaded and stored four elements at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Half {
+    /// bf16 in two u32 words, unpacked by shifts.
+    Bf16,
+    /// f16 in two u32 words, converted exactly by the prelude's bit routines.
+    F16Packed,
+    /// f16 as `vec4<f16>` (the adapter's SHADER_F16), converted by the hardware both ways.
+    F16Native,
+    /// Either dtype, words moved as they are (copies).
+    Raw,
+}
+
+fn source_vec4(kernel: &MapKernel<'_>, access: &[Access], quads: usize, half: Option<Half>) -> String {
     let operands = kernel.operands();
-    let element = wgsl::storage_type(kernel.out.dtype);
+    let element = match half {
+        Some(_) => "f32",
+        None => wgsl::storage_type(kernel.out.dtype),
+    };
     let mut bindings = String::new();
     let mut accessors = String::new();
     for (k, _) in operands.iter().enumerate() {
-        bindings.push_str(&wgsl::binding(
-            k as u32 + 1,
-            &format!("b{}", k + 1),
-            &format!("vec4<{element}>"),
-        ));
+        let stored = match half {
+            None => format!("vec4<{element}>"),
+            Some(Half::F16Native) => "vec4<f16>".to_string(),
+            Some(_) => "vec2<u32>".to_string(),
+        };
+        bindings.push_str(&wgsl::binding(k as u32 + 1, &format!("b{}", k + 1), &stored));
         if k > 0 {
             let buf = format!("b{}", k + 1);
             let slot = ["x", "y", "z", "w"][k];
-            let body = match access[k] {
-                Access::Broadcast => {
-                    format!("let q = {buf}[P.offs.{slot} >> 2u]; return vec4<{element}>(q[P.offs.{slot} & 3u]);")
-                }
-                _ => format!("return {buf}[(P.offs.{slot} >> 2u) + t];"),
+            let unpack = match half {
+                None | Some(Half::Raw) => "w",
+                Some(Half::Bf16) => "unpack4_bf16(w)",
+                Some(Half::F16Packed) => "unpack4_f16(w)",
+                Some(Half::F16Native) => "vec4<f32>(w)",
             };
-            accessors.push_str(&format!("fn ldq_{k}(t: u32) -> vec4<{element}> {{ {body} }}\n"));
+            let loaded = if half == Some(Half::Raw) {
+                "vec2<u32>".to_string()
+            } else {
+                format!("vec4<{element}>")
+            };
+            let body = match access[k] {
+                Access::Broadcast if half == Some(Half::Raw) => {
+                    // One 2-byte value repeated: its bits in both halves of both words.
+                    format!(
+                        "let o = P.offs.{slot}; let h = ({buf}[o >> 2u][(o >> 1u) & 1u] >> ((o & 1u) * 16u)) & 0xffffu; return vec2<u32>(h | (h << 16u));"
+                    )
+                }
+                Access::Broadcast => format!(
+                    "let w = {buf}[P.offs.{slot} >> 2u]; let q = {unpack}; return vec4<{element}>(q[P.offs.{slot} & 3u]);"
+                ),
+                _ => format!("let w = {buf}[(P.offs.{slot} >> 2u) + t]; return {unpack};"),
+            };
+            accessors.push_str(&format!("fn ldq_{k}(t: u32) -> {loaded} {{ {body} }}\n"));
         }
     }
-    wgsl::fill(
+    let encode = match half {
+        None | Some(Half::Raw) => "",
+        Some(Half::Bf16) => "pack4_bf16",
+        Some(Half::F16Packed) => "pack4_f16",
+        // The hardware rounds to nearest even (Vulkan's OpFConvert is correctly rounded).
+        Some(Half::F16Native) => "vec4<f16>",
+    };
+    let body = if half == Some(Half::Raw) {
+        "fn compute4(t: u32) -> vec2<u32> { return ldq_1(t); }".to_string()
+    } else {
+        kernel.body4.as_ref().map(|b| b()).unwrap_or_default()
+    };
+    let source = wgsl::fill(
         MAP_VEC4,
         &[
             ("PRELUDE", &wgsl::prelude(false)),
             ("BINDINGS", &bindings),
             ("ACCESSORS", &accessors),
-            ("BODY", &kernel.body4.as_ref().map(|b| b()).unwrap_or_default()),
-            ("BODY_MAIN", &vec4_main(quads)),
+            ("BODY", &body),
+            ("BODY_MAIN", &vec4_main(quads, encode)),
         ],
-    )
+    );
+    if half == Some(Half::F16Native) {
+        format!("enable f16;\n{source}")
+    } else {
+        source
+    }
 }
 
-/// The body of the vectorised kernel's `main` for `quads` vec4s per invocation.
-fn vec4_main(quads: usize) -> String {
+/// The body of the vectorised kernel's `main` for `quads` vec4s per invocation, each result
+/// stored through `encode` (a WGSL function name, or empty to store it as it is).
+fn vec4_main(quads: usize, encode: &str) -> String {
     if quads <= 1 {
-        return "if t >= P.count {
+        return format!(
+            "if t >= P.count {{
         return;
-    }
-    b1[o + t] = compute4(t);"
-            .to_string();
+    }}
+    b1[o + t] = {encode}(compute4(t));"
+        );
     }
     let mut s = String::from("let stride = nwg.x * nwg.y * 256u;\n    ");
     for u in 0..quads {
@@ -447,12 +515,12 @@ fn vec4_main(quads: usize) -> String {
         s.push_str(&format!("        let r{u} = compute4(q{u});\n"));
     }
     for u in 0..quads {
-        s.push_str(&format!("        b1[o + q{u}] = r{u};\n"));
+        s.push_str(&format!("        b1[o + q{u}] = {encode}(r{u});\n"));
     }
     s.push_str("        return;\n    }\n");
     for u in 0..quads {
         s.push_str(&format!(
-            "    if q{u} < P.count {{\n        b1[o + q{u}] = compute4(q{u});\n    }}\n"
+            "    if q{u} < P.count {{\n        b1[o + q{u}] = {encode}(compute4(q{u}));\n    }}\n"
         ));
     }
     s

@@ -4,8 +4,11 @@
 //! The tile shape is a [`MatmulTiling`], chosen per adapter and problem: the backend's large
 //! tiling (from the adapter kind and limits, replaced by [`WgpuBackend::tune_matmul`] or the
 //! `CARTAGE_WGPU_MATMUL_TILE=BMxBNxBK/TMxTN` override) when the problem has enough tiles to fill
-//! the device, smaller ones otherwise. f16/bf16 operands are decoded to f32, accumulated in f32
-//! into scratch memory, and rounded once by a cast kernel. f64 uses the same kernel in f64.
+//! the device, smaller ones otherwise. f16/bf16 operands are read four at a time, decoded to
+//! f32, accumulated in f32 into scratch memory, and rounded once by a cast kernel; f16 products
+//! run on cooperative matrices instead where the adapter has them (`matmul_coop`). f64 uses the
+//! same kernel in f64. The WGSL is `shaders/matmul.wgsl` filled with the pieces of
+//! `shaders/matmul_parts.wgsl` (checked: a placeholder left unfilled is an error).
 
 use std::fmt;
 use std::time::Duration;
@@ -16,10 +19,11 @@ use cartage_core::{Backend, DType, Error, Kernel, Layout, Result, TensorArg};
 use crate::backend::WgpuBackend;
 use crate::bindings::{Window, bind_operand};
 use crate::encoder::ParamBlock;
-use crate::ops::elementwise;
+use crate::ops::{elementwise, matmul_coop};
 use crate::wgsl;
 
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
+const MATMUL_PARTS: &str = include_str!("../../shaders/matmul_parts.wgsl");
 
 /// A matmul tile shape: BM × BN outputs per workgroup, BK of K per step, TM × TN per invocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -166,223 +170,162 @@ struct Plan {
     b: Mode,
     c_vec4: bool,
     t: &'static str,
+    /// f16 operands read through the adapter's `f16` type (SHADER_F16).
+    native_f16: bool,
 }
 
-fn source(plan: &Plan, in_dtype: DType) -> String {
+/// For four-at-a-time reads of `dtype`: the binding's element type and the WGSL expression
+/// turning one element `w` of it into `vec4<t>`.
+fn quad(dtype: DType, t: &str, native_f16: bool) -> (String, &'static str) {
+    match dtype {
+        DType::F16 if native_f16 => ("vec4<f16>".into(), "vec4<f32>(w)"),
+        DType::F16 => ("vec2<u32>".into(), "unpack4_f16(w)"),
+        DType::BF16 => ("vec2<u32>".into(), "unpack4_bf16(w)"),
+        _ => (format!("vec4<{t}>"), "w"),
+    }
+}
+
+/// The pieces of the matmul kernel (`shaders/matmul_parts.wgsl`).
+fn pieces() -> &'static wgsl::Pieces {
+    static PIECES: std::sync::OnceLock<wgsl::Pieces> = std::sync::OnceLock::new();
+    PIECES.get_or_init(|| wgsl::Pieces::parse("shaders/matmul_parts.wgsl", MATMUL_PARTS))
+}
+
+/// How one operand is fetched and deposited: its register type, loads per invocation, and the
+/// two code pieces.
+struct Operand {
+    register: String,
+    loads: u32,
+    fetch: String,
+    deposit: String,
+}
+
+/// The fetch and deposit code of operand `side` (`a` or `b`), read in `mode`.
+fn operand(
+    plan: &Plan,
+    in_dtype: DType,
+    side: &str,
+    mode: Mode,
+    bindings: &mut String,
+    accessors: &mut String,
+) -> Result<Operand> {
     let t = plan.t;
     let tl = plan.tiling;
     let threads = tl.threads();
+    let (slot, extent) = if side == "a" { (1, tl.bm) } else { (2, tl.bn) };
+    let p = pieces();
+    if mode == Mode::Vec4 {
+        let (stored, unpack) = quad(in_dtype, t, plan.native_f16);
+        bindings.push_str(&wgsl::binding(slot, &format!("{side}4"), &stored));
+        return Ok(Operand {
+            register: format!("vec4<{t}>"),
+            loads: extent * tl.bk / 4 / threads,
+            fetch: p.fill(&format!("fetch_{side}_vec4"), &[("UNPACK", unpack), ("T", t)])?,
+            deposit: p.fill(&format!("deposit_{side}_vec4"), &[])?,
+        });
+    }
+    bindings.push_str(&wgsl::binding(slot, &format!("{side}1"), wgsl::storage_type(in_dtype)));
+    accessors.push_str(&wgsl::load_fn(&format!("ld{side}"), &format!("{side}1"), in_dtype));
+    let order = if mode == Mode::ScalarInnerFast {
+        "inner"
+    } else {
+        "outer"
+    };
+    let index = p.fill(&format!("index_{side}_{order}_fast"), &[])?;
+    // `f32(x)` of an f32 is the identity; loads of f16/bf16 already return f32.
+    let conv = if t == "f64" { "" } else { "f32" };
+    Ok(Operand {
+        register: t.to_string(),
+        loads: extent * tl.bk / threads,
+        fetch: p.fill(
+            &format!("fetch_{side}_scalar"),
+            &[("INDEX", &index), ("CONV", conv), ("T", t)],
+        )?,
+        deposit: p.fill(&format!("deposit_{side}_scalar"), &[("INDEX", &index)])?,
+    })
+}
+
+fn source(plan: &Plan, in_dtype: DType) -> Result<String> {
+    let t = plan.t;
+    let tl = plan.tiling;
+    let threads = tl.threads();
+    let p = pieces();
     let mut bindings = String::new();
     let mut accessors = String::new();
-    let (ra, la, fetch_a, deposit_a) = match plan.a {
-        Mode::Vec4 => {
-            bindings.push_str(&wgsl::binding(1, "a4", &format!("vec4<{t}>")));
-            (
-                format!("vec4<{t}>"),
-                tl.bm * tl.bk / 4 / threads,
-                format!(
-                    "for (var s = 0u; s < LA; s = s + 1u) {{
-        let v = lid + s * THREADS;
-        let m = v / (BK / 4u);
-        let kq = v % (BK / 4u);
-        let row = row0 + m;
-        let kk = k0 + kq * 4u;
-        if row < P.m && kk < P.k {{
-            ra[s] = a4[(a_base + row * P.a_sm + kk) >> 2u];
-        }} else {{
-            ra[s] = vec4<{t}>();
-        }}
-    }}"
-                ),
-                "for (var s = 0u; s < LA; s = s + 1u) {
-        let v = lid + s * THREADS;
-        let m = v / (BK / 4u);
-        let kq = v % (BK / 4u);
-        for (var c = 0u; c < 4u; c = c + 1u) {
-            As[(kq * 4u + c) * (BM / 4u) + m / 4u][m % 4u] = ra[s][c];
-        }
-    }"
-                .to_string(),
-            )
-        }
-        mode => {
-            bindings.push_str(&wgsl::binding(1, "a1", wgsl::storage_type(in_dtype)));
-            accessors.push_str(&wgsl::load_fn("lda", "a1", in_dtype));
-            let index = if mode == Mode::ScalarInnerFast {
-                "let m = v / BK;\n        let k = v % BK;"
-            } else {
-                "let m = v % BM;\n        let k = v / BM;"
-            };
-            let conv = if t == "f64" { "" } else { "f32" };
-            (
-                t.to_string(),
-                tl.bm * tl.bk / threads,
-                format!(
-                    "for (var s = 0u; s < LA; s = s + 1u) {{
-        let v = lid + s * THREADS;
-        {index}
-        let row = row0 + m;
-        let kk = k0 + k;
-        if row < P.m && kk < P.k {{
-            ra[s] = {conv}(lda(a_base + row * P.a_sm + kk * P.a_sk));
-        }} else {{
-            ra[s] = {t}();
-        }}
-    }}"
-                ),
-                format!(
-                    "for (var s = 0u; s < LA; s = s + 1u) {{
-        let v = lid + s * THREADS;
-        {index}
-        As[k * (BM / 4u) + m / 4u][m % 4u] = ra[s];
-    }}"
-                ),
-            )
-        }
-    };
-    let (rb, lb, fetch_b, deposit_b) = match plan.b {
-        Mode::Vec4 => {
-            bindings.push_str(&wgsl::binding(2, "b4", &format!("vec4<{t}>")));
-            (
-                format!("vec4<{t}>"),
-                tl.bn * tl.bk / 4 / threads,
-                format!(
-                    "for (var s = 0u; s < LB; s = s + 1u) {{
-        let v = lid + s * THREADS;
-        let k = v / (BN / 4u);
-        let nq = v % (BN / 4u);
-        let col = col0 + nq * 4u;
-        let kk = k0 + k;
-        if kk < P.k && col < P.n {{
-            rb[s] = b4[(b_base + kk * P.b_sk + col) >> 2u];
-        }} else {{
-            rb[s] = vec4<{t}>();
-        }}
-    }}"
-                ),
-                "for (var s = 0u; s < LB; s = s + 1u) {
-        let v = lid + s * THREADS;
-        Bs[(v / (BN / 4u)) * (BN / 4u) + v % (BN / 4u)] = rb[s];
-    }"
-                .to_string(),
-            )
-        }
-        mode => {
-            bindings.push_str(&wgsl::binding(2, "b1", wgsl::storage_type(in_dtype)));
-            accessors.push_str(&wgsl::load_fn("ldb", "b1", in_dtype));
-            let index = if mode == Mode::ScalarInnerFast {
-                "let k = v / BN;\n        let n = v % BN;"
-            } else {
-                "let k = v % BK;\n        let n = v / BK;"
-            };
-            let conv = if t == "f64" { "" } else { "f32" };
-            (
-                t.to_string(),
-                tl.bn * tl.bk / threads,
-                format!(
-                    "for (var s = 0u; s < LB; s = s + 1u) {{
-        let v = lid + s * THREADS;
-        {index}
-        let col = col0 + n;
-        let kk = k0 + k;
-        if kk < P.k && col < P.n {{
-            rb[s] = {conv}(ldb(b_base + kk * P.b_sk + col * P.b_sn));
-        }} else {{
-            rb[s] = {t}();
-        }}
-    }}"
-                ),
-                format!(
-                    "for (var s = 0u; s < LB; s = s + 1u) {{
-        let v = lid + s * THREADS;
-        {index}
-        Bs[k * (BN / 4u) + n / 4u][n % 4u] = rb[s];
-    }}"
-                ),
-            )
-        }
-    };
+    let a = operand(plan, in_dtype, "a", plan.a, &mut bindings, &mut accessors)?;
+    let b = operand(plan, in_dtype, "b", plan.b, &mut bindings, &mut accessors)?;
     let store = if plan.c_vec4 {
         bindings.push_str(&wgsl::binding(3, "c4", &format!("vec4<{t}>")));
-        "if c < P.n {
-            c4[(c_base + r * P.c_sm + c) >> 2u] = v;
-        }"
-        .to_string()
+        p.fill("store_vec4", &[])?
     } else {
         bindings.push_str(&wgsl::binding(3, "c1", t));
-        "for (var q = 0u; q < 4u; q = q + 1u) {
-            if c + q < P.n {
-                c1[c_base + r * P.c_sm + c + q] = v[q];
-            }
-        }"
-        .to_string()
+        p.fill("store_scalar", &[])?
     };
+    // The register block, unrolled: one vec4 accumulator per four columns of each row.
     let (row_groups, col_groups) = (tl.tm / 4, tl.tn / 4);
+    let num = |v: u32| v.to_string();
+    let lanes = ["x", "y", "z", "w"];
     let mut acc_decl = String::new();
     let mut inner = String::new();
     let mut store_all = String::new();
     for i in 0..tl.tm {
         for j in 0..col_groups {
-            acc_decl.push_str(&format!("var acc_{i}_{j} = vec4<{t}>();\n    "));
+            acc_decl.push_str(&p.fill("acc_decl", &[("I", &num(i)), ("J", &num(j)), ("T", t)])?);
+            acc_decl.push_str("\n    ");
         }
     }
     for g in 0..row_groups {
-        inner.push_str(&format!(
-            "let a{g} = As[kk * (BM / 4u) + {g}u * WY + ty];\n            "
-        ));
+        inner.push_str(&p.fill("load_a", &[("G", &num(g))])?);
+        inner.push_str("\n            ");
     }
     for j in 0..col_groups {
-        inner.push_str(&format!(
-            "let b{j} = Bs[kk * (BN / 4u) + {j}u * WX + tx];\n            "
-        ));
+        inner.push_str(&p.fill("load_b", &[("J", &num(j))])?);
+        inner.push_str("\n            ");
     }
-    let lanes = ["x", "y", "z", "w"];
     for i in 0..tl.tm {
-        inner.push_str(&format!(
-            "let s{i} = vec4<{t}>(a{}.{});\n            ",
-            i / 4,
-            lanes[(i % 4) as usize]
-        ));
+        let lane = lanes[(i % 4) as usize];
+        inner.push_str(&p.fill("splat", &[("I", &num(i)), ("T", t), ("G", &num(i / 4)), ("LANE", lane)])?);
+        inner.push_str("\n            ");
         for j in 0..col_groups {
-            inner.push_str(&format!("acc_{i}_{j} = fma(s{i}, b{j}, acc_{i}_{j});\n            "));
+            inner.push_str(&p.fill("fma", &[("I", &num(i)), ("J", &num(j))])?);
+            inner.push_str("\n            ");
         }
     }
     for i in 0..tl.tm {
-        store_all.push_str(&format!(
-            "if row0 + {}u * (WY * 4u) + ty * 4u + {}u < P.m {{\n        let r = row0 + {}u * (WY * 4u) + ty * 4u + {}u;\n",
-            i / 4,
-            i % 4,
-            i / 4,
-            i % 4
-        ));
+        store_all.push_str(&p.fill("store_row_open", &[("G", &num(i / 4)), ("Q", &num(i % 4))])?);
+        store_all.push('\n');
         for j in 0..col_groups {
-            store_all.push_str(&format!(
-                "        {{\n        let c = col0 + {j}u * (WX * 4u) + tx * 4u;\n        let v = acc_{i}_{j};\n        {store}\n        }}\n"
-            ));
+            store_all.push_str(&p.fill("store_block", &[("I", &num(i)), ("J", &num(j)), ("STORE", &store)])?);
+            store_all.push('\n');
         }
-        store_all.push_str("    }\n    ");
+        store_all.push_str(&p.fill("store_row_close", &[])?);
+        store_all.push_str("\n    ");
     }
-    // `f32(x)` of an f32 is the identity; loads of f16/bf16 already return f32.
-    let fetch = format!("{fetch_a}\n    {fetch_b}");
-    let deposit = format!("{deposit_a}\n    {deposit_b}");
-    let n = |v: u32| v.to_string();
-    wgsl::fill(
+    let fetch = format!("{}\n    {}", a.fetch, b.fetch);
+    let deposit = format!("{}\n    {}", a.deposit, b.deposit);
+    let enable = if plan.native_f16 && (plan.a == Mode::Vec4 || plan.b == Mode::Vec4) {
+        "enable f16;"
+    } else {
+        ""
+    };
+    wgsl::fill_checked(
         MATMUL,
         &[
+            ("ENABLE", enable),
             ("PRELUDE", &wgsl::prelude(t == "f64")),
             ("BINDINGS", &bindings),
             ("ACCESSORS", &accessors),
-            ("BM", &n(tl.bm)),
-            ("BN", &n(tl.bn)),
-            ("BK", &n(tl.bk)),
-            ("TM", &n(tl.tm)),
-            ("TN", &n(tl.tn)),
-            ("LA", &n(la.max(1))),
-            ("LB", &n(lb.max(1))),
-            ("THREADS", &n(threads)),
+            ("BM", &num(tl.bm)),
+            ("BN", &num(tl.bn)),
+            ("BK", &num(tl.bk)),
+            ("TM", &num(tl.tm)),
+            ("TN", &num(tl.tn)),
+            ("LA", &num(a.loads.max(1))),
+            ("LB", &num(b.loads.max(1))),
+            ("THREADS", &num(threads)),
             ("T", t),
-            ("RA", &ra),
-            ("RB", &rb),
+            ("RA", &a.register),
+            ("RB", &b.register),
             ("FETCH", &fetch),
             ("DEPOSIT", &deposit),
             ("ACC_DECL", &acc_decl),
@@ -390,6 +333,11 @@ fn source(plan: &Plan, in_dtype: DType) -> String {
             ("STORE_ALL", &store_all),
         ],
     )
+    .map_err(|e| Error::Driver {
+        device: cartage_core::Device::cpu(),
+        op: "wgsl template",
+        message: format!("shaders/matmul.wgsl: {e}"),
+    })
 }
 
 /// The tiling for a problem of `tiles(t)` workgroups under the large tiling `large`.
@@ -448,8 +396,19 @@ pub(crate) fn matmul_with(
             layout: Layout::contiguous(&[batch, m, n])?,
             dtype: DType::F32,
         };
-        let result =
-            matmul_core(backend, lhs, rhs, &staged, large).and_then(|()| elementwise::cast(backend, &staged, out));
+        let product = match backend.ctx.coop_f16_subgroup {
+            Some(subgroup) if dtype == DType::F16 && backend.cooperative_matrices() => {
+                matmul_coop::matmul(backend, lhs, rhs, &staged, subgroup).and_then(|done| {
+                    if done {
+                        Ok(())
+                    } else {
+                        matmul_core(backend, lhs, rhs, &staged, large)
+                    }
+                })
+            }
+            _ => matmul_core(backend, lhs, rhs, &staged, large),
+        };
+        let result = product.and_then(|()| elementwise::cast(backend, &staged, out));
         backend.free(scratch);
         return result;
     }
@@ -469,7 +428,9 @@ fn matmul_core(
     let a = bind_operand(&backend.ctx, &backend.table, lhs, "matmul", None)?;
     let b = bind_operand(&backend.ctx, &backend.table, rhs, "matmul", None)?;
     let c = bind_operand(&backend.ctx, &backend.table, out, "matmul", None)?;
-    let wide = matches!(lhs.dtype, DType::F32 | DType::F64);
+    // Every float dtype has a four-at-a-time read (f16 and bf16 unpacked to f32).
+    let wide = matches!(lhs.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+    let native_f16 = lhs.dtype == DType::F16 && backend.native_f16();
     let t = if lhs.dtype == DType::F64 { "f64" } else { "f32" };
     let bytes = if t == "f64" { 8 } else { 4 };
     let a_mode = if wide && ls[2] == 1 && k % 4 == 0 && a.element_offset % 4 == 0 && ls[1] % 4 == 0 && ls[0] % 4 == 0 {
@@ -495,17 +456,19 @@ fn matmul_core(
         b: b_mode,
         c_vec4,
         t,
+        native_f16,
     };
     let key = format!(
-        "matmul:{}|{tiling}|{}{}{}",
+        "matmul:{}{}|{tiling}|{}{}{}",
         lhs.dtype,
+        if native_f16 { "n" } else { "" },
         tag(a_mode),
         tag(b_mode),
         if c_vec4 { "v" } else { "s" }
     );
     let pipeline = backend
         .pipelines
-        .get(&backend.ctx, &key, 3, || source(&plan, lhs.dtype))?;
+        .try_get(&backend.ctx, &key, 3, || source(&plan, lhs.dtype))?;
     let windows: [Window; 3] = [a.window, b.window, c.window];
     let max_dim = backend.ctx.limits.max_compute_workgroups_per_dimension as usize;
     let (gx, gy) = (n.div_ceil(tiling.bn as usize), m.div_ceil(tiling.bm as usize));
@@ -646,5 +609,48 @@ impl WgpuBackend {
         self.check_supported(&kernel)?;
         kernel.validate()?;
         matmul_with(self, lhs, rhs, out, Some(tiling))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_variant_fills_its_templates() {
+        let modes = [Mode::Vec4, Mode::ScalarOuterFast, Mode::ScalarInnerFast];
+        let mut tilings = MatmulTiling::CANDIDATES.to_vec();
+        tilings.push(MatmulTiling::SMALL);
+        let mut rendered = 0;
+        for tiling in tilings {
+            for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+                for (a, b) in modes.iter().flat_map(|&a| modes.iter().map(move |&b| (a, b))) {
+                    for (c_vec4, native_f16) in [(true, true), (false, false)] {
+                        let plan = Plan {
+                            tiling,
+                            a,
+                            b,
+                            c_vec4,
+                            t: if dtype == DType::F64 { "f64" } else { "f32" },
+                            native_f16: native_f16 && dtype == DType::F16,
+                        };
+                        let text = source(&plan, dtype).unwrap();
+                        assert!(!text.contains("{{"), "{tiling} {dtype:?} {a:?} {b:?}");
+                        assert_eq!(
+                            text.contains("enable f16;"),
+                            plan.native_f16 && (a == Mode::Vec4 || b == Mode::Vec4)
+                        );
+                        rendered += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(rendered, 11 * 4 * 9 * 2);
+        for prefetch in [true, false] {
+            let coop = matmul_coop::source(32, prefetch).unwrap();
+            assert!(!coop.contains("{{") && coop.contains("@workgroup_size(32)"));
+            assert_eq!(coop.matches("coopMultiplyAdd").count(), 16);
+            assert_eq!(coop.contains("let na0"), prefetch);
+        }
     }
 }

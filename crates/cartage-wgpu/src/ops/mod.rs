@@ -6,6 +6,7 @@ pub(crate) mod geometry;
 pub(crate) mod index;
 pub(crate) mod map;
 pub(crate) mod matmul;
+pub(crate) mod matmul_coop;
 pub(crate) mod norm;
 pub(crate) mod patch;
 pub(crate) mod random;

@@ -1,0 +1,304 @@
+//! Pinned host memory on wgpu: a [`PinnedBuffer`] is a host-visible wgpu buffer that stays
+//! mapped while the caller reads and writes it in place, and is unmapped only for the length
+//! of a device copy into or out of it (no extra host copy either way).
+//!
+//! One buffer serves both directions, so it is `MAP_READ | COPY_SRC | COPY_DST` (the adapter
+//! feature `MAPPABLE_PRIMARY_BUFFERS` allows the combination). wgpu places `MAP_READ` buffers
+//! in host memory the CPU caches, which the device reads and writes over the bus like CUDA's
+//! page-locked memory; a `MAP_WRITE` buffer would be write-combined memory, often on the
+//! device itself, and slow for the CPU to read back from. The mapping is persistent on Vulkan
+//! and Metal (the driver maps the memory once, at allocation), so the address a buffer hands
+//! out stays valid across its unmap/map cycles; other wgpu backends get no pinned memory, and
+//! every remap checks that the address did not move.
+//!
+//! A copy: wait for the previous copy on the buffer, unmap it, record the copy in the shared
+//! recorder (after the work recorded before it), submit, and ask for the mapping back. The
+//! copy is complete when the mapping is: [`MappedCopy`] is its [`CopyCompletion`].
+
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use cartage_core::pinned::host_oom;
+use cartage_core::raw::SegmentError;
+use cartage_core::{CopyCompletion, DType, Error, PinnedBuffer, Result};
+
+use crate::backend::WgpuBackend;
+use crate::context::GpuContext;
+
+/// Usages of a pinned buffer: mapped for the host, copied both ways by the device.
+const PINNED_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::MAP_READ
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+/// Which way a copy moves bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Pinned host buffer → device memory.
+    Upload,
+    /// Device memory → pinned host buffer.
+    Download,
+}
+
+/// A live pinned buffer: its wgpu buffer and the last copy started on it.
+struct Entry {
+    buffer: wgpu::Buffer,
+    len: usize,
+    pending: Option<Arc<MappedCopy>>,
+}
+
+/// The pinned buffers of one device, by the address of their first byte.
+#[derive(Default)]
+pub(crate) struct PinnedBuffers {
+    live: Arc<Mutex<HashMap<usize, Entry>>>,
+}
+
+/// Why pinned memory is unavailable on `ctx`'s adapter, or `None` when it is available.
+pub(crate) fn unavailable(ctx: &GpuContext) -> Option<&'static str> {
+    if !matches!(ctx.info.backend, wgpu::Backend::Vulkan | wgpu::Backend::Metal) {
+        return Some(
+            "pinned memory is a persistently mapped wgpu buffer, which only the Vulkan and Metal backends keep at one address; use alloc_staging() (ordinary memory here)",
+        );
+    }
+    if !ctx.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
+        return Some(
+            "the adapter lacks the wgpu feature MAPPABLE_PRIMARY_BUFFERS, which a mapped buffer copied both ways needs; use alloc_staging() (ordinary memory here)",
+        );
+    }
+    None
+}
+
+impl PinnedBuffers {
+    /// A mapped host buffer of `bytes` bytes, zeroed.
+    pub fn alloc(&self, ctx: &Arc<GpuContext>, bytes: usize) -> Result<PinnedBuffer> {
+        if let Some(reason) = unavailable(ctx) {
+            return Err(Error::unsupported(
+                "alloc_pinned",
+                DType::U8,
+                ctx.cartage_device,
+                reason,
+            ));
+        }
+        // Map ranges must be non-empty multiples of 4 bytes.
+        let size = (bytes.max(1) as u64).div_ceil(4) * 4;
+        let buffer = ctx
+            .create_buffer("cartage pinned host buffer", size, PINNED_USAGE)
+            .map_err(|e| match e {
+                SegmentError::OutOfMemory => host_oom(
+                    bytes,
+                    "the wgpu adapter has no host-visible memory for a mapped buffer of this size",
+                ),
+                SegmentError::Failed(e) => e,
+            })?;
+        let (sender, receiver) = std::sync::mpsc::channel();
+        buffer.map_async(wgpu::MapMode::Read, .., move |result| {
+            let _ = sender.send(result);
+        });
+        ctx.wait_for(None, "alloc_pinned")?;
+        receiver
+            .recv()
+            .map_err(|_| driver(ctx, "alloc_pinned", "the map callback never ran"))?
+            .map_err(|e| driver(ctx, "alloc_pinned", &format!("mapping the host buffer failed: {e}")))?;
+        let address = mapped_address(ctx, &buffer, "alloc_pinned")?;
+        let ptr = NonNull::new(address as *mut u8)
+            .ok_or_else(|| driver(ctx, "alloc_pinned", "the mapped range has a null address"))?;
+        let entry = Entry {
+            buffer,
+            len: bytes,
+            pending: None,
+        };
+        lock(&self.live).insert(address, entry);
+        let live = Arc::clone(&self.live);
+        let release = Box::new(move |ptr: NonNull<u8>, _len: usize| {
+            // The buffer waited for the copy it tracks before releasing, and every copy on it is
+            // tracked: dropping the wgpu buffer here frees memory no copy uses any more.
+            if lock(&live).remove(&(ptr.as_ptr() as usize)).is_none() {
+                tracing::error!("release of an unknown wgpu pinned buffer (ignored)");
+            }
+        });
+        // SAFETY: `ptr` is the start of the buffer's mapped range of `size >= bytes` bytes, valid
+        // for reads and writes (host-visible, coherent memory, mapped for the buffer's life on the
+        // Vulkan and Metal backends, the only ones admitted above) and zeroed by wgpu when first
+        // mapped. It is aliased only by the device copies this module starts, each tracked by the
+        // buffer. The wgpu buffer lives in `live` until `release` removes it, once, at drop.
+        Ok(unsafe { PinnedBuffer::from_raw(ptr, bytes, ctx.cartage_device, release) })
+    }
+
+    /// Start copying `len` bytes between the pinned buffer starting at `host` and
+    /// `device[device_offset..]`, in the direction `direction`. `len` and `device_offset` are
+    /// multiples of 4.
+    pub fn start(
+        &self,
+        backend: &WgpuBackend,
+        host: *const u8,
+        direction: Direction,
+        device: &wgpu::Buffer,
+        device_offset: u64,
+        len: usize,
+    ) -> Result<Arc<MappedCopy>> {
+        let ctx = &backend.ctx;
+        let op = match direction {
+            Direction::Upload => "write_async",
+            Direction::Download => "read_async",
+        };
+        let address = host as usize;
+        // A copy still running on the buffer (its handle forgotten, or a second upload from the
+        // same buffer on another thread) finishes before the buffer is unmapped again.
+        let mut live = loop {
+            let live = lock(&self.live);
+            let Some(entry) = live.get(&address) else {
+                return Err(Error::invalid(
+                    op,
+                    format!(
+                        "the pinned buffer at {address:#x} was not allocated by {}; allocate it with alloc_pinned on this device",
+                        ctx.cartage_device
+                    ),
+                ));
+            };
+            if len > entry.len {
+                return Err(Error::invalid(
+                    op,
+                    format!("the copy moves {len} bytes but the pinned buffer holds {}", entry.len),
+                ));
+            }
+            match entry.pending.as_ref().map(|p| (p.settle(), p)) {
+                Some((None, pending)) => {
+                    let pending = Arc::clone(pending);
+                    drop(live);
+                    pending.wait()?;
+                }
+                Some((Some(Err(message)), _)) => {
+                    return Err(driver(
+                        ctx,
+                        op,
+                        &format!("an earlier copy on this pinned buffer failed ({message}); allocate a new one"),
+                    ));
+                }
+                Some((Some(Ok(())), _)) | None => break live,
+            }
+        };
+        let entry = live
+            .get_mut(&address)
+            .ok_or_else(|| Error::invalid(op, "the pinned buffer was released during the copy"))?;
+        entry.buffer.unmap();
+        let submission = {
+            let mut recorder = backend.lock_recorder();
+            match direction {
+                Direction::Upload => recorder.copy(ctx, &entry.buffer, 0, device, device_offset, len as u64),
+                Direction::Download => recorder.copy(ctx, device, device_offset, &entry.buffer, 0, len as u64),
+            }
+            recorder.submit(ctx)
+        };
+        let state: Arc<Mutex<MapState>> = Arc::new(Mutex::new(MapState::Waiting));
+        let sink = Arc::clone(&state);
+        entry.buffer.map_async(wgpu::MapMode::Read, .., move |result| {
+            *lock(&sink) = match result {
+                Ok(()) => MapState::Mapped,
+                Err(e) => MapState::Done(Err(format!("mapping the pinned buffer back failed: {e}"))),
+            };
+        });
+        let copy = Arc::new(MappedCopy {
+            ctx: Arc::clone(ctx),
+            buffer: entry.buffer.clone(),
+            address,
+            op,
+            submission,
+            state,
+        });
+        entry.pending = Some(Arc::clone(&copy));
+        Ok(copy)
+    }
+}
+
+/// The state of a pinned buffer's mapping after a copy.
+enum MapState {
+    /// The copy (and the remap after it) is still running.
+    Waiting,
+    /// Mapped again; the address is not checked yet.
+    Mapped,
+    /// Finished: mapped at the buffer's address, or why not.
+    Done(std::result::Result<(), String>),
+}
+
+/// The completion of a copy into or out of a pinned buffer: the buffer mapped again, at the
+/// address the [`PinnedBuffer`] holds.
+pub(crate) struct MappedCopy {
+    ctx: Arc<GpuContext>,
+    buffer: wgpu::Buffer,
+    address: usize,
+    op: &'static str,
+    submission: Option<wgpu::SubmissionIndex>,
+    state: Arc<Mutex<MapState>>,
+}
+
+impl MappedCopy {
+    /// Turn `Mapped` into `Done`, checking that the mapping kept its address; the final result,
+    /// or `None` while the copy is running.
+    fn settle(&self) -> Option<std::result::Result<(), String>> {
+        let mut state = lock(&self.state);
+        match &*state {
+            MapState::Waiting => None,
+            MapState::Done(result) => Some(result.clone()),
+            MapState::Mapped => {
+                let result = match mapped_address(&self.ctx, &self.buffer, self.op) {
+                    Ok(address) if address == self.address => Ok(()),
+                    Ok(address) => Err(format!(
+                        "the pinned buffer was mapped back at {address:#x}, not at {:#x}",
+                        self.address
+                    )),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(e) = &result {
+                    tracing::error!(device = %self.ctx.cartage_device, error = %e, "pinned buffer remap failed");
+                }
+                *state = MapState::Done(result.clone());
+                Some(result)
+            }
+        }
+    }
+}
+
+impl CopyCompletion for MappedCopy {
+    fn wait(&self) -> Result<()> {
+        if self.settle().is_none() {
+            // Map callbacks run inside the poll; the state lock is not held here.
+            self.ctx.wait_for(self.submission.clone(), self.op)?;
+        }
+        if self.settle().is_none() {
+            self.ctx.wait_for(None, self.op)?;
+        }
+        match self.settle() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(message)) => Err(driver(&self.ctx, self.op, &message)),
+            None => Err(driver(&self.ctx, self.op, "the copy's buffer was never mapped back")),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        if self.settle().is_some() {
+            return true;
+        }
+        let _ = self.ctx.device.poll(wgpu::PollType::Poll);
+        self.settle().is_some()
+    }
+}
+
+/// The address of `buffer`'s mapped range (the buffer is mapped for reading).
+fn mapped_address(ctx: &GpuContext, buffer: &wgpu::Buffer, op: &'static str) -> Result<usize> {
+    let view = buffer
+        .get_mapped_range(..)
+        .map_err(|e| driver(ctx, op, &format!("the mapped range is not readable: {e}")))?;
+    Ok(view.as_ptr() as usize)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn driver(ctx: &GpuContext, op: &'static str, message: &str) -> Error {
+    Error::Driver {
+        device: ctx.cartage_device,
+        op,
+        message: message.to_string(),
+    }
+}
