@@ -2,8 +2,8 @@
 //! with the speed the issue asks for.
 
 use super::{Block, Table, rate, ratio, time_cell};
-use crate::bench::cases::{Case, Section};
-use crate::bench::report::Report;
+use crate::bench::cases::{Case, ModelOp, Section};
+use crate::bench::report::{Report, Row};
 
 pub(super) fn build(report: &Report) -> Vec<Block> {
     let mut blocks = vec![Block::Paragraph(
@@ -33,32 +33,37 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
     ]);
     for r in rows {
         let Case::Model(op) = &r.params else { continue };
-        let speed = r.reference.as_ref().map(|x| x.median / r.median);
-        let target = op.target();
-        let verdict = match (speed, target) {
-            (Some(s), Some(t)) if s >= t => format!("≥ {t:.1}× ✓"),
-            (Some(_), Some(t)) => format!("≥ {t:.1}× ✗"),
-            (None, Some(t)) => format!("≥ {t:.1}×"),
-            (_, None) => "–".into(),
-        };
-        table.push(vec![
-            format!("`{}`", r.device),
-            r.case.clone(),
-            r.dtype.clone(),
-            op.shape(),
-            time_cell(r),
-            match (r.rate, &r.rate_unit) {
-                (Some(v), Some(unit)) => rate(v, unit),
-                _ => "–".into(),
-            },
-            r.reference
-                .as_ref()
-                .map(|x| x.library.clone())
-                .unwrap_or_else(|| "–".into()),
-            speed.map(ratio).unwrap_or_else(|| "–".into()),
-            verdict,
-        ]);
+        table.push(model_cells(r, op));
     }
     blocks.push(Block::Table(table));
     blocks
+}
+
+/// The cells every model-op row shows: device, op, dtype, shape, time, rate, reference, speed and
+/// the target with its verdict.
+pub(super) fn model_cells(r: &Row, op: &ModelOp) -> Vec<String> {
+    let speed = r.reference.as_ref().map(|x| x.median / r.median);
+    let verdict = match (speed, op.target()) {
+        (Some(s), Some(t)) if s >= t => format!("≥ {t:.1}× ✓"),
+        (Some(_), Some(t)) => format!("≥ {t:.1}× ✗"),
+        (None, Some(t)) => format!("≥ {t:.1}×"),
+        (_, None) => "–".into(),
+    };
+    vec![
+        format!("`{}`", r.device),
+        r.case.clone(),
+        r.dtype.clone(),
+        op.shape(),
+        time_cell(r),
+        match (r.rate, &r.rate_unit) {
+            (Some(v), Some(unit)) => rate(v, unit),
+            _ => "–".into(),
+        },
+        r.reference
+            .as_ref()
+            .map(|x| x.library.clone())
+            .unwrap_or_else(|| "–".into()),
+        speed.map(ratio).unwrap_or_else(|| "–".into()),
+        verdict,
+    ]
 }

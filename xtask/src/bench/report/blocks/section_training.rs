@@ -2,7 +2,8 @@
 //! same step in PyTorch, and what backward holds: the activations the graph saved against the
 //! peak of memory during backward, for cartage and for PyTorch.
 
-use super::{Block, Table, rate, ratio, time_cell};
+use super::section_ops::model_cells;
+use super::{Block, Table};
 use crate::bench::cases::{Case, Section};
 use crate::bench::report::Report;
 
@@ -24,6 +25,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
     }
     let mut table = Table::new(&[
         "Device",
+        "Op",
         "dtype",
         "Model",
         "Time",
@@ -38,32 +40,13 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
     let bytes = |v: Option<&f64>| v.map_or("–".to_string(), |b| cartage::format_bytes(*b as u64));
     for r in rows {
         let Case::Model(op) = &r.params else { continue };
-        let speed = r.reference.as_ref().map(|x| x.median / r.median);
-        let verdict = match (speed, op.target()) {
-            (Some(s), Some(t)) if s >= t => format!("≥ {t:.1}× ✓"),
-            (Some(_), Some(t)) => format!("≥ {t:.1}× ✗"),
-            (None, Some(t)) => format!("≥ {t:.1}×"),
-            (_, None) => "–".into(),
-        };
-        table.push(vec![
-            format!("`{}`", r.device),
-            r.dtype.clone(),
-            op.shape(),
-            time_cell(r),
-            match (r.rate, &r.rate_unit) {
-                (Some(v), Some(unit)) => rate(v, unit),
-                _ => "–".into(),
-            },
-            r.reference
-                .as_ref()
-                .map(|x| x.library.clone())
-                .unwrap_or_else(|| "–".into()),
-            speed.map(ratio).unwrap_or_else(|| "–".into()),
-            verdict,
+        let mut cells = model_cells(r, op);
+        cells.extend([
             bytes(r.counters.get("activation_bytes")),
             bytes(r.counters.get("backward_peak_bytes")),
             bytes(r.reference.as_ref().and_then(|x| x.counters.get("backward_peak_bytes"))),
         ]);
+        table.push(cells);
     }
     blocks.push(Block::Table(table));
     blocks
