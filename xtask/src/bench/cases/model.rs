@@ -221,6 +221,15 @@ impl ModelOp {
         }
     }
 
+    /// The target on a device: the CPU's training step is held to 1.0× (its reference is
+    /// PyTorch's CPU or numpy), every other row to [`ModelOp::target`].
+    pub fn target_on(&self, device: &str) -> Option<f64> {
+        match self {
+            ModelOp::MlpStep { .. } if device == "cpu" => Some(1.0),
+            _ => self.target(),
+        }
+    }
+
     /// True when arithmetic, not memory, bounds the op (its rate is shown in GFLOP/s).
     pub fn compute_bound(&self) -> bool {
         matches!(

@@ -43,7 +43,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
 /// the target with its verdict.
 pub(super) fn model_cells(r: &Row, op: &ModelOp) -> Vec<String> {
     let speed = r.reference.as_ref().map(|x| x.median / r.median);
-    let verdict = match (speed, op.target()) {
+    let verdict = match (speed, op.target_on(&r.device)) {
         (Some(s), Some(t)) if s >= t => format!("≥ {t:.1}× ✓"),
         (Some(_), Some(t)) => format!("≥ {t:.1}× ✗"),
         (None, Some(t)) => format!("≥ {t:.1}×"),
