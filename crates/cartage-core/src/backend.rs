@@ -208,9 +208,10 @@ pub trait Backend: Send + Sync + 'static {
         Ok(self.allocator().empty_cache())
     }
 
-    /// Allocate page-locked host memory for asynchronous copies with this device. Devices whose
-    /// driver cannot lock memory (the CPU, wgpu) refuse with [`Error::Unsupported`]; use
-    /// [`Backend::alloc_staging`] for the best memory the device offers.
+    /// Allocate page-locked host memory for asynchronous copies with this device (on wgpu, a
+    /// buffer the driver keeps mapped, where the API allows it). Devices that have none (the
+    /// CPU) refuse with [`Error::Unsupported`]; use [`Backend::alloc_staging`] for the best
+    /// memory the device offers.
     fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
         let _ = bytes;
         Err(Error::unsupported(

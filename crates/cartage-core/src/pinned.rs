@@ -252,8 +252,9 @@ impl Drop for PinnedBuffer {
     }
 }
 
-/// Ordinary (pageable) host memory used for staging where a device cannot page-lock memory
-/// (the CPU, wgpu). Copies from it are correct but not overlapped at bus speed.
+/// Ordinary (pageable) host memory used for staging where a device offers nothing better (the
+/// CPU; wgpu on an API that cannot keep a buffer mapped). Copies from it are correct but not
+/// overlapped at bus speed.
 ///
 /// ```
 /// use cartage_core::PageableBuffer;

@@ -58,8 +58,9 @@ pub fn set_matmul_precision(device: &Device, precision: MatmulPrecision) -> Resu
 
 /// Allocate `bytes` of pinned (page-locked) host memory for asynchronous copies with `device`.
 /// Pinned memory cannot be swapped out: it is counted by [`crate::pinned_bytes_in_use`].
-/// A device whose driver cannot lock memory (the CPU, wgpu) refuses with
-/// [`crate::Error::Unsupported`]; [`alloc_staging`] gives the best memory any device offers.
+/// On wgpu it is a buffer the driver keeps mapped (Vulkan and Metal). A device with no such
+/// memory (the CPU) refuses with [`crate::Error::Unsupported`]; [`alloc_staging`] gives the best
+/// memory any device offers.
 pub fn alloc_pinned(device: &Device, bytes: usize) -> Result<PinnedBuffer> {
     backend(device)?.alloc_pinned(bytes)
 }
