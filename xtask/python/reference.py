@@ -265,6 +265,8 @@ def torch_model(case, gen, timer, cfg, device):
         return measure(timer, lambda: F.conv2d(x, w, None, 1, case["padding"]), cfg)
     if op == "mlp_step":
         return torch_mlp_step(case, gen, timer, cfg, device)
+    if op == "mlp_train":
+        return torch_mlp_train(case, gen, timer, cfg, device)
     if op == "sdpa":
         shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
         q, k, v = gen(*shape), gen(*shape), gen(*shape)
@@ -307,6 +309,40 @@ def torch_mlp_step(case, gen, timer, cfg, device):
         counters["backward_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
         for w in weights:
             w.grad = None
+    return median, p10, p90, counters
+
+
+def torch_mlp_train(case, gen, timer, cfg, device):
+    """A whole training step: Linear/ReLU layers and a 10-class head, cross-entropy, backward,
+    AdamW, gradients set to None; under bf16 autocast when asked. Returns the timing and, on
+    CUDA, the peak of allocated memory during one step above its level before the step."""
+    width, batch = case["width"], case["batch"]
+    layers = []
+    for _ in range(case["layers"] - 1):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 10)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, width, device=device)
+    y = torch.arange(batch, device=device) % 10
+    kind = "cuda" if device != "cpu" else "cpu"
+
+    def step():
+        with torch.autocast(kind, dtype=torch.bfloat16, enabled=case["autocast"]):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    counters = {}
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        counters["step_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
+    median, p10, p90 = measure(timer, step, cfg)
     return median, p10, p90, counters
 
 

@@ -113,6 +113,12 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
             empty_cache,
         } => Ok(steps::alloc_loop(steps, numel, empty_cache, device, bench)?),
         Case::Vector { op, numel } => Ok(vector(op, numel, dtype, device, bench)?.into()),
+        Case::Model(ModelOp::MlpTrain {
+            layers,
+            width,
+            batch,
+            autocast,
+        }) => Ok(model::mlp_train(layers, width, batch, autocast, device, bench)?),
         Case::Model(ModelOp::MlpStep { layers, width, batch }) => {
             Ok(model::mlp_step(layers, width, batch, dtype, device, bench)?)
         }

@@ -115,6 +115,20 @@ pub enum ModelOp {
         /// Rows of the batch.
         batch: usize,
     },
+    /// A whole training step of an MLP classifier with `cartage-nn`: `layers - 1` hidden
+    /// `Linear(width, width)` + ReLU, a `Linear(width, 10)` head, cross-entropy, backward,
+    /// AdamW, gradients freed; under bf16 autocast when `autocast` (PyTorch: `nn.Linear`,
+    /// `torch.optim.AdamW`, `torch.autocast`).
+    MlpTrain {
+        /// Linear layers (the head included).
+        layers: usize,
+        /// Input and hidden width.
+        width: usize,
+        /// Rows of the batch.
+        batch: usize,
+        /// Run under bf16 autocast (master weights f32).
+        autocast: bool,
+    },
 }
 
 impl ModelOp {
@@ -134,6 +148,8 @@ impl ModelOp {
             ModelOp::Sdpa { causal: true, .. } => "sdpa_causal",
             ModelOp::Sdpa { causal: false, .. } => "sdpa",
             ModelOp::MlpStep { .. } => "mlp_step",
+            ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
+            ModelOp::MlpTrain { autocast: true, .. } => "mlp_train_bf16_autocast",
         }
     }
 
@@ -162,7 +178,7 @@ impl ModelOp {
                 head_dim,
                 ..
             } => batch * heads * seq * head_dim,
-            ModelOp::MlpStep { width, batch, .. } => batch * width,
+            ModelOp::MlpStep { width, batch, .. } | ModelOp::MlpTrain { width, batch, .. } => batch * width,
         }
     }
 
@@ -201,6 +217,16 @@ impl ModelOp {
             ModelOp::MlpStep { layers, width, batch } => {
                 format!("{layers} × [{width}, {width}], batch {batch}")
             }
+            ModelOp::MlpTrain {
+                layers,
+                width,
+                batch,
+                autocast,
+            } => format!(
+                "{} × [{width}, {width}] + head, batch {batch}, AdamW{}",
+                layers - 1,
+                if autocast { ", bf16 autocast" } else { "" }
+            ),
         }
     }
 
@@ -218,6 +244,7 @@ impl ModelOp {
             ModelOp::LogSoftmax { .. } => None,
             // Launch-bound at small widths, where cartage's lower per-op cost must show.
             ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
+            ModelOp::MlpTrain { .. } => Some(1.2),
         }
     }
 
@@ -234,7 +261,7 @@ impl ModelOp {
     pub fn compute_bound(&self) -> bool {
         matches!(
             self,
-            ModelOp::Conv2d { .. } | ModelOp::Sdpa { .. } | ModelOp::MlpStep { .. }
+            ModelOp::Conv2d { .. } | ModelOp::Sdpa { .. } | ModelOp::MlpStep { .. } | ModelOp::MlpTrain { .. }
         )
     }
 
@@ -287,6 +314,20 @@ impl ModelOp {
                 Work {
                     flops: 6.0 * b * w * w * l,
                     device_bytes: 3.0 * l * (w * w + b * w) * s,
+                    link_bytes: 0.0,
+                    ops: 1.0,
+                }
+            }
+            // The hidden layers as in the step above, the head as a [width, 10] layer; AdamW
+            // reads and writes parameters, gradients and two moments.
+            ModelOp::MlpTrain {
+                layers, width, batch, ..
+            } => {
+                let (l, w, b) = ((layers - 1) as f64, width as f64, batch as f64);
+                let params = l * w * w + 10.0 * w;
+                Work {
+                    flops: 6.0 * b * (l * w * w + 10.0 * w),
+                    device_bytes: (3.0 * (params + l * b * w) + 6.0 * params) * s,
                     link_bytes: 0.0,
                     ops: 1.0,
                 }

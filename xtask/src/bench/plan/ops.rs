@@ -26,6 +26,8 @@ pub struct OpsSizes {
     pub sdpa: (usize, usize, usize, usize),
     /// (layers, width, batch) of the training steps: compute-bound, then launch-bound.
     pub mlp: [(usize, usize, usize); 2],
+    /// (layers, width, batch) of the whole training step with AdamW.
+    pub mlp_train: (usize, usize, usize),
 }
 
 impl OpsSizes {
@@ -42,6 +44,7 @@ impl OpsSizes {
                 conv: (2, 16, 28),
                 sdpa: (1, 2, 256, 64),
                 mlp: [(4, 512, 64), (4, 64, 64)],
+                mlp_train: (3, 128, 64),
             }
         } else {
             OpsSizes {
@@ -55,12 +58,14 @@ impl OpsSizes {
                 conv: (32, 64, 56),
                 sdpa: (8, 16, 1024, 64),
                 mlp: [(4, 4096, 256), (4, 256, 256)],
+                mlp_train: (4, 1024, 512),
             }
         }
     }
 
     /// The training section's cases: the MLP steps in f32 and bf16 on a GPU, the launch-bound
-    /// one in f32 on the CPU.
+    /// one in f32 on the CPU; the whole AdamW step in f32 everywhere and under bf16 autocast on
+    /// a GPU.
     pub fn training_cases(&self, cpu: bool) -> Vec<(DType, Case, Vec<Op>)> {
         let needs = [Op::Matmul, Op::Unary(UnaryOp::Relu), Op::Reduce(ReduceOp::Mean)];
         let mut out = Vec::new();
@@ -76,6 +81,21 @@ impl OpsSizes {
                     needs.to_vec(),
                 ));
             }
+        }
+        let (layers, width, batch) = self.mlp_train;
+        for autocast in [false, true] {
+            if cpu && autocast {
+                continue;
+            }
+            let op = ModelOp::MlpTrain {
+                layers,
+                width,
+                batch,
+                autocast,
+            };
+            let mut needs = needs.to_vec();
+            needs.push(Op::CrossEntropy);
+            out.push((DType::F32, Case::Model(op), needs));
         }
         out
     }
