@@ -184,3 +184,26 @@ fn a_graph_of_fifty_thousand_ops_backpropagates_and_drops() -> Result<()> {
     drop(unused);
     Ok(())
 }
+
+#[test]
+fn ties_and_full_dropout_have_pytorchs_gradients() -> Result<()> {
+    // max over dims shares a tie (amax); max_dim sends it to the index it returns.
+    let x = var(&[1.0, 3.0, 3.0])?;
+    x.tensor().max(&[0], false)?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0, 0.5, 0.5]);
+    x.zero_grad();
+    let (values, indices) = x.tensor().max_dim(0, false)?;
+    assert_eq!(indices.item::<i64>()?, 1);
+    values.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0, 1.0, 0.0]);
+    x.zero_grad();
+    let (values, _) = x.tensor().min_dim(0, true)?;
+    values.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![1.0, 0.0, 0.0]);
+    // Dropping everything gives a zero gradient, not none.
+    x.zero_grad();
+    let mut rng = cartage::Generator::new(0);
+    x.tensor().dropout(1.0, &mut rng, true)?.sum_all()?.backward()?;
+    assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0; 3]);
+    Ok(())
+}

@@ -203,7 +203,7 @@ impl Tensor {
         let site = caller();
         let values = self.reduce(ReduceOp::Max, &[dim], keepdim, site)?;
         let indices = self.reduce(ReduceOp::ArgMax, &[dim], keepdim, site)?;
-        Ok((values, indices))
+        Ok((self.record_at_index(values, dim, &indices, keepdim)?, indices))
     }
 
     /// The minimum along `dim` and the index (i64) of its first occurrence. NaN counts as the
@@ -225,7 +225,7 @@ impl Tensor {
         let site = caller();
         let values = self.reduce(ReduceOp::Min, &[dim], keepdim, site)?;
         let indices = self.reduce(ReduceOp::ArgMin, &[dim], keepdim, site)?;
-        Ok((values, indices))
+        Ok((self.record_at_index(values, dim, &indices, keepdim)?, indices))
     }
 
     /// Inclusive cumulative sum along `dim`. Integer and bool tensors are widened to i64 first
@@ -445,6 +445,18 @@ impl Tensor {
 
     /// `dim` resolved, with a 0-d tensor seen as shape `[1]` (PyTorch accepts dim 0 or -1 on a
     /// scalar for scans and sorts).
+    /// `values` re-recorded so that its gradient goes to the element `indices` names (as
+    /// PyTorch's `max(dim)`/`min(dim)` do), not shared among ties.
+    fn record_at_index(&self, values: Tensor, dim: isize, indices: &Tensor, keepdim: bool) -> Result<Tensor> {
+        if !graph::tracking(&[self]) {
+            return Ok(values);
+        }
+        let d = resolve_dim("max_dim", dim, self.rank())?;
+        Ok(graph::record(values.with_link(None), "max_dim", &[self], |_| {
+            formulas::reduce::take_along(self, d, indices, keepdim)
+        }))
+    }
+
     fn rank1_view(&self, name: &'static str, dim: isize) -> Result<(usize, Tensor)> {
         if self.rank() == 0 {
             resolve_dim(name, dim, 1).map_err(|_| Error::DimOutOfRange { op: name, dim, rank: 0 })?;

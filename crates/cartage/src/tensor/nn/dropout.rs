@@ -4,6 +4,7 @@
 use cartage_core::{DType, Error, Result, Scalar};
 
 use crate::Generator;
+use crate::autograd::graph::{self, saving};
 use crate::tensor::{Tensor, caller, check};
 
 impl Tensor {
@@ -42,7 +43,11 @@ impl Tensor {
             return Ok(self.clone());
         }
         if p == 1.0 {
-            return self.fill_new_like(self.shape(), self.dtype, Scalar::Int(0), site);
+            // Everything dropped: the gradient is zero everywhere (not absent).
+            let zeros = self.fill_new_like(self.shape(), self.dtype, Scalar::Int(0), site)?;
+            return Ok(graph::record(zeros, name, &[self], |_| {
+                saving(0, |g, _| Ok(vec![Some(g.zeros_like()?)]))
+            }));
         }
         // Half types draw in f32, so that `u ≥ p` keeps each element with probability 1 - p
         // to f32 precision rather than half precision.
