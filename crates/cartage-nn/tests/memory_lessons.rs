@@ -5,34 +5,21 @@
 
 use cartage::memory::{Optimizer as Estimated, TrainingEstimate};
 use cartage::prelude::*;
-use cartage::{backend, empty_cache, graph_memory, memory_stats};
+use cartage::{empty_cache, graph_memory, memory_stats};
 use cartage_nn::layers::{Activation, Linear, Sequential};
 use cartage_nn::optim::{AdamW, Optimizer};
 use cartage_nn::{Module, ParamStore};
+
+mod common;
 
 fn requested(device: &Device) -> usize {
     memory_stats(device).unwrap().requested_bytes
 }
 
-/// The CPU and every GPU that opens (a missing one is skipped loudly, or fails when
-/// `CARTAGE_REQUIRE` names its kind).
+/// The CPU and every GPU that opens.
 fn devices() -> Vec<Device> {
     let mut devices = vec![Device::cpu()];
-    for d in [Device::wgpu(0), Device::cuda(0)] {
-        match backend(&d) {
-            Ok(_) => devices.push(d),
-            Err(e) => {
-                let required = std::env::var("CARTAGE_REQUIRE")
-                    .is_ok_and(|v| v.split(',').any(|k| k.trim().eq_ignore_ascii_case(d.kind().name())));
-                assert!(
-                    !required,
-                    "CARTAGE_REQUIRE names {} but {d} did not open: {e}",
-                    d.kind().name()
-                );
-                eprintln!("SKIP {d}: {e}");
-            }
-        }
-    }
+    devices.extend(common::gpu_devices("memory_lessons"));
     devices
 }
 

@@ -2,8 +2,8 @@
 //! built (ARTICLE R13), optimizer updates against their formulas, typed errors, and a small
 //! model that learns.
 
+use cartage::ErrorKind;
 use cartage::prelude::*;
-use cartage::{ErrorKind, backend};
 use cartage_nn::layers::{
     Activation, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d, MultiHeadAttention, RmsNorm, Sequential,
     TransformerBlock,
@@ -11,27 +11,11 @@ use cartage_nn::layers::{
 use cartage_nn::optim::{Adam, AdamW, Optimizer, Sgd};
 use cartage_nn::{Module, ParamStore};
 
-/// A device other than the CPU when one opens (wgpu:0, else cuda:0); skipped loudly otherwise,
-/// or a failure when `CARTAGE_REQUIRE` names it.
+mod common;
+
+/// A device other than the CPU when one opens (wgpu:0, else cuda:0).
 fn other_device() -> Option<Device> {
-    for device in [Device::wgpu(0), Device::cuda(0)] {
-        match backend(&device) {
-            Ok(_) => return Some(device),
-            Err(e) => {
-                let required = std::env::var("CARTAGE_REQUIRE").is_ok_and(|v| {
-                    v.split(',')
-                        .any(|k| k.trim().eq_ignore_ascii_case(device.kind().name()))
-                });
-                assert!(
-                    !required,
-                    "CARTAGE_REQUIRE names {} but {device} did not open: {e}",
-                    device.kind().name()
-                );
-                eprintln!("SKIP {device}: {e}");
-            }
-        }
-    }
-    None
+    common::gpu_devices("cartage-nn training").into_iter().next()
 }
 
 fn mlp(store: &ParamStore, rng: &mut Generator) -> Result<Sequential> {

@@ -6,25 +6,7 @@ mod autograd_support;
 mod common;
 
 use autograd_support::{analytic, cases};
-use cartage::{DType, Device, backend};
-
-fn devices() -> Vec<Device> {
-    let mut found = Vec::new();
-    for device in [Device::wgpu(0), Device::cuda(0)] {
-        match backend(&device) {
-            Ok(_) => found.push(device),
-            Err(e) => {
-                assert!(
-                    !common::required(device.kind()),
-                    "CARTAGE_REQUIRE names {} but {device} did not open: {e}",
-                    device.kind().name()
-                );
-                common::skip(&format!("autograd on {device}: {e}"));
-            }
-        }
-    }
-    found
-}
+use cartage::{DType, Device};
 
 /// The largest difference, relative to the largest reference magnitude (at least 1).
 fn worst(got: &[f64], want: &[f64]) -> f64 {
@@ -45,7 +27,7 @@ fn worst(got: &[f64], want: &[f64]) -> f64 {
 fn gradients_on_each_gpu_match_the_cpu() {
     let cpu = Device::cpu();
     let mut failures = Vec::new();
-    for device in devices() {
+    for device in common::gpu_devices("autograd") {
         for case in cases::all() {
             let want = analytic(&case, DType::F32, &cpu).expect("the CPU computes every case");
             let mut dtypes = vec![(DType::F32, 2e-4)];
@@ -80,7 +62,7 @@ fn gradients_on_each_gpu_match_the_cpu() {
 
 #[test]
 fn a_gradient_on_another_device_is_refused() {
-    let Some(device) = devices().into_iter().next() else {
+    let Some(device) = common::gpu_devices("autograd").into_iter().next() else {
         return;
     };
     let w = cartage::Var::new(cartage::Tensor::ones(&[2], DType::F32, &device).unwrap()).unwrap();

@@ -29,24 +29,14 @@ pub fn clip_grad_norm(store: &ParamStore, max_norm: f64) -> Result<Tensor> {
     let vars = store.vars();
     for var in &vars {
         if let Some(g) = var.grad() {
-            let g32 = if g.dtype() == DType::F32 {
-                g
-            } else {
-                g.to_dtype(DType::F32)?
-            };
-            total = total.add(&g32.square()?.sum_all()?)?;
+            total = total.add(&g.to_dtype(DType::F32)?.square()?.sum_all()?)?;
         }
     }
     let norm = total.sqrt()?;
     let coef = norm.add_scalar(1e-6)?.recip()?.mul_scalar(max_norm)?.clamp_max(1.0)?;
     for var in &vars {
         if let Some(g) = var.grad() {
-            let c = if g.dtype() == DType::F32 {
-                coef.clone()
-            } else {
-                coef.to_dtype(g.dtype())?
-            };
-            var.set_grad(Some(g.mul(&c)?))?;
+            var.set_grad(Some(g.mul(&coef.to_dtype(g.dtype())?)?))?;
         }
     }
     Ok(norm)

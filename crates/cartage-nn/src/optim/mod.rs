@@ -113,11 +113,7 @@ pub(crate) fn same_store(op: &'static str, built_on: StoreId, store: &ParamStore
 
 /// `state` on the device and in the dtype of `like` (a parameter moved or cast since).
 pub(crate) fn follow(state: Tensor, like: &Tensor) -> Result<Tensor> {
-    if state.device() == like.device() && state.dtype() == like.dtype() {
-        Ok(state)
-    } else {
-        state.to_device_dtype(&like.device(), like.dtype())
-    }
+    state.to_device_dtype(&like.device(), like.dtype())
 }
 
 /// Write `new` into the variable's value in place (the storage a module reads stays the same).

@@ -412,7 +412,7 @@ impl Tensor {
             if self.rank() == 0 {
                 formulas::elementwise::identity()
             } else if op == ScanOp::Sum {
-                formulas::reduce::cumsum(self, d)
+                formulas::reduce::cumsum(d)
             } else {
                 formulas::reduce::cumprod(self, out, d)
             }

@@ -36,6 +36,26 @@ pub fn second_device(test: &str) -> Option<Device> {
     None
 }
 
+/// Every GPU that opens here (`wgpu:0`, `cuda:0`). Each one that does not prints a SKIP line,
+/// or panics when `CARTAGE_REQUIRE` names its kind.
+pub fn gpu_devices(test: &str) -> Vec<Device> {
+    let mut found = Vec::new();
+    for device in [Device::wgpu(0), Device::cuda(0)] {
+        match backend(&device) {
+            Ok(_) => found.push(device),
+            Err(e) => {
+                assert!(
+                    !required(device.kind()),
+                    "{test}: CARTAGE_REQUIRE names {} but {device} did not open: {e}",
+                    device.kind().name()
+                );
+                skip(&format!("{test} on {device}: {e}"));
+            }
+        }
+    }
+    found
+}
+
 /// Print `SKIP <what>` to the real stderr (not captured by the test harness, so it shows).
 pub fn skip(what: &str) {
     let _ = writeln!(std::io::stderr().lock(), "SKIP {what}");

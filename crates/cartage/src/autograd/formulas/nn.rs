@@ -13,14 +13,6 @@ fn compute_dtype(dtype: DType) -> DType {
     if dtype == DType::F64 { DType::F64 } else { DType::F32 }
 }
 
-fn widen(t: &Tensor, dtype: DType) -> Result<Tensor> {
-    if t.dtype() == dtype {
-        Ok(t.clone())
-    } else {
-        t.to_dtype(dtype)
-    }
-}
-
 /// The backward of `layer_norm`/`rms_norm` over the last dimension. The node's inputs are the
 /// input, then the weight and the bias when given (`has` says which).
 pub(crate) fn norm(
@@ -36,7 +28,7 @@ pub(crate) fn norm(
     saving(saved, move |g, need| {
         let dtype = x.dtype();
         let wide = compute_dtype(dtype);
-        let (xw, gw) = (widen(&x, wide)?, widen(g, wide)?);
+        let (xw, gw) = (x.to_dtype(wide)?, g.to_dtype(wide)?);
         let last = [-1isize];
         let xhat = match kind {
             NormKind::Layer => {
@@ -61,7 +53,7 @@ pub(crate) fn norm(
         };
         let gx = when(need[0], || {
             let gxhat = match &weight {
-                Some(w) => gw.mul(&widen(w, wide)?)?,
+                Some(w) => gw.mul(&w.to_dtype(wide)?)?,
                 None => gw.clone(),
             };
             let proj = gxhat.mul(&xhat)?.mean(&last, true)?;
@@ -95,7 +87,7 @@ pub(crate) fn cross_entropy(
         let dtype = logits.dtype();
         let wide = compute_dtype(dtype);
         let [n, c] = [logits.shape()[0], logits.shape()[1]];
-        let probs = widen(&logits, wide)?.softmax(1)?;
+        let probs = logits.to_dtype(wide)?.softmax(1)?;
         let ignore = Tensor::full(&[], ignore_index, target.dtype(), &target.device())?;
         let kept = target.ne(&ignore)?;
         let zero_index = Tensor::zeros(&[], target.dtype(), &target.device())?;
@@ -105,7 +97,7 @@ pub(crate) fn cross_entropy(
         if label_smoothing > 0.0 && c > 0 {
             grad = grad.sub_scalar(label_smoothing / c as f64)?;
         }
-        let scale = widen(g, wide)?.mul(&kept.to_dtype(wide)?)?.reshape(&[n, 1])?;
+        let scale = g.to_dtype(wide)?.mul(&kept.to_dtype(wide)?)?.reshape(&[n, 1])?;
         Ok(vec![Some(grad.mul(&scale)?.to_dtype(dtype)?)])
     })
 }

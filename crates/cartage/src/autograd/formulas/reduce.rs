@@ -131,16 +131,10 @@ pub(crate) fn softmax(out: &Tensor, dim: usize, log: bool) -> (BackwardFn, usize
 }
 
 /// The backward of `cumsum(dim)`: the reversed cumulative sum of the gradient.
-pub(crate) fn cumsum(x: &Tensor, dim: usize) -> (BackwardFn, usize) {
-    let dtype = x.dtype();
+pub(crate) fn cumsum(dim: usize) -> (BackwardFn, usize) {
     saving(bytes(&[]), move |g, _| {
         let d = dim as isize;
-        let rev = g.flip(&[d])?.cumsum(d)?.flip(&[d])?;
-        Ok(vec![Some(if rev.dtype() == dtype {
-            rev
-        } else {
-            rev.to_dtype(dtype)?
-        })])
+        Ok(vec![Some(g.flip(&[d])?.cumsum(d)?.flip(&[d])?)])
     })
 }
 
@@ -151,11 +145,6 @@ pub(crate) fn cumprod(x: &Tensor, out: &Tensor, dim: usize) -> (BackwardFn, usiz
     saving(bytes(&[&x, &y]), move |g, _| {
         let d = dim as isize;
         let rev = g.mul(&y)?.flip(&[d])?.cumsum(d)?.flip(&[d])?;
-        let rev = if rev.dtype() == x.dtype() {
-            rev
-        } else {
-            rev.to_dtype(x.dtype())?
-        };
         Ok(vec![Some(rev.div(&x)?)])
     })
 }

@@ -1,0 +1,30 @@
+//! Helpers shared by cartage-nn's integration tests: the GPUs that open here, each missing one
+//! skipped loudly (or a failure when `CARTAGE_REQUIRE` names its kind).
+
+use std::io::Write;
+
+use cartage::{Device, backend};
+
+/// Every GPU that opens here (`wgpu:0`, `cuda:0`). Each one that does not prints a SKIP line,
+/// or panics when `CARTAGE_REQUIRE` (a comma list such as `cuda,wgpu`) names its kind.
+pub fn gpu_devices(test: &str) -> Vec<Device> {
+    let mut found = Vec::new();
+    for device in [Device::wgpu(0), Device::cuda(0)] {
+        match backend(&device) {
+            Ok(_) => found.push(device),
+            Err(e) => {
+                let required = std::env::var("CARTAGE_REQUIRE").is_ok_and(|v| {
+                    v.split(',')
+                        .any(|k| k.trim().eq_ignore_ascii_case(device.kind().name()))
+                });
+                assert!(
+                    !required,
+                    "{test}: CARTAGE_REQUIRE names {} but {device} did not open: {e}",
+                    device.kind().name()
+                );
+                let _ = writeln!(std::io::stderr().lock(), "SKIP {test} on {device}: {e}");
+            }
+        }
+    }
+    found
+}
