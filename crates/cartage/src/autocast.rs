@@ -92,17 +92,13 @@ pub(crate) fn widened(t: &Tensor) -> Result<Option<Tensor>> {
     }
 }
 
-/// `t` in the autocast dtype when autocast is on and `t` is f32 (an op of the half list).
-pub(crate) fn lowered(t: &Tensor) -> Result<Option<Tensor>> {
-    match autocast_dtype() {
-        Some(dtype) if t.dtype() == DType::F32 => t.to_dtype(dtype).map(Some),
-        _ => Ok(None),
-    }
-}
-
-/// `t` lowered when it needs to be, else itself.
+/// `t` in the autocast dtype when autocast is on and `t` is f32 (an op of the half list),
+/// else itself.
 pub(crate) fn lower(t: &Tensor) -> Result<Tensor> {
-    Ok(lowered(t)?.unwrap_or_else(|| t.clone()))
+    match autocast_dtype() {
+        Some(dtype) if t.dtype() == DType::F32 => t.to_dtype(dtype),
+        _ => Ok(t.clone()),
+    }
 }
 
 /// `t` widened when it needs to be, else itself.
