@@ -98,6 +98,35 @@ impl Core {
     }
 }
 
+/// `Optimizer` for a type whose update is its `core`: Adam and AdamW differ only in how
+/// `Core` is configured.
+macro_rules! delegate_to_core {
+    ($name:ident) => {
+        impl Optimizer for $name {
+            fn step(&mut self, store: &ParamStore) -> Result<()> {
+                self.core.step(concat!(stringify!($name), "::step"), store)
+            }
+
+            fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
+                self.core.state(store)
+            }
+
+            fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+                self.core
+                    .load_state(concat!(stringify!($name), "::load_state"), store, state)
+            }
+
+            fn learning_rate(&self) -> f64 {
+                self.core.lr
+            }
+
+            fn set_learning_rate(&mut self, lr: f64) {
+                self.core.lr = lr;
+            }
+        }
+    };
+}
+
 /// Adam (`torch.optim.Adam`): betas (0.9, 0.999), eps 1e-8, L2 weight decay added to the
 /// gradient.
 pub struct Adam {
@@ -119,27 +148,7 @@ impl Adam {
     }
 }
 
-impl Optimizer for Adam {
-    fn step(&mut self, store: &ParamStore) -> Result<()> {
-        self.core.step("Adam::step", store)
-    }
-
-    fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
-        self.core.state(store)
-    }
-
-    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
-        self.core.load_state("Adam::load_state", store, state)
-    }
-
-    fn learning_rate(&self) -> f64 {
-        self.core.lr
-    }
-
-    fn set_learning_rate(&mut self, lr: f64) {
-        self.core.lr = lr;
-    }
-}
+delegate_to_core!(Adam);
 
 /// AdamW (`torch.optim.AdamW`): Adam with decoupled weight decay, 0.01 by default.
 pub struct AdamW {
@@ -166,24 +175,4 @@ impl AdamW {
     }
 }
 
-impl Optimizer for AdamW {
-    fn step(&mut self, store: &ParamStore) -> Result<()> {
-        self.core.step("AdamW::step", store)
-    }
-
-    fn state(&self, store: &ParamStore) -> Result<OptimizerState> {
-        self.core.state(store)
-    }
-
-    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
-        self.core.load_state("AdamW::load_state", store, state)
-    }
-
-    fn learning_rate(&self) -> f64 {
-        self.core.lr
-    }
-
-    fn set_learning_rate(&mut self, lr: f64) {
-        self.core.lr = lr;
-    }
-}
+delegate_to_core!(AdamW);
