@@ -6,9 +6,19 @@ use cartage::{ErrorKind, autocast};
 use cartage_nn::layers::Linear;
 use cartage_nn::optim::{AdamW, Optimizer, Sgd};
 use cartage_nn::{GradScaler, Module, ParamStore};
+use std::sync::{Mutex, MutexGuard};
+
+/// The runtime's sync counters are process-wide: a test that counts host syncs holds this lock,
+/// and so does every other test here that reads values back, so no other test adds to its count.
+static COUNTED: Mutex<()> = Mutex::new(());
+
+fn counted() -> MutexGuard<'static, ()> {
+    COUNTED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 #[test]
 fn autocast_runs_products_in_half_and_reductions_in_f32() -> Result<()> {
+    let _serial = counted();
     let cpu = Device::cpu();
     let store = ParamStore::new(&cpu);
     let mut rng = Generator::new(1);
@@ -89,6 +99,7 @@ fn tiny_loss_steps(scaler: Option<&mut GradScaler>, steps: usize) -> Result<(f32
 
 #[test]
 fn f16_gradients_underflow_without_the_scaler_and_train_with_it() -> Result<()> {
+    let _serial = counted();
     let (first, last, _) = tiny_loss_steps(None, 30)?;
     assert_eq!(
         first, last,
@@ -103,6 +114,7 @@ fn f16_gradients_underflow_without_the_scaler_and_train_with_it() -> Result<()> 
 
 #[test]
 fn an_overflowing_step_is_skipped_and_the_scale_backs_off() -> Result<()> {
+    let _serial = counted();
     let cpu = Device::cpu();
     let store = ParamStore::new(&cpu);
     let w = store.root().var("w", Tensor::ones(&[4], DType::F32, &cpu)?)?;
