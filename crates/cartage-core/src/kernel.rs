@@ -73,10 +73,27 @@
 //!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
 //!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
+//! - The backward kernels and the optimizer update are optional fused kernels too; the frontend
+//!   composes the same result from other kernels where a backend lists none. They compute in f32
+//!   (f64 for f64) and round once on store:
+//!   - `SoftmaxBackward`: from the forward's `output` y and the incoming `grad` g along `dim`,
+//!     `out = y·(g − Σ g·y)` for softmax and `out = g − exp(y)·Σ g` for log-softmax.
+//!   - `NormBackward`: the input gradient of `Norm` (weight optional, no bias: it does not enter
+//!     the input gradient). With `x̂` the normalised row, `ĝ = g·weight`, `r` = 1/std (layer) or
+//!     1/rms (RMS) over the last dim of size D: layer norm gives
+//!     `r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))`, RMS norm `r·(ĝ − x̂·mean(ĝ·x̂))`.
+//!   - `CrossEntropyBackward`: the logits gradient of `CrossEntropy` for a per-row incoming
+//!     `grad` [N]: `g[n]·(softmax(logits[n]) − (1 − s)·onehot(target[n]) − s / C)`, a zero row
+//!     where the target is `ignore_index`; other targets outside `[0, C)` →
+//!     [`crate::Error::IndexOutOfRange`].
+//!   - `Update`: one optimizer step in place on `param` and its state, from `grad`
+//!     ([`crate::UpdateRule`] gives the formulas). All operands share one shape and dtype and are
+//!     contiguous; the parameter and the state are written, the gradient only read.
 
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
 use crate::layout::{Dims, Layout};
+use crate::update_rule::{UpdateKind, UpdateRule};
 
 /// One tensor operand of a kernel.
 #[derive(Clone, Debug)]
@@ -668,6 +685,61 @@ pub enum Kernel {
         /// Per-row loss [N], logits' dtype.
         out: TensorArg,
     },
+    /// The input gradient of softmax (or log-softmax) along `dim`, from the forward's output.
+    SoftmaxBackward {
+        /// The forward's output (softmax or log-softmax values).
+        output: TensorArg,
+        /// The gradient reaching the output (same shape and dtype).
+        grad: TensorArg,
+        /// The dimension.
+        dim: usize,
+        /// The forward was log-softmax.
+        log: bool,
+        /// The input gradient (same shape and dtype).
+        out: TensorArg,
+    },
+    /// The input gradient of `Norm` over the last dimension.
+    NormBackward {
+        /// Which normalisation.
+        kind: NormKind,
+        /// The forward's input, rank ≥ 1.
+        input: TensorArg,
+        /// The forward's scale, if any (1-D of the last dim's size).
+        weight: Option<TensorArg>,
+        /// The gradient reaching the forward's output (shape and dtype of `input`).
+        grad: TensorArg,
+        /// The forward's eps.
+        eps: f64,
+        /// The input gradient (shape and dtype of `input`).
+        out: TensorArg,
+    },
+    /// The logits gradient of `CrossEntropy`.
+    CrossEntropyBackward {
+        /// The forward's logits [N, C].
+        logits: TensorArg,
+        /// The forward's class indices [N] (i32/i64).
+        target: TensorArg,
+        /// The gradient reaching each row's loss [N], logits' dtype.
+        grad: TensorArg,
+        /// Rows with this target get a zero gradient.
+        ignore_index: i64,
+        /// The forward's label smoothing in `[0, 1]`.
+        label_smoothing: f64,
+        /// The logits gradient [N, C].
+        out: TensorArg,
+    },
+    /// One optimizer step, in place (see [`UpdateRule`]).
+    Update {
+        /// The update and its hyperparameters.
+        rule: UpdateRule,
+        /// The gradient (read).
+        grad: TensorArg,
+        /// The rule's state, read and written: `[exp_avg, exp_avg_sq]` for Adam, `[momentum
+        /// buffer, None]` for SGD with momentum, none for plain SGD.
+        state: [Option<TensorArg>; 2],
+        /// The parameter, read and written.
+        param: TensorArg,
+    },
 }
 
 impl Kernel {
@@ -704,6 +776,11 @@ impl Kernel {
             Kernel::CrossEntropy { .. } => Op::CrossEntropy,
             Kernel::Conv2d { .. } => Op::Conv2d,
             Kernel::Attention { .. } => Op::Attention,
+            Kernel::SoftmaxBackward { log: false, .. } => Op::SoftmaxBackward,
+            Kernel::SoftmaxBackward { log: true, .. } => Op::LogSoftmaxBackward,
+            Kernel::NormBackward { kind, .. } => Op::NormBackward(*kind),
+            Kernel::CrossEntropyBackward { .. } => Op::CrossEntropyBackward,
+            Kernel::Update { rule, .. } => Op::Update(rule.kind()),
         }
     }
 
@@ -727,6 +804,10 @@ impl Kernel {
             Kernel::CrossEntropy { logits, .. } => logits.dtype,
             Kernel::Conv2d { input, .. } => input.dtype,
             Kernel::Attention { q, .. } => q.dtype,
+            Kernel::SoftmaxBackward { output, .. } => output.dtype,
+            Kernel::NormBackward { input, .. } => input.dtype,
+            Kernel::CrossEntropyBackward { logits, .. } => logits.dtype,
+            Kernel::Update { param, .. } => param.dtype,
             Kernel::Binary { lhs, .. } | Kernel::Compare { lhs, .. } | Kernel::Matmul { lhs, .. } => lhs.dtype,
             Kernel::Where { on_true, .. } => on_true.dtype,
         }
@@ -767,6 +848,24 @@ impl Kernel {
             } => [Some(logits), Some(target), Some(out), None],
             Kernel::Conv2d { input, weight, out, .. } => [Some(input), Some(weight), Some(out), None],
             Kernel::Attention { q, k, v, out, .. } => [Some(q), Some(k), Some(v), Some(out)],
+            Kernel::SoftmaxBackward { output, grad, out, .. } => [Some(output), Some(grad), Some(out), None],
+            Kernel::NormBackward {
+                input,
+                weight,
+                grad,
+                out,
+                ..
+            } => [Some(input), weight.as_ref(), Some(grad), Some(out)],
+            Kernel::CrossEntropyBackward {
+                logits,
+                target,
+                grad,
+                out,
+                ..
+            } => [Some(logits), Some(target), Some(grad), Some(out)],
+            Kernel::Update { grad, state, param, .. } => {
+                [Some(grad), state[0].as_ref(), state[1].as_ref(), Some(param)]
+            }
             Kernel::Binary { lhs, rhs, out, .. }
             | Kernel::Compare { lhs, rhs, out, .. }
             | Kernel::Matmul { lhs, rhs, out } => [Some(lhs), Some(rhs), Some(out), None],
@@ -836,6 +935,11 @@ pub enum Op {
     CrossEntropy,
     Conv2d,
     Attention,
+    SoftmaxBackward,
+    LogSoftmaxBackward,
+    NormBackward(NormKind),
+    CrossEntropyBackward,
+    Update(UpdateKind),
 }
 
 impl Op {
@@ -854,6 +958,9 @@ impl Op {
         ops.extend(ScatterMode::ALL.iter().map(|&m| Op::Scatter(m)));
         ops.extend([Op::Norm(NormKind::Layer), Op::Norm(NormKind::Rms), Op::CrossEntropy]);
         ops.extend([Op::Conv2d, Op::Attention]);
+        ops.extend([Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]);
+        ops.extend([Op::NormBackward(NormKind::Layer), Op::NormBackward(NormKind::Rms)]);
+        ops.extend(UpdateKind::ALL.iter().map(|&k| Op::Update(k)));
         ops
     }
 
@@ -883,14 +990,29 @@ impl Op {
             Op::CrossEntropy => "cross_entropy".into(),
             Op::Conv2d => "conv2d".into(),
             Op::Attention => "attention".into(),
+            Op::SoftmaxBackward => "softmax_backward".into(),
+            Op::LogSoftmaxBackward => "log_softmax_backward".into(),
+            Op::NormBackward(k) => format!("{}_backward", k.name()),
+            Op::CrossEntropyBackward => "cross_entropy_backward".into(),
+            Op::Update(k) => k.name().into(),
         }
     }
 
-    /// True for the optional fused kernels (`Conv2d`, `Attention`): a backend lists them only
+    /// True for the optional fused kernels (`Conv2d`, `Attention`, the backward kernels and the
+    /// optimizer update): a backend lists them only
     /// where it has a fused implementation ([`crate::Capabilities::all_defined`] leaves them
     /// out), and the frontend composes them from other kernels elsewhere.
     pub const fn optional(&self) -> bool {
-        matches!(self, Op::Conv2d | Op::Attention)
+        matches!(
+            self,
+            Op::Conv2d
+                | Op::Attention
+                | Op::SoftmaxBackward
+                | Op::LogSoftmaxBackward
+                | Op::NormBackward(_)
+                | Op::CrossEntropyBackward
+                | Op::Update(_)
+        )
     }
 
     /// Whether the op is defined for `dtype` at all (independent of any backend; see the
@@ -904,6 +1026,8 @@ impl Op {
             Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
             Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
             Op::Norm(_) | Op::CrossEntropy | Op::Conv2d | Op::Attention => float,
+            Op::SoftmaxBackward | Op::LogSoftmaxBackward | Op::NormBackward(_) => float,
+            Op::CrossEntropyBackward | Op::Update(_) => float,
             Op::Compare(_) => true,
             Op::RandomUniform | Op::RandomNormal | Op::Softmax | Op::LogSoftmax | Op::Matmul => float,
             Op::Unary(u) => float || (u.integer_ok() && !boolean),

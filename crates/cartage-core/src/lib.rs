@@ -25,7 +25,9 @@ pub mod random;
 pub mod raw;
 #[cfg(feature = "testsuite")]
 pub mod testsuite;
+mod update_rule;
 mod validate;
+mod validate_backward;
 
 pub use validate::conv_out_size;
 
@@ -46,3 +48,4 @@ pub use layout::{Dims, Layout, broadcast_shapes};
 pub use pinned::{
     CopyCompletion, CopyHandle, HostStaging, PageableBuffer, PinnedBuffer, StagingBuffer, pinned_bytes_in_use,
 };
+pub use update_rule::{AdamCoefficients, AdamUpdate, SgdCoefficients, SgdUpdate, UpdateKind, UpdateRule};

@@ -18,6 +18,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, ReduceOp, TensorArg};
+use crate::validate_backward as backward;
 
 impl Kernel {
     /// Check every structural rule of this kernel (see the module docs). Backends call it
@@ -139,6 +140,31 @@ impl Kernel {
             Kernel::Attention {
                 q, k, v, scale, out, ..
             } => attention(q, k, v, *scale, out),
+            Kernel::SoftmaxBackward {
+                output, grad, dim, out, ..
+            } => backward::softmax(self.name(), output, grad, *dim, out),
+            Kernel::NormBackward {
+                kind,
+                input,
+                weight,
+                grad,
+                eps,
+                out,
+            } => backward::norm(*kind, input, weight.as_ref(), grad, *eps, out),
+            Kernel::CrossEntropyBackward {
+                logits,
+                target,
+                grad,
+                label_smoothing,
+                out,
+                ..
+            } => backward::cross_entropy(logits, target, grad, *label_smoothing, out),
+            Kernel::Update {
+                rule,
+                grad,
+                state,
+                param,
+            } => backward::update(rule, grad, state, param),
         }
     }
 
@@ -167,6 +193,18 @@ impl Kernel {
             Kernel::CrossEntropy { .. } => "cross_entropy",
             Kernel::Conv2d { .. } => "conv2d",
             Kernel::Attention { .. } => "attention",
+            Kernel::SoftmaxBackward { log: false, .. } => "softmax_backward",
+            Kernel::SoftmaxBackward { log: true, .. } => "log_softmax_backward",
+            Kernel::NormBackward {
+                kind: crate::NormKind::Layer,
+                ..
+            } => "layer_norm_backward",
+            Kernel::NormBackward {
+                kind: crate::NormKind::Rms,
+                ..
+            } => "rms_norm_backward",
+            Kernel::CrossEntropyBackward { .. } => "cross_entropy_backward",
+            Kernel::Update { rule, .. } => rule.kind().name(),
         }
     }
 }
@@ -188,7 +226,7 @@ fn elementwise(op: &'static str, inputs: &[&TensorArg], out: &TensorArg) -> Resu
     Ok(())
 }
 
-fn mismatch(op: &'static str, a: &TensorArg, b: &TensorArg, reason: impl Into<String>) -> Error {
+pub(crate) fn mismatch(op: &'static str, a: &TensorArg, b: &TensorArg, reason: impl Into<String>) -> Error {
     Error::ShapeMismatch {
         op,
         lhs: a.layout.shape().to_vec(),
@@ -204,7 +242,7 @@ fn shapes_equal(a: &[usize], b: &[usize]) -> bool {
 }
 
 #[inline(always)]
-fn same_shape(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
+pub(crate) fn same_shape(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
     if shapes_equal(a.layout.shape(), b.layout.shape()) {
         Ok(())
     } else {
@@ -223,7 +261,7 @@ fn shape_error(op: &'static str, a: &TensorArg, b: &TensorArg) -> Error {
 }
 
 #[inline(always)]
-fn same_dtype(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
+pub(crate) fn same_dtype(op: &'static str, a: &TensorArg, b: &TensorArg) -> Result<()> {
     if a.dtype == b.dtype {
         Ok(())
     } else {
@@ -242,7 +280,7 @@ fn dtype_error(op: &'static str, a: &TensorArg, b: &TensorArg) -> Error {
     )
 }
 
-fn dtype_is(op: &'static str, arg: &TensorArg, dtype: DType, expected: &'static str) -> Result<()> {
+pub(crate) fn dtype_is(op: &'static str, arg: &TensorArg, dtype: DType, expected: &'static str) -> Result<()> {
     if arg.dtype == dtype {
         Ok(())
     } else {
@@ -255,7 +293,7 @@ fn dtype_is(op: &'static str, arg: &TensorArg, dtype: DType, expected: &'static 
 }
 
 #[inline(always)]
-fn aligned(op: &'static str, arg: &TensorArg) -> Result<()> {
+pub(crate) fn aligned(op: &'static str, arg: &TensorArg) -> Result<()> {
     let size = arg.dtype.size_in_bytes() as u64;
     if arg.buffer.addr() & (size - 1) == 0 {
         Ok(())
@@ -281,7 +319,7 @@ fn alignment_error(op: &'static str, arg: &TensorArg) -> Error {
 /// The output has no two elements at one address (a broadcast or overlapping view cannot be
 /// written: two threads would race on one element).
 #[inline(always)]
-fn writable(op: &'static str, out: &TensorArg) -> Result<()> {
+pub(crate) fn writable(op: &'static str, out: &TensorArg) -> Result<()> {
     if out.layout.is_non_overlapping() {
         Ok(())
     } else {
@@ -345,7 +383,7 @@ fn in_place_or_apart(op: &'static str, input: &TensorArg, out: &TensorArg) -> Re
 
 /// Kernels that read other elements than the one they write: no overlap at all.
 #[inline(always)]
-fn apart(op: &'static str, input: &TensorArg, out: &TensorArg) -> Result<()> {
+pub(crate) fn apart(op: &'static str, input: &TensorArg, out: &TensorArg) -> Result<()> {
     if intersects(input, out) {
         Err(aliasing_error(op))
     } else {
@@ -362,7 +400,7 @@ fn aliasing_error(op: &'static str) -> Error {
     )
 }
 
-fn dim_in_range(op: &'static str, dim: usize, rank: usize) -> Result<()> {
+pub(crate) fn dim_in_range(op: &'static str, dim: usize, rank: usize) -> Result<()> {
     if dim < rank {
         Ok(())
     } else {
@@ -452,7 +490,7 @@ fn matmul(lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
     aligned("matmul", out)
 }
 
-fn index_dtype(op: &'static str, index: &TensorArg) -> Result<()> {
+pub(crate) fn index_dtype(op: &'static str, index: &TensorArg) -> Result<()> {
     if index.dtype.is_index() {
         Ok(())
     } else {

@@ -20,12 +20,16 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use cartage_core::raw::BufferSlice;
 use cartage_core::{
-    AllocatorConfig, Backend, CachingAllocator, Capabilities, Device, DeviceInfo, Error, Event, Kernel, Result,
+    AllocatorConfig, Backend, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel,
+    NormKind, Op, Result, UpdateKind,
 };
 
 use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
-use crate::{cross_entropy, elementwise, host_copy, index, matmul, norm, reduce, scan, scatter, softmax, sort, unary};
+use crate::{
+    backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, matmul, norm, reduce, scan,
+    scatter, softmax, sort, unary, update,
+};
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
 pub struct CpuBackend {
@@ -54,6 +58,15 @@ impl CpuBackend {
     /// A backend with its own allocator. Prefer [`crate::open`], which shares one per process.
     pub fn new() -> Self {
         let mut capabilities = Capabilities::all_defined(|_, _| false);
+        for op in [Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]
+            .into_iter()
+            .chain([NormKind::Layer, NormKind::Rms].map(Op::NormBackward))
+            .chain(UpdateKind::ALL.map(Op::Update))
+        {
+            for dtype in DType::ALL.into_iter().filter(|d| d.is_float()) {
+                capabilities.add(op, dtype);
+            }
+        }
         capabilities.max_buffer_bytes = isize::MAX as u64;
         capabilities.native_f16 = false;
         capabilities.device_timing = true;
@@ -151,6 +164,42 @@ impl CpuBackend {
                 label_smoothing,
                 out,
             } => cross_entropy::cross_entropy(logits, target, *ignore_index, *label_smoothing, out),
+            Kernel::SoftmaxBackward {
+                output,
+                grad,
+                dim,
+                log,
+                out,
+            } => backward_rows::softmax_backward(output, grad, *dim, *log, out),
+            Kernel::NormBackward {
+                kind,
+                input,
+                weight,
+                grad,
+                eps,
+                out,
+            } => backward_rows::norm_backward(*kind, input, weight.as_ref(), grad, *eps, out),
+            Kernel::CrossEntropyBackward {
+                logits,
+                target,
+                grad,
+                ignore_index,
+                label_smoothing,
+                out,
+            } => cross_entropy_backward::cross_entropy_backward(
+                logits,
+                target,
+                grad,
+                *ignore_index,
+                *label_smoothing,
+                out,
+            ),
+            Kernel::Update {
+                rule,
+                grad,
+                state,
+                param,
+            } => update::update(rule, grad, state, param),
             Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
                 kernel.op().name(),
                 kernel.dtype(),

@@ -20,8 +20,10 @@ use cartage_core::{Backend, Device, Error, Result};
 
 mod argreduce;
 pub mod backend;
+mod backward_rows;
 mod cast;
 mod cross_entropy;
+mod cross_entropy_backward;
 mod dispatch;
 mod elem;
 mod elementwise;
@@ -42,6 +44,7 @@ mod sort;
 mod strided;
 mod tiny_matmul;
 mod unary;
+mod update;
 
 #[cfg(test)]
 mod tests;

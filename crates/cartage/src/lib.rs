@@ -46,6 +46,7 @@ pub use autograd::{
     saved_activation_bytes,
 };
 pub use cartage_core::error::ErrorKind;
+pub use cartage_core::{AdamUpdate, SgdUpdate, UpdateKind, UpdateRule};
 pub use cartage_core::{
     Backend, Capabilities, DType, Device, DeviceInfo, DeviceKind, Element, Error, Layout, MatmulPrecision, MemoryStats,
     Result, Scalar, format_bytes,

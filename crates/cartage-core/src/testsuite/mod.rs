@@ -23,6 +23,7 @@
 //! names the device's kind: then it fails with the reason.
 
 pub mod attention;
+pub mod backward;
 pub mod buffers;
 pub mod checks;
 pub mod conv;
@@ -46,6 +47,7 @@ pub mod scan;
 pub mod scatter;
 pub mod sort;
 pub mod unary_edges;
+pub mod update;
 pub mod views;
 
 pub use buffers::{DeviceBuffer, Operand, Spec};
@@ -160,6 +162,32 @@ macro_rules! conformance_tests {
             #[test]
             fn cross_entropy() {
                 suite::run(SUITE, "cross_entropy", $open, suite::cross_entropy::cross_entropy);
+            }
+            #[test]
+            fn softmax_backward() {
+                suite::run(
+                    SUITE,
+                    "softmax_backward",
+                    $open,
+                    suite::backward::softmax_backward,
+                );
+            }
+            #[test]
+            fn norm_backward() {
+                suite::run(SUITE, "norm_backward", $open, suite::backward::norm_backward);
+            }
+            #[test]
+            fn cross_entropy_backward() {
+                suite::run(
+                    SUITE,
+                    "cross_entropy_backward",
+                    $open,
+                    suite::backward::cross_entropy_backward,
+                );
+            }
+            #[test]
+            fn optimizer_update() {
+                suite::run(SUITE, "optimizer_update", $open, suite::update::update);
             }
             #[test]
             fn attention() {

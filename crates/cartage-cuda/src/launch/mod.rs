@@ -130,6 +130,15 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             // SAFETY: validated operands in live blocks of this device (this function's contract).
             unsafe { conv::conv2d(backend, input, weight, *stride, *padding, *dilation, *groups, out) }
         }
+        Kernel::SoftmaxBackward { .. }
+        | Kernel::NormBackward { .. }
+        | Kernel::CrossEntropyBackward { .. }
+        | Kernel::Update { .. } => Err(cartage_core::Error::unsupported(
+            kernel.op().name(),
+            kernel.dtype(),
+            cartage_core::Backend::device(backend),
+            "no fused kernel here yet; the frontend composes it from other kernels",
+        )),
     }
 }
 

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use cartage::{Result, Tensor, VarId};
+use cartage::{AdamUpdate, Result, Tensor, VarId};
 
-use super::{Optimizer, OptimizerState, export, follow, import, same_store, write};
+use super::{Optimizer, OptimizerState, export, follow, import, same_store};
 use crate::{ParamStore, StoreId};
 
 /// The moments of one parameter.
@@ -66,33 +66,36 @@ impl Core {
         }
     }
 
+    /// One fused update per parameter (`Tensor::adam_step_`): the moments and the parameter
+    /// are written in place, so the step allocates nothing once the moments exist.
     fn step(&mut self, op: &'static str, store: &ParamStore) -> Result<()> {
         same_store(op, self.store, store)?;
         let _plain = cartage::no_grad();
         self.step += 1;
-        let (b1, b2) = self.betas;
-        let t = self.step as i32;
-        let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+        let rule = AdamUpdate {
+            lr: self.lr,
+            beta1: self.betas.0,
+            beta2: self.betas.1,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            decoupled: self.decoupled,
+            step: self.step,
+        };
         for var in store.vars() {
-            let Some(mut g) = var.grad() else { continue };
-            let mut p = var.value();
-            if self.weight_decay != 0.0 {
-                if self.decoupled {
-                    p = p.mul_scalar(1.0 - self.lr * self.weight_decay)?;
-                } else {
-                    g = g.add(&p.mul_scalar(self.weight_decay)?)?;
-                }
-            }
-            let (m, v) = match self.moments.remove(&var.id()) {
-                Some(s) => (follow(s.m, &p)?, follow(s.v, &p)?),
-                None => (p.zeros_like()?, p.zeros_like()?),
+            let Some(g) = var.grad() else { continue };
+            let p = var.value();
+            let moments = match self.moments.remove(&var.id()) {
+                Some(s) => Moments {
+                    m: follow(s.m, &p)?,
+                    v: follow(s.v, &p)?,
+                },
+                None => Moments {
+                    m: p.zeros_like()?,
+                    v: p.zeros_like()?,
+                },
             };
-            let m = m.lerp(&g, 1.0 - b1)?;
-            let v = v.lerp(&g.square()?, 1.0 - b2)?;
-            let denom = v.sqrt()?.mul_scalar(1.0 / bc2.sqrt())?.add_scalar(self.eps)?;
-            let update = m.div(&denom)?.mul_scalar(self.lr / bc1)?;
-            write(&var, &p.sub(&update)?)?;
-            self.moments.insert(var.id(), Moments { m, v });
+            p.adam_step_(&g, &moments.m, &moments.v, rule)?;
+            self.moments.insert(var.id(), moments);
         }
         Ok(())
     }

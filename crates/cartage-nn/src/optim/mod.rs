@@ -22,7 +22,7 @@ pub use clip::clip_grad_norm;
 pub use schedule::{LrSchedule, StepLr, WarmupCosine};
 pub use sgd::Sgd;
 
-use cartage::{Error, Result, Tensor, Var, VarId};
+use cartage::{Error, Result, Tensor, VarId};
 
 use crate::{ParamStore, StoreId};
 
@@ -114,9 +114,4 @@ pub(crate) fn same_store(op: &'static str, built_on: StoreId, store: &ParamStore
 /// `state` on the device and in the dtype of `like` (a parameter moved or cast since).
 pub(crate) fn follow(state: Tensor, like: &Tensor) -> Result<Tensor> {
     state.to_device_dtype(&like.device(), like.dtype())
-}
-
-/// Write `new` into the variable's value in place (the storage a module reads stays the same).
-pub(crate) fn write(var: &Var, new: &Tensor) -> Result<()> {
-    var.value().copy_from(new)
 }

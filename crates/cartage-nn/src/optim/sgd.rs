@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use cartage::{Result, Tensor, VarId};
+use cartage::{Result, SgdUpdate, Tensor, VarId};
 
-use super::{Optimizer, OptimizerState, export, follow, import, same_store, write};
+use super::{Optimizer, OptimizerState, export, follow, import, same_store};
 use crate::{ParamStore, StoreId};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g += wd·p`; with momentum `buf = μ·buf + (1-dampening)·g`
@@ -42,27 +42,27 @@ impl Optimizer for Sgd {
     fn step(&mut self, store: &ParamStore) -> Result<()> {
         same_store("Sgd::step", self.store, store)?;
         let _plain = cartage::no_grad();
+        let rule = SgdUpdate {
+            lr: self.lr,
+            momentum: self.momentum,
+            dampening: self.dampening,
+            weight_decay: self.weight_decay,
+            nesterov: self.nesterov,
+            first_step: false,
+        };
         for var in store.vars() {
-            let Some(mut g) = var.grad() else { continue };
+            let Some(g) = var.grad() else { continue };
             let p = var.value();
-            if self.weight_decay != 0.0 {
-                g = g.add(&p.mul_scalar(self.weight_decay)?)?;
+            if !rule.has_momentum() {
+                p.sgd_step_(&g, None, rule)?;
+                continue;
             }
-            if self.momentum != 0.0 {
-                let buf = match self.buffers.remove(&var.id()) {
-                    None => g.clone(),
-                    Some(b) => follow(b, &p)?
-                        .mul_scalar(self.momentum)?
-                        .add(&g.mul_scalar(1.0 - self.dampening)?)?,
-                };
-                g = if self.nesterov {
-                    g.add(&buf.mul_scalar(self.momentum)?)?
-                } else {
-                    buf.clone()
-                };
-                self.buffers.insert(var.id(), buf);
-            }
-            write(&var, &p.sub(&g.mul_scalar(self.lr)?)?)?;
+            let (buf, first_step) = match self.buffers.remove(&var.id()) {
+                Some(b) => (follow(b, &p)?, false),
+                None => (p.zeros_like()?, true),
+            };
+            p.sgd_step_(&g, Some(&buf), SgdUpdate { first_step, ..rule })?;
+            self.buffers.insert(var.id(), buf);
         }
         Ok(())
     }

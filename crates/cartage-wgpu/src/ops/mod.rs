@@ -79,7 +79,12 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             label_smoothing,
             out,
         } => cross_entropy::cross_entropy(backend, logits, target, *ignore_index, *label_smoothing, out),
-        Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
+        Kernel::Conv2d { .. }
+        | Kernel::Attention { .. }
+        | Kernel::SoftmaxBackward { .. }
+        | Kernel::NormBackward { .. }
+        | Kernel::CrossEntropyBackward { .. }
+        | Kernel::Update { .. } => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),
             cartage_core::Backend::device(backend),

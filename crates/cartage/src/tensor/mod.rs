@@ -32,6 +32,7 @@ mod shape;
 pub mod slicing;
 mod stats;
 mod transfer;
+mod update;
 mod view;
 
 pub use math::LerpWeight;

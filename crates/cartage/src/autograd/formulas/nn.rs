@@ -14,7 +14,9 @@ fn compute_dtype(dtype: DType) -> DType {
 }
 
 /// The backward of `layer_norm`/`rms_norm` over the last dimension. The node's inputs are the
-/// input, then the weight and the bias when given (`has` says which).
+/// input, then the weight and the bias when given. The input gradient is one fused kernel where
+/// the backend has it; the weight gradient is `Σ_batch g·x̂` with `x̂` from one forward norm
+/// kernel, and the bias gradient `Σ_batch g`, both accumulated in f32 for half inputs.
 pub(crate) fn norm(
     kind: NormKind,
     x: &Tensor,
@@ -28,20 +30,12 @@ pub(crate) fn norm(
     saving(saved, move |g, need| {
         let dtype = x.dtype();
         let wide = compute_dtype(dtype);
-        let (xw, gw) = (x.to_dtype(wide)?, g.to_dtype(wide)?);
-        let last = [-1isize];
-        let xhat = match kind {
-            NormKind::Layer => {
-                let centred = xw.sub(&xw.mean(&last, true)?)?;
-                let rstd = centred.square()?.mean(&last, true)?.add_scalar(eps)?.rsqrt()?;
-                (centred.mul(&rstd)?, rstd)
+        let gx = when(need[0], || {
+            match x.norm_backward_fused(kind, weight.as_ref(), g, eps)? {
+                Some(fused) => Ok(fused),
+                None => norm_input_grad(kind, &x, weight.as_ref(), g, eps),
             }
-            NormKind::Rms => {
-                let rstd = xw.square()?.mean(&last, true)?.add_scalar(eps)?.rsqrt()?;
-                (xw.mul(&rstd)?, rstd)
-            }
-        };
-        let (xhat, rstd) = xhat;
+        })?;
         let batch_dims: Vec<isize> = (0..x.rank() as isize - 1).collect();
         let over_batch = |t: Tensor| -> Result<Tensor> {
             let summed = if batch_dims.is_empty() {
@@ -51,31 +45,57 @@ pub(crate) fn norm(
             };
             summed.to_dtype(dtype)
         };
-        let gx = when(need[0], || {
-            let gxhat = match &weight {
-                Some(w) => gw.mul(&w.to_dtype(wide)?)?,
-                None => gw.clone(),
-            };
-            let proj = gxhat.mul(&xhat)?.mean(&last, true)?;
-            let mut inner = gxhat.sub(&xhat.mul(&proj)?)?;
-            if kind == NormKind::Layer {
-                inner = inner.sub(&gxhat.mean(&last, true)?)?;
-            }
-            inner.mul(&rstd)?.to_dtype(dtype)
-        })?;
         let mut grads = vec![gx];
         if weight.is_some() {
-            grads.push(when(need[grads.len()], || over_batch(gw.mul(&xhat)?))?);
+            grads.push(when(need[grads.len()], || {
+                let xw = x.to_dtype(wide)?;
+                let xhat = match kind {
+                    NormKind::Layer => xw.layer_norm(None, None, eps)?,
+                    NormKind::Rms => xw.rms_norm(None, eps)?,
+                };
+                over_batch(g.to_dtype(wide)?.mul(&xhat)?)
+            })?);
         }
         if has_bias {
-            grads.push(when(need[grads.len()], || over_batch(gw.clone()))?);
+            grads.push(when(need[grads.len()], || over_batch(g.to_dtype(wide)?))?);
         }
         Ok(grads)
     })
 }
 
+/// The input gradient of a norm, composed from other ops (backends without the fused kernel):
+/// `r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))` for layer norm, without the `mean(ĝ)` term for RMS norm.
+fn norm_input_grad(kind: NormKind, x: &Tensor, weight: Option<&Tensor>, g: &Tensor, eps: f64) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let wide = compute_dtype(dtype);
+    let (xw, gw) = (x.to_dtype(wide)?, g.to_dtype(wide)?);
+    let last = [-1isize];
+    let (xhat, rstd) = match kind {
+        NormKind::Layer => {
+            let centred = xw.sub(&xw.mean(&last, true)?)?;
+            let rstd = centred.square()?.mean(&last, true)?.add_scalar(eps)?.rsqrt()?;
+            (centred.mul(&rstd)?, rstd)
+        }
+        NormKind::Rms => {
+            let rstd = xw.square()?.mean(&last, true)?.add_scalar(eps)?.rsqrt()?;
+            (xw.mul(&rstd)?, rstd)
+        }
+    };
+    let gxhat = match weight {
+        Some(w) => gw.mul(&w.to_dtype(wide)?)?,
+        None => gw,
+    };
+    let proj = gxhat.mul(&xhat)?.mean(&last, true)?;
+    let mut inner = gxhat.sub(&xhat.mul(&proj)?)?;
+    if kind == NormKind::Layer {
+        inner = inner.sub(&gxhat.mean(&last, true)?)?;
+    }
+    inner.mul(&rstd)?.to_dtype(dtype)
+}
+
 /// The backward of the per-row cross-entropy of `logits` `[N, C]` against class indices
-/// `target` `[N]`: `g · (softmax(logits) - (1 - ε)·onehot(target) - ε / C)`, zero on ignored rows.
+/// `target` `[N]`: `g · (softmax(logits) - (1 - ε)·onehot(target) - ε / C)`, zero on ignored rows;
+/// one fused kernel where the backend has it, else composed.
 pub(crate) fn cross_entropy(
     logits: &Tensor,
     target: &Tensor,
@@ -84,6 +104,9 @@ pub(crate) fn cross_entropy(
 ) -> (BackwardFn, usize) {
     let (logits, target) = (logits.detach(), target.detach());
     saving(bytes(&[&logits, &target]), move |g, _| {
+        if let Some(fused) = logits.cross_entropy_backward_fused(&target, g, ignore_index, label_smoothing)? {
+            return Ok(vec![Some(fused)]);
+        }
         let dtype = logits.dtype();
         let wide = compute_dtype(dtype);
         let [n, c] = [logits.shape()[0], logits.shape()[1]];

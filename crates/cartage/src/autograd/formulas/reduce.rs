@@ -114,10 +114,14 @@ pub(crate) fn logsumexp(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> 
 }
 
 /// The backward of `softmax(dim)` (`log` false: `y·(g - Σ g·y)`) and `log_softmax(dim)`
-/// (`g - exp(y)·Σ g`). Saves the output only.
+/// (`g - exp(y)·Σ g`): one fused kernel where the backend has it, else composed. Saves the
+/// output only.
 pub(crate) fn softmax(out: &Tensor, dim: usize, log: bool) -> (BackwardFn, usize) {
     let y = out.detach();
     saving(bytes(&[&y]), move |g, _| {
+        if let Some(fused) = y.softmax_backward_fused(g, dim, log)? {
+            return Ok(vec![Some(fused)]);
+        }
         let d = dim as isize;
         let grad = if log {
             let total = g.sum(&[d], true)?;

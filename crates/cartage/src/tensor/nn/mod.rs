@@ -10,6 +10,7 @@
 mod attention;
 mod conv;
 mod dropout;
+mod fused_backward;
 mod grad;
 mod loss;
 mod norm;

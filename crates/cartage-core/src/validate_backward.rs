@@ -1,0 +1,176 @@
+//! The structural rules of the backward kernels and of the optimizer update, in the same terms
+//! as [`crate::validate`]'s: shapes and dtypes agree, outputs are writable and apart from every
+//! input, hyperparameters are in range.
+
+use crate::error::{Error, Result};
+use crate::kernel::{NormKind, TensorArg};
+use crate::update_rule::UpdateRule;
+use crate::validate::{aligned, apart, dim_in_range, index_dtype, mismatch, same_dtype, same_shape, writable};
+
+/// `SoftmaxBackward`: output, grad and out of one shape and dtype; `out` apart from both.
+pub(crate) fn softmax(
+    name: &'static str,
+    output: &TensorArg,
+    grad: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+) -> Result<()> {
+    for arg in [output, grad] {
+        same_shape(name, arg, out)?;
+        same_dtype(name, arg, out)?;
+        aligned(name, arg)?;
+        apart(name, arg, out)?;
+    }
+    float(name, out)?;
+    dim_in_range(name, dim, out.layout.rank())?;
+    aligned(name, out)?;
+    writable(name, out)
+}
+
+/// `NormBackward`: input, grad and out alike; the weight 1-D of the last dim's size.
+pub(crate) fn norm(
+    kind: NormKind,
+    input: &TensorArg,
+    weight: Option<&TensorArg>,
+    grad: &TensorArg,
+    eps: f64,
+    out: &TensorArg,
+) -> Result<()> {
+    let name = match kind {
+        NormKind::Layer => "layer_norm_backward",
+        NormKind::Rms => "rms_norm_backward",
+    };
+    let Some(&last) = input.layout.shape().last() else {
+        return Err(Error::invalid(
+            name,
+            "the input needs at least one dimension to normalise",
+        ));
+    };
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::invalid(name, format!("eps must be finite and ≥ 0, got {eps}")));
+    }
+    for arg in [input, grad] {
+        same_shape(name, arg, out)?;
+        same_dtype(name, arg, out)?;
+        aligned(name, arg)?;
+        apart(name, arg, out)?;
+    }
+    if let Some(weight) = weight {
+        same_dtype(name, weight, input)?;
+        if weight.layout.shape() != [last] {
+            return Err(mismatch(
+                name,
+                input,
+                weight,
+                format!("the weight must be 1-D of the last dim's size {last}"),
+            ));
+        }
+        aligned(name, weight)?;
+        apart(name, weight, out)?;
+    }
+    float(name, out)?;
+    aligned(name, out)?;
+    writable(name, out)
+}
+
+/// `CrossEntropyBackward`: logits and out [N, C], target and grad [N].
+pub(crate) fn cross_entropy(
+    logits: &TensorArg,
+    target: &TensorArg,
+    grad: &TensorArg,
+    smoothing: f64,
+    out: &TensorArg,
+) -> Result<()> {
+    let name = "cross_entropy_backward";
+    index_dtype(name, target)?;
+    let (l, t, g) = (logits.layout.shape(), target.layout.shape(), grad.layout.shape());
+    if l.len() != 2 || t != [l[0]] || g != [l[0]] {
+        return Err(mismatch(
+            name,
+            logits,
+            target,
+            format!("logits [N, C] take a target [N] and a per-row gradient [N]; the gradient is {g:?}"),
+        ));
+    }
+    same_shape(name, logits, out)?;
+    same_dtype(name, logits, out)?;
+    same_dtype(name, grad, out)?;
+    float(name, out)?;
+    if !(0.0..=1.0).contains(&smoothing) {
+        return Err(Error::invalid(
+            name,
+            format!("label smoothing must lie in [0, 1], got {smoothing}"),
+        ));
+    }
+    for arg in [logits, target, grad] {
+        aligned(name, arg)?;
+        apart(name, arg, out)?;
+    }
+    aligned(name, out)?;
+    writable(name, out)
+}
+
+/// `Update`: every operand contiguous, of the parameter's shape and float dtype; the parameter
+/// and the state written, each apart from every other operand; as many state tensors as the
+/// rule keeps, in the leading slots.
+pub(crate) fn update(
+    rule: &UpdateRule,
+    grad: &TensorArg,
+    state: &[Option<TensorArg>; 2],
+    param: &TensorArg,
+) -> Result<()> {
+    let name = rule.kind().name();
+    rule.check()?;
+    let wanted = rule.state_count();
+    let given = state.iter().take_while(|s| s.is_some()).count();
+    if given != wanted || state.iter().filter(|s| s.is_some()).count() != wanted {
+        return Err(Error::invalid(
+            name,
+            format!("the rule keeps {wanted} state tensor(s) in the leading slots, but {given} were given"),
+        ));
+    }
+    float(name, param)?;
+    let states: Vec<&TensorArg> = state.iter().flatten().collect();
+    for arg in std::iter::once(grad).chain(states.iter().copied()) {
+        same_shape(name, arg, param)?;
+        same_dtype(name, arg, param)?;
+    }
+    let all: Vec<&TensorArg> = [param, grad].into_iter().chain(states.iter().copied()).collect();
+    for arg in &all {
+        aligned(name, arg)?;
+        if !arg.layout.is_contiguous() {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "every operand must be contiguous, but one of shape {:?} has strides {:?}",
+                    arg.layout.shape(),
+                    arg.layout.strides()
+                ),
+            ));
+        }
+    }
+    for (i, written) in std::iter::once(param).chain(states.iter().copied()).enumerate() {
+        writable(name, written)?;
+        for (j, other) in all.iter().enumerate() {
+            // `all` lists the parameter first, then the gradient, then the state: the written
+            // operand `i` sits at index 0 (parameter) or `i + 1` (state).
+            let own = if i == 0 { 0 } else { i + 1 };
+            if j != own {
+                apart(name, other, written)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn float(name: &'static str, arg: &TensorArg) -> Result<()> {
+    if arg.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(Error::WrongDType {
+            op: name,
+            dtype: arg.dtype,
+            expected: "a float dtype",
+        })
+    }
+}

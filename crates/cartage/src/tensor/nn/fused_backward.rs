@@ -1,0 +1,96 @@
+//! Launchers of the fused backward kernels (`SoftmaxBackward`, `NormBackward`,
+//! `CrossEntropyBackward`) for the autograd formulas. Each returns `None` where the backend lists
+//! no such kernel for the dtype, and the formula then composes the same gradient from other ops.
+
+use cartage_core::{Kernel, NormKind, Op, Result};
+
+use crate::tensor::{Tensor, caller};
+
+/// True when the tensor's backend runs `op` fused for the tensor's dtype.
+fn fused(t: &Tensor, op: Op) -> bool {
+    t.backend().capabilities().supports(op, t.dtype())
+}
+
+/// `g` in `like`'s dtype (gradients normally arrive in it already).
+fn in_dtype_of(g: &Tensor, like: &Tensor) -> Result<Tensor> {
+    g.to_dtype(like.dtype())
+}
+
+impl Tensor {
+    /// The input gradient of softmax (`log` false) or log-softmax along `dim`, from the forward's
+    /// output `self` and the incoming `grad`, in one kernel.
+    pub(crate) fn softmax_backward_fused(&self, grad: &Tensor, dim: usize, log: bool) -> Result<Option<Tensor>> {
+        let op = if log {
+            Op::LogSoftmaxBackward
+        } else {
+            Op::SoftmaxBackward
+        };
+        if !fused(self, op) || grad.shape() != self.shape() {
+            return Ok(None);
+        }
+        let grad = in_dtype_of(grad, self)?;
+        let out = self.alloc_like(self.shape(), self.dtype, caller())?;
+        let kernel = Kernel::SoftmaxBackward {
+            output: self.as_arg(),
+            grad: grad.as_arg(),
+            dim,
+            log,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[self, &grad], out.numel())?;
+        Ok(Some(out))
+    }
+
+    /// The input gradient of layer or RMS norm over the last dim, from the forward's input
+    /// `self`, its weight and the incoming `grad`, in one kernel.
+    pub(crate) fn norm_backward_fused(
+        &self,
+        kind: NormKind,
+        weight: Option<&Tensor>,
+        grad: &Tensor,
+        eps: f64,
+    ) -> Result<Option<Tensor>> {
+        if !fused(self, Op::NormBackward(kind)) || grad.shape() != self.shape() {
+            return Ok(None);
+        }
+        let grad = in_dtype_of(grad, self)?;
+        let out = self.alloc_like(self.shape(), self.dtype, caller())?;
+        let kernel = Kernel::NormBackward {
+            kind,
+            input: self.as_arg(),
+            weight: weight.map(Tensor::as_arg),
+            grad: grad.as_arg(),
+            eps,
+            out: out.as_arg(),
+        };
+        let inputs: Vec<&Tensor> = [self, &grad].into_iter().chain(weight).collect();
+        out.launch(&kernel, &inputs, out.numel())?;
+        Ok(Some(out))
+    }
+
+    /// The logits gradient of the per-row cross-entropy, from the forward's logits `self`
+    /// `[N, C]`, its `target` `[N]` and the incoming per-row `grad` `[N]`, in one kernel.
+    pub(crate) fn cross_entropy_backward_fused(
+        &self,
+        target: &Tensor,
+        grad: &Tensor,
+        ignore_index: i64,
+        label_smoothing: f64,
+    ) -> Result<Option<Tensor>> {
+        if !fused(self, Op::CrossEntropyBackward) || grad.shape() != [self.shape()[0]] {
+            return Ok(None);
+        }
+        let grad = in_dtype_of(grad, self)?;
+        let out = self.alloc_like(self.shape(), self.dtype, caller())?;
+        let kernel = Kernel::CrossEntropyBackward {
+            logits: self.as_arg(),
+            target: target.as_arg(),
+            grad: grad.as_arg(),
+            ignore_index,
+            label_smoothing,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[self, target, &grad], out.numel())?;
+        Ok(Some(out))
+    }
+}
