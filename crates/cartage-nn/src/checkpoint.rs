@@ -1,5 +1,6 @@
 //! Checkpoints: a model's parameters, its optimizer's state, the loss scaler and random
-//! generators in one safetensors file, resumed bit for bit on the same device. Loading checks everything
+//! generators (those passed by name, and those the store's modules registered, such as dropout's)
+//! in one safetensors file, resumed bit for bit on the same device. Loading checks everything
 //! (parameters, optimizer state, generators) before it changes anything.
 //!
 //! Tensors are named `model/<parameter>` and `optim/<parameter>.<slot>`; numbers (the optimizer's
@@ -42,6 +43,11 @@ pub fn save_checkpoint(
     for (name, rng) in generators {
         metadata.insert(format!("rng.{name}.seed"), rng.seed().to_string());
         metadata.insert(format!("rng.{name}.offset"), rng.offset().to_string());
+    }
+    for (name, shared) in store.generators() {
+        let rng = shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        metadata.insert(format!("rng.store.{name}.seed"), rng.seed().to_string());
+        metadata.insert(format!("rng.store.{name}.offset"), rng.offset().to_string());
     }
     let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     save_safetensors_with_metadata(path, &refs, &metadata)
@@ -98,24 +104,29 @@ pub fn load_checkpoint(
         let dtype = var.dtype();
         values.push((var, t.to_dtype(dtype)?));
     }
-    let mut resumed = Vec::new();
-    for (name, _) in generators.iter() {
-        let seed = metadata
-            .get(&format!("rng.{name}.seed"))
-            .and_then(|v| v.parse::<u64>().ok());
-        let offset = metadata
-            .get(&format!("rng.{name}.offset"))
-            .and_then(|v| v.parse::<u64>().ok());
-        match (seed, offset) {
-            (Some(seed), Some(offset)) => resumed.push(Generator::resume(seed, offset)),
-            _ => {
-                return Err(Error::InvalidArgument {
-                    op: "load_checkpoint",
-                    reason: format!("the generator `{name}` is not in {}", path.display()),
-                });
-            }
+    let saved_generator = |key: &str, name: &str| -> Result<Generator> {
+        let field = |part: &str| {
+            metadata
+                .get(&format!("{key}.{part}"))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        match (field("seed"), field("offset")) {
+            (Some(seed), Some(offset)) => Ok(Generator::resume(seed, offset)),
+            _ => Err(Error::InvalidArgument {
+                op: "load_checkpoint",
+                reason: format!("the generator `{name}` is not in {}", path.display()),
+            }),
         }
-    }
+    };
+    let resumed: Vec<Generator> = generators
+        .iter()
+        .map(|(name, _)| saved_generator(&format!("rng.{name}"), name))
+        .collect::<Result<_>>()?;
+    let store_generators = store.generators();
+    let resumed_in_store: Vec<Generator> = store_generators
+        .iter()
+        .map(|(name, _)| saved_generator(&format!("rng.store.{name}"), name))
+        .collect::<Result<_>>()?;
     let mut state = OptimizerState::default();
     for (name, t) in &loaded {
         if let Some(rest) = name.strip_prefix("optim/") {
@@ -144,6 +155,9 @@ pub fn load_checkpoint(
     }
     for ((_, rng), state) in generators.iter_mut().zip(resumed) {
         **rng = state;
+    }
+    for ((_, shared), state) in store_generators.iter().zip(resumed_in_store) {
+        *shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = state;
     }
     Ok(())
 }

@@ -45,4 +45,4 @@ mod store;
 pub use amp::{GradScaler, ScalerState};
 pub use checkpoint::{load_checkpoint, save_checkpoint};
 pub use module::Module;
-pub use store::{ParamStore, Scope, StoreId};
+pub use store::{ParamStore, Scope, SharedGenerator, StoreId};

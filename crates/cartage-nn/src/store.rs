@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cartage::{DType, Device, Error, Result, Tensor, Var, VarId};
+use cartage::{DType, Device, Error, Generator, Result, Tensor, Var, VarId};
 
 static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
 
@@ -26,7 +26,12 @@ struct Inner {
 struct State {
     device: Device,
     params: Vec<(String, Var)>,
+    generators: Vec<(String, SharedGenerator)>,
 }
+
+/// A random generator owned by a module (dropout's masks) and registered with its store, so that
+/// checkpoints save and restore it with the parameters.
+pub type SharedGenerator = Arc<Mutex<Generator>>;
 
 /// The parameters of a model: named variables on one device. Cloning shares the store.
 ///
@@ -56,6 +61,7 @@ impl ParamStore {
                 state: Mutex::new(State {
                     device: *device,
                     params: Vec::new(),
+                    generators: Vec::new(),
                 }),
                 training: AtomicBool::new(true),
             }),
@@ -64,6 +70,28 @@ impl ParamStore {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Register `rng` under `prefix` followed by its index among the generators of that prefix
+    /// (`dropout.0`, `dropout.1`, …, in construction order) and return the shared handle the
+    /// module draws from. [`crate::save_checkpoint`] saves every registered generator.
+    pub fn register_generator(&self, prefix: &str, rng: Generator) -> SharedGenerator {
+        let mut state = self.lock();
+        let index = state
+            .generators
+            .iter()
+            .filter(|(name, _)| name.rsplit_once('.').is_some_and(|(p, _)| p == prefix))
+            .count();
+        let shared = Arc::new(Mutex::new(rng));
+        state
+            .generators
+            .push((format!("{prefix}.{index}"), Arc::clone(&shared)));
+        shared
+    }
+
+    /// The registered generators with their names, in registration order.
+    pub fn generators(&self) -> Vec<(String, SharedGenerator)> {
+        self.lock().generators.clone()
     }
 
     /// The store's identity.

@@ -1,9 +1,9 @@
 //! Checkpoints: N steps straight through equal N/2 steps, save, load into a fresh model, N/2
-//! steps, bit for bit; missing and misshapen parameters are typed errors.
+//! steps, bit for bit (dropout's masks included); missing and misshapen parameters are typed errors.
 
 use cartage::ErrorKind;
 use cartage::prelude::*;
-use cartage_nn::layers::{Activation, Linear, Sequential};
+use cartage_nn::layers::{Activation, Dropout, Linear, Sequential};
 use cartage_nn::optim::{AdamW, Optimizer};
 use cartage_nn::{GradScaler, Module, ParamStore, load_checkpoint, save_checkpoint};
 
@@ -22,6 +22,9 @@ fn fresh(width: usize) -> Result<Run> {
     let model = Sequential::new()
         .push(Linear::new(&store.root().sub("0"), 8, width, true, &mut init)?)
         .push(Activation::Gelu)
+        // Dropout's generator is registered with the store: the checkpoint must carry its
+        // position, or the resumed run draws other masks.
+        .push(Dropout::new(&store, 0.2, Generator::new(3)))
         .push(Linear::new(&store.root().sub("2"), width, 1, true, &mut init)?);
     let opt = AdamW::new(&store, 1e-2)?;
     Ok(Run {

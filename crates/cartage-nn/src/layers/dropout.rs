@@ -1,9 +1,8 @@
 //! [`Dropout`]: zeroes elements with probability `p` in training mode.
 
-use std::sync::Mutex;
-
 use cartage::{Generator, Result, Tensor};
 
+use crate::store::SharedGenerator;
 use crate::{Module, ParamStore};
 
 /// Drops each element with probability `p` and scales the rest by `1/(1-p)` while the store is
@@ -11,7 +10,7 @@ use crate::{Module, ParamStore};
 /// [`Generator`], so a seed replays the same masks.
 pub struct Dropout {
     p: f64,
-    rng: Mutex<Generator>,
+    rng: SharedGenerator,
     store: ParamStore,
 }
 
@@ -20,7 +19,7 @@ impl Dropout {
     pub fn new(store: &ParamStore, p: f64, rng: Generator) -> Dropout {
         Dropout {
             p,
-            rng: Mutex::new(rng),
+            rng: store.register_generator("dropout", rng),
             store: store.clone(),
         }
     }
