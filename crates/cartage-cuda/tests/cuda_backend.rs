@@ -39,7 +39,11 @@ fn backend(test: &str, ordinal: usize) -> Option<Arc<CudaBackend>> {
                 !required(),
                 "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:{ordinal}: {e}"
             );
-            eprintln!("SKIP cuda/{test}: cuda:{ordinal}: {e}");
+            cartage_core::testsuite::skip::device_missing(
+                &format!("cuda/{test}"),
+                &format!("cuda:{ordinal}"),
+                &e.to_string(),
+            );
             None
         }
     }

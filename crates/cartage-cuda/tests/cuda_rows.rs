@@ -24,7 +24,7 @@ fn backend(test: &str) -> Option<Arc<dyn Backend>> {
                 !required(),
                 "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:0: {e}"
             );
-            eprintln!("SKIP cuda/{test}: {e}");
+            cartage_core::testsuite::skip::device_missing(&format!("cuda/{test}"), "cuda:0", &e.to_string());
             None
         }
     }

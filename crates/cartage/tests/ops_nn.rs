@@ -24,7 +24,7 @@ fn devices(test: &str) -> Vec<Device> {
                     "{test}: CARTAGE_REQUIRE names {} but {device} did not open: {e}",
                     device.kind().name()
                 );
-                common::skip(&format!("{test} on {device}: {e}"));
+                common::device_missing(test, &device, &e);
             }
         }
     }

@@ -39,8 +39,14 @@ static EXCLUSIVE: RwLock<()> = RwLock::new(());
 /// What to do when a backend could not be opened.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Unavailable {
-    /// Print this line and pass.
-    Skip(String),
+    /// Report the device as missing (once per process, [`super::skip::device_missing`]) and
+    /// pass.
+    Skip {
+        /// The device that did not open (`cuda:0`), or its kind.
+        device: String,
+        /// Why it did not open.
+        reason: String,
+    },
     /// Fail with this message (`CARTAGE_REQUIRE` names the kind).
     Fail(String),
 }
@@ -69,7 +75,10 @@ pub fn on_unavailable(suite: &str, test: &str, error: &Error, require: Option<&s
             require.unwrap_or_default()
         ))
     } else {
-        Unavailable::Skip(format!("SKIP conformance/{suite}/{test}: {shown}: {error}"))
+        Unavailable::Skip {
+            device: shown,
+            reason: error.to_string(),
+        }
     }
 }
 
@@ -100,9 +109,10 @@ fn run_with(suite: &'static str, test: &'static str, open: OpenBackend, body: fn
             let require = std::env::var(REQUIRE_VAR).ok();
             match on_unavailable(suite, test, &error, require.as_deref()) {
                 Unavailable::Fail(message) => panic!("{message}"),
-                Unavailable::Skip(line) => {
-                    // Written to the real stderr, past the test harness's capture: a skip is loud.
-                    let _ = writeln!(std::io::stderr(), "{line}");
+                Unavailable::Skip { device, reason } => {
+                    // Written to the real stderr, past the test harness's capture: a skip is loud,
+                    // once per device and binary.
+                    super::skip::device_missing(&format!("conformance/{suite}/{test}"), &device, &reason);
                     return;
                 }
             }
@@ -458,15 +468,15 @@ mod tests {
             reason: "no driver".into(),
         };
         match on_unavailable("cuda", "fill", &err, None) {
-            Unavailable::Skip(line) => {
-                assert!(line.starts_with("SKIP conformance/cuda/fill: cuda:0:"), "{line}");
-                assert!(line.contains("no driver"), "{line}");
+            Unavailable::Skip { device, reason } => {
+                assert_eq!(device, "cuda:0");
+                assert!(reason.contains("no driver"), "{reason}");
             }
             other => panic!("{other:?}"),
         }
         assert!(matches!(
             on_unavailable("cuda", "fill", &err, Some("wgpu")),
-            Unavailable::Skip(_)
+            Unavailable::Skip { .. }
         ));
         match on_unavailable("cuda", "fill", &err, Some("wgpu, cuda")) {
             Unavailable::Fail(msg) => assert!(msg.contains("no driver") && msg.contains(REQUIRE_VAR), "{msg}"),
@@ -480,7 +490,7 @@ mod tests {
         ));
         assert!(matches!(
             on_unavailable("mystery", "fill", &other, Some("cpu,cuda,wgpu")),
-            Unavailable::Skip(_)
+            Unavailable::Skip { .. }
         ));
     }
 }

@@ -45,6 +45,7 @@ pub mod reference;
 pub mod reference_model;
 pub mod scan;
 pub mod scatter;
+pub mod skip;
 pub mod sort;
 pub mod unary_edges;
 pub mod update;

@@ -1,8 +1,6 @@
 //! Helpers shared by cartage-nn's integration tests: the GPUs that open here, each missing one
 //! skipped loudly (or a failure when `CARTAGE_REQUIRE` names its kind).
 
-use std::io::Write;
-
 use cartage::{Device, backend};
 
 /// Every GPU that opens here (`wgpu:0`, `cuda:0`). Each one that does not prints a SKIP line,
@@ -22,7 +20,7 @@ pub fn gpu_devices(test: &str) -> Vec<Device> {
                     "{test}: CARTAGE_REQUIRE names {} but {device} did not open: {e}",
                     device.kind().name()
                 );
-                let _ = writeln!(std::io::stderr().lock(), "SKIP {test} on {device}: {e}");
+                cartage_core::testsuite::skip::device_missing(test, &device.to_string(), &e.to_string());
             }
         }
     }

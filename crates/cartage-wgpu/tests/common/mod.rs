@@ -23,7 +23,7 @@ pub fn backend(test: &str) -> Option<Arc<WgpuBackend>> {
             if required() {
                 panic!("CARTAGE_REQUIRE names wgpu but wgpu:0 is unavailable: {e}");
             }
-            eprintln!("SKIP wgpu/{test}: wgpu:0 is unavailable: {e}");
+            cartage_core::testsuite::skip::device_missing(&format!("wgpu/{test}"), "wgpu:0", &e.to_string());
             None
         }
     }

@@ -49,11 +49,16 @@ pub fn gpu_devices(test: &str) -> Vec<Device> {
                     "{test}: CARTAGE_REQUIRE names {} but {device} did not open: {e}",
                     device.kind().name()
                 );
-                skip(&format!("{test} on {device}: {e}"));
+                device_missing(test, &device, &e);
             }
         }
     }
     found
+}
+
+/// Report `device` as missing for `test`: one SKIP line per device and test binary.
+pub fn device_missing(test: &str, device: &Device, error: &cartage::Error) {
+    cartage_core::testsuite::skip::device_missing(test, &device.to_string(), &error.to_string());
 }
 
 /// Print `SKIP <what>` to the real stderr (not captured by the test harness, so it shows).

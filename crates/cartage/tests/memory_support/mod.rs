@@ -42,7 +42,7 @@ pub fn devices_under_test(test: &str) -> Vec<Device> {
                     "{test}: CARTAGE_REQUIRE names {} but {device} did not open: {e}",
                     device.kind().name()
                 );
-                skip(&format!("{test} on {device}: {e}"));
+                cartage_core::testsuite::skip::device_missing(test, &device.to_string(), &e.to_string());
             }
         }
     }
