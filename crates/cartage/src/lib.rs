@@ -25,6 +25,7 @@
 //! - [`tensor`]: [`Tensor`] — constructors, views, ops, moves and host reads.
 //!
 //! The backends compiled in are chosen by the features `cpu` (default), `cuda` and `wgpu`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod autocast;
 pub mod autograd;

@@ -11,6 +11,7 @@
 //! cached free segments to the device (between phases, not every step: R21).
 
 mod estimate;
+#[cfg(feature = "svg")]
 mod plot;
 mod summary;
 mod tracker;

@@ -8,6 +8,7 @@
 //! judged: the cache keeping freed blocks is normal.
 
 use std::fmt;
+#[cfg(feature = "svg")]
 use std::path::Path;
 
 use cartage_core::{Device, MemoryStats, Result, format_bytes};
@@ -230,7 +231,9 @@ impl MemoryTracker {
     }
 
     /// Draw allocated and reserved memory against the step as an SVG file (with the leak fit
-    /// over the last window when there is one).
+    /// over the last window when there is one). Needs the `svg` feature (on by default).
+    #[cfg(feature = "svg")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "svg")))]
     pub fn write_svg(&self, path: impl AsRef<Path>) -> Result<()> {
         let title = match self.device {
             Some(d) => format!("cartage memory on {d}"),
@@ -261,6 +264,7 @@ fn least_squares(samples: &[MemorySample]) -> (f64, f64) {
 }
 
 /// The fitted line's value at `step`, for drawing: `(intercept, slope)` over `samples`.
+#[cfg(feature = "svg")]
 pub(super) fn fit_line(samples: &[MemorySample]) -> (f64, f64) {
     let (slope, _) = least_squares(samples);
     let n = samples.len() as f64;
@@ -348,6 +352,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "svg")]
     fn svg_write_failures_keep_the_io_kind() {
         let t = tracker_with((0..12).map(|i| 512 * i));
         let err = t.write_svg("/nonexistent-cartage-directory/memory.svg").unwrap_err();
