@@ -6,9 +6,14 @@
 //!   time as `vec4<f16>`, and f16 matmuls run on cooperative matrices (f32 accumulators) where
 //!   the adapter has those; without it the same kernels unpack packed words, with the same bits.
 //! - f64: only with `SHADER_F64`, and not the transcendental unary functions
-//!   ([`UnaryOp::transcendental`]), pow, softmax, logsumexp or cross-entropy, which need exp,
-//!   log or sin that Vulkan's GLSL.std.450 does not define for 64-bit floats; no scatter-add
-//!   (WGSL has no 64-bit atomics, and a float sum cannot be split into word-wise atomic adds).
+//!   ([`UnaryOp::transcendental`]), pow, softmax, logsumexp, cross-entropy or the backward
+//!   kernels of log-softmax and cross-entropy, which need exp, log or sin that Vulkan's
+//!   GLSL.std.450 does not define for 64-bit floats; no scatter-add (WGSL has no 64-bit
+//!   atomics, and a float sum cannot be split into word-wise atomic adds).
+//! - The optional fused kernels ([`Op::optional`]) listed are the backward kernels of softmax,
+//!   log-softmax, the norms and cross-entropy, and the optimizer updates, for every float dtype
+//!   the rules above allow (softmax's backward, the norms' and the updates need no more than
+//!   sqrt, so they run in f64 too). Conv2d and attention are composed by the frontend.
 //! - i64: every op defined for it. WGSL has no 64-bit integers, so i64 is stored as two 32-bit
 //!   words and computed exactly on `vec2<u32>` (low, high) in two's complement
 //!   (`shaders/i64_ops.wgsl`): add/sub with carries, the low 64 bits of products built from
@@ -17,9 +22,20 @@
 
 #[cfg(doc)]
 use cartage_core::UnaryOp;
-use cartage_core::{BinaryOp, Capabilities, DType, Op, ReduceOp, ScatterMode};
+use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, ReduceOp, ScatterMode, UpdateKind};
 
 use crate::context::GpuContext;
+
+/// The optional fused kernels ([`Op::optional`]) this backend implements.
+const FUSED: [Op; 7] = [
+    Op::SoftmaxBackward,
+    Op::LogSoftmaxBackward,
+    Op::NormBackward(NormKind::Layer),
+    Op::NormBackward(NormKind::Rms),
+    Op::CrossEntropyBackward,
+    Op::Update(UpdateKind::Sgd),
+    Op::Update(UpdateKind::Adam),
+];
 
 /// Why `op` does not run for `dtype` on an adapter (`has_f64`: it has SHADER_F64), or `None`.
 pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static str> {
@@ -39,6 +55,8 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
         | Op::Softmax
         | Op::LogSoftmax
         | Op::CrossEntropy
+        | Op::LogSoftmaxBackward
+        | Op::CrossEntropyBackward
         | Op::Reduce(ReduceOp::LogSumExp) => {
             Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
         }
@@ -60,9 +78,21 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// assert!(!caps.supports(Op::Unary(UnaryOp::Exp), DType::F64));
 /// assert!(caps.supports(Op::Binary(BinaryOp::Div), DType::I64));
 /// assert!(caps.supports(Op::Scan(ScanOp::Sum), DType::I64));
+/// assert!(caps.supports(Op::SoftmaxBackward, DType::F64));
+/// assert!(!caps.supports(Op::LogSoftmaxBackward, DType::F64));
+/// assert!(caps.supports(Op::CrossEntropyBackward, DType::BF16));
 /// ```
 pub fn capabilities_for(has_f64: bool) -> Capabilities {
-    Capabilities::all_defined(|op, dtype| refusal(op, dtype, has_f64).is_some())
+    let refused = |op: Op, dtype: DType| refusal(op, dtype, has_f64).is_some();
+    let mut caps = Capabilities::all_defined(refused);
+    for op in FUSED {
+        for dtype in DType::ALL {
+            if op.defined_for(dtype) && !refused(op, dtype) {
+                caps.add(op, dtype);
+            }
+        }
+    }
+    caps
 }
 
 /// The capabilities of the device behind `ctx`.

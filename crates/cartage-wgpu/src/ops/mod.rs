@@ -1,6 +1,7 @@
 //! One arm per [`Kernel`] variant, each in the module of its kernel family.
 
 pub(crate) mod cross_entropy;
+pub(crate) mod cross_entropy_backward;
 pub(crate) mod elementwise;
 pub(crate) mod geometry;
 pub(crate) mod index;
@@ -8,6 +9,7 @@ pub(crate) mod map;
 pub(crate) mod matmul;
 pub(crate) mod matmul_coop;
 pub(crate) mod norm;
+pub(crate) mod norm_backward;
 pub(crate) mod patch;
 pub(crate) mod random;
 pub(crate) mod reduce;
@@ -15,7 +17,9 @@ pub(crate) mod rows;
 pub(crate) mod scan;
 pub(crate) mod scatter;
 pub(crate) mod softmax;
+pub(crate) mod softmax_backward;
 pub(crate) mod sort;
+pub(crate) mod update;
 
 use cartage_core::{Kernel, Result};
 
@@ -79,12 +83,44 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             label_smoothing,
             out,
         } => cross_entropy::cross_entropy(backend, logits, target, *ignore_index, *label_smoothing, out),
-        Kernel::Conv2d { .. }
-        | Kernel::Attention { .. }
-        | Kernel::SoftmaxBackward { .. }
-        | Kernel::NormBackward { .. }
-        | Kernel::CrossEntropyBackward { .. }
-        | Kernel::Update { .. } => Err(cartage_core::Error::unsupported(
+        Kernel::SoftmaxBackward {
+            output,
+            grad,
+            dim,
+            log,
+            out,
+        } => softmax_backward::softmax_backward(backend, output, grad, *dim, *log, out),
+        Kernel::NormBackward {
+            kind,
+            input,
+            weight,
+            grad,
+            eps,
+            out,
+        } => norm_backward::norm_backward(backend, *kind, input, weight.as_ref(), grad, *eps, out),
+        Kernel::CrossEntropyBackward {
+            logits,
+            target,
+            grad,
+            ignore_index,
+            label_smoothing,
+            out,
+        } => cross_entropy_backward::cross_entropy_backward(
+            backend,
+            logits,
+            target,
+            grad,
+            *ignore_index,
+            *label_smoothing,
+            out,
+        ),
+        Kernel::Update {
+            rule,
+            grad,
+            state,
+            param,
+        } => update::update(backend, rule, grad, state, param),
+        Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),
             cartage_core::Backend::device(backend),
