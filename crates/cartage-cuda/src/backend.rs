@@ -11,7 +11,7 @@ use std::time::Duration;
 use cartage_core::raw::BufferSlice;
 use cartage_core::{
     AllocatorConfig, Backend, CachingAllocator, Capabilities, CopyHandle, DType, Device, DeviceInfo, Error, Event,
-    HostStaging, Kernel, MatmulPrecision, Op, PinnedBuffer, Result, StagingBuffer,
+    HostStaging, Kernel, MatmulPrecision, NormKind, Op, PinnedBuffer, Result, StagingBuffer, UpdateKind,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -51,8 +51,11 @@ impl std::fmt::Debug for CudaBackend {
 }
 
 /// The ops and dtypes that run on a device of compute capability `cc`: every defined op, with
-/// bf16 matmul from Ampere (8.0) on. The device-specific fields (memory, timing) are left at
-/// their defaults. This is what the ops table in the docs is generated from, without a GPU.
+/// bf16 matmul from Ampere (8.0) on, and the optional fused kernels built here (attention from
+/// Ampere on; the backward kernels and the optimizer step for every float dtype only with
+/// [`UNVERIFIED_KERNELS_VAR`] set, until they have run on a GPU). The
+/// device-specific fields (memory, timing) are left at their defaults. This is what the ops
+/// table in the docs is generated from, without a GPU.
 ///
 /// ```
 /// use cartage_core::{DType, Op};
@@ -60,8 +63,26 @@ impl std::fmt::Debug for CudaBackend {
 /// assert!(!cartage_cuda::capabilities_for((7, 5)).supports(Op::Matmul, DType::BF16));
 /// ```
 pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
+    capabilities_with(cc, unverified_kernels_enabled())
+}
+
+/// The environment variable that lists the fused backward kernels and the optimizer step
+/// (`backward.cu`, `update.cu`) before they have passed the conformance suite on a GPU. They
+/// compile to PTX and their launch geometry is unit-tested, but until a run on a GPU has checked
+/// them the frontend composes these ops from verified kernels unless this is set to `1`.
+pub const UNVERIFIED_KERNELS_VAR: &str = "CARTAGE_CUDA_UNVERIFIED_KERNELS";
+
+fn unverified_kernels_enabled() -> bool {
+    std::env::var(UNVERIFIED_KERNELS_VAR).is_ok_and(|v| v == "1")
+}
+
+/// [`capabilities_for`], listing the not yet GPU-verified fused kernels when `unverified`.
+fn capabilities_with(cc: (i32, i32), unverified: bool) -> Capabilities {
     let ampere = cc.0 >= 8;
     let mut caps = Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere);
+    if unverified {
+        add_backward_and_update(&mut caps);
+    }
     if ampere {
         // The fused flash-attention kernel (mma.sync and cp.async: sm_80 and later).
         for dtype in crate::launch::attention::DTYPES {
@@ -69,6 +90,24 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
         }
     }
     caps
+}
+
+/// List the fused backward kernels and the optimizer step (`backward.cu`, `update.cu`) for the
+/// dtypes they are built for.
+fn add_backward_and_update(caps: &mut Capabilities) {
+    let backward = [Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]
+        .into_iter()
+        .chain([NormKind::Layer, NormKind::Rms].map(Op::NormBackward));
+    for op in backward {
+        for dtype in crate::launch::backward::DTYPES {
+            caps.add(op, dtype);
+        }
+    }
+    for op in UpdateKind::ALL.map(Op::Update) {
+        for dtype in crate::launch::update::DTYPES {
+            caps.add(op, dtype);
+        }
+    }
 }
 
 impl CudaBackend {
@@ -356,7 +395,7 @@ impl Backend for CudaBackend {
 
 #[cfg(test)]
 mod tests {
-    use cartage_core::{NormKind, ReduceOp, ScanOp, ScatterMode, UnaryOp};
+    use cartage_core::{ReduceOp, ScanOp, ScatterMode, UnaryOp};
 
     use super::*;
 
@@ -384,5 +423,34 @@ mod tests {
         }
         assert!(caps.supports(Op::Sort, DType::Bool) && caps.supports(Op::Scatter(ScatterMode::Add), DType::U8));
         assert!(!caps.supports(Op::CrossEntropy, DType::I32));
+    }
+
+    /// The fused backward kernels and the optimizer step are listed for the four float dtypes on
+    /// every device (they need nothing newer than the other kernels), and for nothing else.
+    #[test]
+    fn capabilities_list_the_fused_backward_and_update_kernels() {
+        let fused = [
+            Op::SoftmaxBackward,
+            Op::LogSoftmaxBackward,
+            Op::CrossEntropyBackward,
+            Op::NormBackward(NormKind::Layer),
+            Op::NormBackward(NormKind::Rms),
+            Op::Update(UpdateKind::Sgd),
+            Op::Update(UpdateKind::Adam),
+        ];
+        for cc in [(7, 5), (9, 0)] {
+            let caps = capabilities_with(cc, true);
+            let default = capabilities_with(cc, false);
+            for op in fused {
+                assert!(op.optional(), "{op:?}");
+                for dtype in DType::ALL {
+                    assert_eq!(caps.supports(op, dtype), dtype.is_float(), "{op:?} {dtype} on {cc:?}");
+                    assert!(
+                        !default.supports(op, dtype),
+                        "{op:?} {dtype} listed before a GPU run checked it"
+                    );
+                }
+            }
+        }
     }
 }

@@ -67,11 +67,15 @@ pub enum SourceFile {
     Norm,
     /// `attention.cu` (fused flash-attention forward).
     Attention,
+    /// `backward.cu` (softmax, norm and cross-entropy backward).
+    Backward,
+    /// `update.cu` (the fused optimizer step).
+    Update,
 }
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 13] = [
+    pub const ALL: [SourceFile; 15] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -85,6 +89,8 @@ impl SourceFile {
         SourceFile::Sort,
         SourceFile::Norm,
         SourceFile::Attention,
+        SourceFile::Backward,
+        SourceFile::Update,
     ];
 
     /// The file name.
@@ -103,6 +109,8 @@ impl SourceFile {
             SourceFile::Sort => "sort.cu",
             SourceFile::Norm => "norm.cu",
             SourceFile::Attention => "attention.cu",
+            SourceFile::Backward => "backward.cu",
+            SourceFile::Update => "update.cu",
         }
     }
 
@@ -121,6 +129,8 @@ impl SourceFile {
             SourceFile::Sort => include_str!("../kernels/sort.cu"),
             SourceFile::Norm => include_str!("../kernels/norm.cu"),
             SourceFile::Attention => include_str!("../kernels/attention.cu"),
+            SourceFile::Backward => include_str!("../kernels/backward.cu"),
+            SourceFile::Update => include_str!("../kernels/update.cu"),
         }
     }
 
@@ -132,7 +142,7 @@ impl SourceFile {
             _ => "",
         };
         let rows = match self {
-            SourceFile::Softmax | SourceFile::Norm | SourceFile::Scan => ROWS_COMMON,
+            SourceFile::Softmax | SourceFile::Norm | SourceFile::Scan | SourceFile::Backward => ROWS_COMMON,
             _ => "",
         };
         format!(

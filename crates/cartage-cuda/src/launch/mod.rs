@@ -14,7 +14,9 @@ use crate::modules::LoadedKernel;
 use crate::{conv, matmul};
 
 pub(crate) mod attention;
+pub(crate) mod backward;
 mod copy;
+mod cross_entropy_backward;
 mod elementwise;
 pub mod geometry;
 mod index;
@@ -22,6 +24,7 @@ mod reduce;
 mod rows;
 mod scan;
 mod sort;
+pub(crate) mod update;
 
 /// Queue the [`crate::modules::LoadedKernel`] `$kernel` on the compute stream after ordering it
 /// behind the users of `$slices` (an array of the operands' buffers); the arguments must be
@@ -130,15 +133,43 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             // SAFETY: validated operands in live blocks of this device (this function's contract).
             unsafe { conv::conv2d(backend, input, weight, *stride, *padding, *dilation, *groups, out) }
         }
-        Kernel::SoftmaxBackward { .. }
-        | Kernel::NormBackward { .. }
-        | Kernel::CrossEntropyBackward { .. }
-        | Kernel::Update { .. } => Err(cartage_core::Error::unsupported(
-            kernel.op().name(),
-            kernel.dtype(),
-            cartage_core::Backend::device(backend),
-            "no fused kernel here yet; the frontend composes it from other kernels",
-        )),
+        Kernel::SoftmaxBackward {
+            output,
+            grad,
+            dim,
+            log,
+            out,
+        } => backward::softmax_backward(backend, output, grad, *dim, *log, out),
+        Kernel::NormBackward {
+            kind,
+            input,
+            weight,
+            grad,
+            eps,
+            out,
+        } => backward::norm_backward(backend, *kind, input, weight.as_ref(), grad, *eps, out),
+        Kernel::CrossEntropyBackward {
+            logits,
+            target,
+            grad,
+            ignore_index,
+            label_smoothing,
+            out,
+        } => cross_entropy_backward::cross_entropy_backward(
+            backend,
+            logits,
+            target,
+            grad,
+            *ignore_index,
+            *label_smoothing,
+            out,
+        ),
+        Kernel::Update {
+            rule,
+            grad,
+            state,
+            param,
+        } => update::update(backend, rule, grad, state, param),
     }
 }
 
@@ -175,4 +206,24 @@ pub(crate) fn lanes(dtype: DType) -> u64 {
 /// The blocks of one full wave of `kernel` on this device: what a grid-stride launch gets at most.
 pub(crate) fn max_blocks(backend: &CudaBackend, kernel: &LoadedKernel) -> u32 {
     backend.sm_count * kernel.blocks_per_sm
+}
+
+/// The byte sizes of `symbol`'s parameters in the committed PTX of `file`, in order (a `.u64` is
+/// 8, a struct `.b8 name[n]` is n): tests hold them against the arguments the host pushes.
+#[cfg(test)]
+pub(crate) fn ptx_param_bytes(file: crate::modules::SourceFile, symbol: &str) -> Vec<usize> {
+    let ptx = crate::precompiled::entry_ptx(file, symbol).unwrap_or_else(|| panic!("{symbol} is not built"));
+    let head = &ptx[ptx.find(".entry").expect("an entry")..];
+    let params = &head[head.find('(').expect("a parameter list") + 1..head.find(')').expect("its end")];
+    params
+        .split(',')
+        .map(|param| {
+            let param = param.trim();
+            match param.rfind('[') {
+                Some(open) => param[open + 1..param.len() - 1].parse().expect("a byte count"),
+                None if param.contains(".u64") => 8,
+                None => panic!("{symbol}: unexpected parameter {param}"),
+            }
+        })
+        .collect()
 }

@@ -57,7 +57,7 @@ unsafe impl DeviceRepr for CeGeom {}
 
 /// Threads per row of the streaming softmax for rows too long to hold in registers; its grid
 /// is two blocks per multiprocessor, so that the rows in flight stay in L2 for the second pass.
-const LONG_BLOCK: u32 = 512;
+pub(super) const LONG_BLOCK: u32 = 512;
 
 /// How a register-held row is laid out: threads per row, threads per block, vectors per thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub(super) fn plan(cols: usize, dtype: DType) -> Option<Plan> {
 }
 
 /// The `v<V>` part of a fast kernel's name.
-fn vector_name(v: u32) -> &'static str {
+pub(super) fn vector_name(v: u32) -> &'static str {
     match v {
         1 => "v1",
         2 => "v2",
@@ -110,7 +110,7 @@ fn vector_name(v: u32) -> &'static str {
 }
 
 /// One launch over `rows` rows with `plan`'s layout (grid-stride beyond a few waves).
-fn plan_config(backend: &CudaBackend, rows: u64, plan: Plan) -> LaunchConfig {
+pub(super) fn plan_config(backend: &CudaBackend, rows: u64, plan: Plan) -> LaunchConfig {
     let per_block = (plan.block / plan.group) as u64;
     let cap = backend.sm_count as u64 * (2048 / plan.block as u64).max(1) * 4;
     let blocks = rows.div_ceil(per_block).clamp(1, cap) as u32;
