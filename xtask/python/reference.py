@@ -267,6 +267,8 @@ def torch_model(case, gen, timer, cfg, device):
         return torch_mlp_step(case, gen, timer, cfg, device)
     if op == "mlp_train":
         return torch_mlp_train(case, gen, timer, cfg, device)
+    if op == "adamw":
+        return torch_adamw(case, gen, timer, cfg, device)
     if op == "sdpa":
         shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
         q, k, v = gen(*shape), gen(*shape), gen(*shape)
@@ -344,6 +346,43 @@ def torch_mlp_train(case, gen, timer, cfg, device):
         counters["step_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
     median, p10, p90 = measure(timer, step, cfg)
     return median, p10, p90, counters
+
+
+def torch_adamw(case, gen, timer, cfg, device):
+    """One AdamW step over the case's parameters with their gradients given: the fused
+    implementation on CUDA (`fused=True`), the default one on the CPU."""
+    n = case["params"] // case["tensors"]
+    params = [gen(n).requires_grad_() for _ in range(case["tensors"])]
+    for p in params:
+        p.grad = gen(n)
+    fused = device != "cpu"
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, fused=fused)
+    opt.step()  # the moments exist from here on, as in cartage's timed steps
+    return measure(timer, opt.step, cfg)
+
+
+def numpy_adamw(case, gen, timer, cfg):
+    """One AdamW step written out in numpy, in place (the CPU reference without torch)."""
+    n = case["params"] // case["tensors"]
+    lr, wd, b1, b2, eps = 1e-3, 0.01, 0.9, 0.999, 1e-8
+    params = [gen(n) for _ in range(case["tensors"])]
+    grads = [gen(n) for _ in range(case["tensors"])]
+    moments = [(np.zeros(n, np.float32), np.zeros(n, np.float32)) for _ in params]
+    t = [0]
+
+    def step():
+        t[0] += 1
+        bc1, bc2 = 1 - b1 ** t[0], 1 - b2 ** t[0]
+        for p, g, (m, v) in zip(params, grads, moments):
+            p *= np.float32(1 - lr * wd)
+            m *= np.float32(b1)
+            m += np.float32(1 - b1) * g
+            v *= np.float32(b2)
+            v += np.float32(1 - b2) * g * g
+            p -= np.float32(lr / bc1) * m / (np.sqrt(v) / np.float32(bc2 ** 0.5) + np.float32(eps))
+
+    step()
+    return measure(timer, step, cfg)
 
 
 def numpy_mlp_step(case, gen, timer, cfg):
@@ -534,6 +573,8 @@ def numpy_model(case, gen, timer, cfg):
     op = case["op"]
     if op == "mlp_step":
         return numpy_mlp_step(case, gen, timer, cfg)
+    if op == "adamw":
+        return numpy_adamw(case, gen, timer, cfg)
     if op not in ("layer_norm", "softmax", "exp"):
         raise Skip("no numpy reference for %s" % op)
     rows, cols = case["rows"], case["cols"]

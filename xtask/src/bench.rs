@@ -368,6 +368,32 @@ impl CallLimit {
     }
 }
 
+/// Arguments of `cargo xtask report`.
+#[derive(clap::Args, Debug)]
+pub struct RenderArgs {
+    /// A `report.json` written by `cargo xtask bench`.
+    #[arg(long)]
+    from: PathBuf,
+    /// Where to write the report (Markdown, HTML, SVG charts and the JSON again).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// `cargo xtask report`: render a report again from its `report.json`, without measuring. The
+/// figures stay those of the run (and of the commit) the JSON records.
+pub fn render(args: RenderArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.from).with_context(|| format!("reading {}", args.from.display()))?;
+    let report: Report =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a cartage report.json", args.from.display()))?;
+    write(&args.out, &report)?;
+    eprintln!(
+        "report rendered from {} into {}",
+        args.from.display(),
+        args.out.display()
+    );
+    Ok(())
+}
+
 /// Write the report files into `dir`.
 fn write(dir: &Path, report: &Report) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -2,12 +2,14 @@
 //!
 //! - `bench`: the cross-backend benchmark report (the README's main job).
 //! - `devices`: every device found, with its capabilities.
+//! - `launch --nproc N -- <program>`: N local ranks of a program, with torchrun's variables.
 //! - `lint-devices [PATH]`: hard-coded device literals outside the entry point (R17).
 //! - `ops-table`: writes `docs/OPS.md`, every op × backend × dtype from the capabilities.
 //! - `ptx [--check]`: compiles the CUDA kernels to PTX beside their sources.
 
 mod bench;
 mod devices;
+mod launch;
 mod lint_devices;
 mod ops_table;
 #[cfg(feature = "cuda")]
@@ -27,8 +29,12 @@ struct Cli {
 enum Command {
     /// Run the benchmark report on every device found.
     Bench(bench::BenchArgs),
+    /// Render a report again from its report.json (no measuring).
+    Report(bench::RenderArgs),
     /// List devices with their capabilities.
     Devices,
+    /// Start N local ranks of a program with torchrun's variables (`-- <program> [args]`).
+    Launch(launch::LaunchArgs),
     /// Report hard-coded devices in Rust sources.
     LintDevices(lint_devices::LintArgs),
     /// Write docs/OPS.md: every op × backend × dtype, from the backends' capabilities.
@@ -45,7 +51,9 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Bench(args) => bench::run(args),
+        Command::Report(args) => bench::render(args),
         Command::Devices => devices::run(),
+        Command::Launch(args) => launch::run(args),
         Command::LintDevices(args) => {
             let findings = lint_devices::run(args)?;
             if findings > 0 {

@@ -15,6 +15,7 @@ use super::cases::{Case, ModelOp, Task, VectorOp};
 mod io;
 mod model;
 mod steps;
+mod training;
 
 /// A finished measurement and its counters (host syncs, segment allocations…).
 pub struct Outcome {
@@ -118,7 +119,11 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
             width,
             batch,
             autocast,
-        }) => Ok(model::mlp_train(layers, width, batch, autocast, device, bench)?),
+        }) => Ok(training::mlp_train(layers, width, batch, autocast, device, bench)?),
+        Case::Model(ModelOp::AdamW { params, tensors }) => Ok(training::adamw(params, tensors, device, bench)?),
+        Case::Model(ModelOp::TrainPipeline { layers, width, batch }) => {
+            Ok(training::train_pipeline(layers, width, batch, device, bench)?)
+        }
         Case::Model(ModelOp::MlpStep { layers, width, batch }) => {
             Ok(model::mlp_step(layers, width, batch, dtype, device, bench)?)
         }

@@ -129,6 +129,29 @@ pub enum ModelOp {
         /// Run under bf16 autocast (master weights f32).
         autocast: bool,
     },
+    /// One AdamW step (lr 1e-3, weight decay 0.01) over `tensors` f32 parameters of
+    /// `params / tensors` elements each, gradients given: cartage's fused `adam_step_` per
+    /// parameter against `torch.optim.AdamW(fused=True)` on CUDA (the default
+    /// implementation on the CPU) or numpy.
+    #[serde(rename = "adamw")]
+    AdamW {
+        /// Elements of all parameters together.
+        params: usize,
+        /// Parameter tensors.
+        tensors: usize,
+    },
+    /// ARTICLE R31: where one real training step's time goes. The `MlpTrain` model fed from host
+    /// batches: building the batch on the host, copying it to the device, the step's kernels and
+    /// their launch overhead, and the host sync that reads the loss, each measured (see
+    /// `exec::pipeline`). cartage only: the shares are the result.
+    TrainPipeline {
+        /// Linear layers (the head included).
+        layers: usize,
+        /// Input and hidden width.
+        width: usize,
+        /// Rows of the batch.
+        batch: usize,
+    },
 }
 
 impl ModelOp {
@@ -150,6 +173,8 @@ impl ModelOp {
             ModelOp::MlpStep { .. } => "mlp_step",
             ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
             ModelOp::MlpTrain { autocast: true, .. } => "mlp_train_bf16_autocast",
+            ModelOp::AdamW { .. } => "adamw_step",
+            ModelOp::TrainPipeline { .. } => "train_pipeline",
         }
     }
 
@@ -178,7 +203,10 @@ impl ModelOp {
                 head_dim,
                 ..
             } => batch * heads * seq * head_dim,
-            ModelOp::MlpStep { width, batch, .. } | ModelOp::MlpTrain { width, batch, .. } => batch * width,
+            ModelOp::MlpStep { width, batch, .. }
+            | ModelOp::MlpTrain { width, batch, .. }
+            | ModelOp::TrainPipeline { width, batch, .. } => batch * width,
+            ModelOp::AdamW { params, .. } => params,
         }
     }
 
@@ -227,6 +255,13 @@ impl ModelOp {
                 layers - 1,
                 if autocast { ", bf16 autocast" } else { "" }
             ),
+            ModelOp::AdamW { params, tensors } => format!("{tensors} × [{}]", params / tensors.max(1)),
+            ModelOp::TrainPipeline { layers, width, batch } => {
+                format!(
+                    "{} × [{width}, {width}] + head, batch {batch}, AdamW, host batches",
+                    layers - 1
+                )
+            }
         }
     }
 
@@ -245,6 +280,8 @@ impl ModelOp {
             // Launch-bound at small widths, where cartage's lower per-op cost must show.
             ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
             ModelOp::MlpTrain { .. } => Some(1.2),
+            ModelOp::AdamW { .. } => Some(1.0),
+            ModelOp::TrainPipeline { .. } => None,
         }
     }
 
@@ -261,7 +298,11 @@ impl ModelOp {
     pub fn compute_bound(&self) -> bool {
         matches!(
             self,
-            ModelOp::Conv2d { .. } | ModelOp::Sdpa { .. } | ModelOp::MlpStep { .. } | ModelOp::MlpTrain { .. }
+            ModelOp::Conv2d { .. }
+                | ModelOp::Sdpa { .. }
+                | ModelOp::MlpStep { .. }
+                | ModelOp::MlpTrain { .. }
+                | ModelOp::TrainPipeline { .. }
         )
     }
 
@@ -332,6 +373,24 @@ impl ModelOp {
                     ops: 1.0,
                 }
             }
+            // Read parameter, gradient and both moments; write parameter and moments.
+            ModelOp::AdamW { .. } => Work {
+                flops: 12.0 * n,
+                device_bytes: 7.0 * n * s,
+                link_bytes: 0.0,
+                ops: 1.0,
+            },
+            // As `MlpTrain`, plus the batch crossing the link.
+            ModelOp::TrainPipeline { layers, width, batch } => Work {
+                link_bytes: (batch * width) as f64 * 4.0,
+                ..ModelOp::MlpTrain {
+                    layers,
+                    width,
+                    batch,
+                    autocast: false,
+                }
+                .work(s)
+            },
             // Two [seq, seq] products per head (half of each under a causal mask); q, k, v read
             // and the output written once.
             ModelOp::Sdpa { seq, causal, .. } => {

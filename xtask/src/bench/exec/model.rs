@@ -91,10 +91,12 @@ pub fn run(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) -> Result
                 Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, None).map(drop)
             })
         }
-        ModelOp::MlpStep { .. } | ModelOp::MlpTrain { .. } => Err(cartage::Error::invalid(
-            "bench",
-            "internal: the training steps are measured by `mlp_step` and `mlp_train`",
-        )),
+        ModelOp::MlpStep { .. } | ModelOp::MlpTrain { .. } | ModelOp::AdamW { .. } | ModelOp::TrainPipeline { .. } => {
+            Err(cartage::Error::invalid(
+                "bench",
+                "internal: the training steps are measured by `mlp_step` and `mlp_train`",
+            ))
+        }
     }
 }
 
@@ -146,60 +148,5 @@ pub fn mlp_step(
             ("activation_bytes".to_string(), activations as f64),
             ("backward_peak_bytes".to_string(), peak.saturating_sub(start) as f64),
         ]),
-    })
-}
-
-/// A whole training step with `cartage-nn` (see [`ModelOp::MlpTrain`]). Counter: the peak of
-/// allocated memory during one step above its level before the step.
-pub fn mlp_train(
-    layers: usize,
-    width: usize,
-    batch: usize,
-    autocast: bool,
-    device: &Device,
-    bench: &Bench,
-) -> Result<Outcome> {
-    use cartage_nn::layers::{Activation, Linear, Sequential};
-    use cartage_nn::optim::{AdamW, Optimizer};
-    use cartage_nn::{Module, ParamStore};
-
-    let store = ParamStore::new(device);
-    let mut rng = cartage::Generator::new(0);
-    let mut model = Sequential::new();
-    for i in 0..layers.saturating_sub(1) {
-        model = model
-            .push(Linear::new(&store.root().sub(2 * i), width, width, true, &mut rng)?)
-            .push(Activation::Relu);
-    }
-    let model = model.push(Linear::new(&store.root().sub("head"), width, 10, true, &mut rng)?);
-    let mut opt = AdamW::new(&store, 1e-3)?;
-    let x = random(&[batch, width], DType::F32, 50, device)?;
-    let classes: Vec<i64> = (0..batch).map(|i| (i % 10) as i64).collect();
-    let y = Tensor::from_vec(classes, &[batch], device)?;
-    let mut step = || -> Result<()> {
-        let loss = {
-            let _ac = if autocast {
-                Some(cartage::autocast(device, DType::BF16)?)
-            } else {
-                None
-            };
-            model.forward(&x)?.cross_entropy(&y, CrossEntropy::default())?
-        };
-        loss.backward()?;
-        opt.step(&store)?;
-        store.zero_grad();
-        Ok(())
-    };
-    step()?; // the moments exist from here on, as in the timed steps
-    synchronize(device)?;
-    let start = memory_stats(device)?.allocated_bytes;
-    reset_peak_memory_stats(device)?;
-    step()?;
-    synchronize(device)?;
-    let peak = memory_stats(device)?.peak_allocated_bytes.saturating_sub(start);
-    let measurement = bench.run_on(device, &mut step)?;
-    Ok(Outcome {
-        measurement,
-        counters: BTreeMap::from([("step_peak_bytes".to_string(), peak as f64)]),
     })
 }

@@ -28,6 +28,8 @@ pub struct OpsSizes {
     pub mlp: [(usize, usize, usize); 2],
     /// (layers, width, batch) of the whole training step with AdamW.
     pub mlp_train: (usize, usize, usize),
+    /// (elements, tensors) of the AdamW step alone, on a GPU and on the CPU.
+    pub adamw: [(usize, usize); 2],
 }
 
 impl OpsSizes {
@@ -45,6 +47,7 @@ impl OpsSizes {
                 sdpa: (1, 2, 256, 64),
                 mlp: [(4, 512, 64), (4, 64, 64)],
                 mlp_train: (3, 128, 64),
+                adamw: [(1 << 20, 8), (1 << 18, 4)],
             }
         } else {
             OpsSizes {
@@ -59,13 +62,15 @@ impl OpsSizes {
                 sdpa: (8, 16, 1024, 64),
                 mlp: [(4, 4096, 256), (4, 256, 256)],
                 mlp_train: (4, 1024, 512),
+                // The 100M parameters, as 100 tensors of 1M.
+                adamw: [(100_000_000, 100), (1 << 24, 16)],
             }
         }
     }
 
     /// The training section's cases: the MLP steps in f32 and bf16 on a GPU, the launch-bound
     /// one in f32 on the CPU; the whole AdamW step in f32 everywhere and under bf16 autocast on
-    /// a GPU.
+    /// a GPU; the R31 breakdown of the f32 step; the AdamW update alone.
     pub fn training_cases(&self, cpu: bool) -> Vec<(DType, Case, Vec<Op>)> {
         let needs = [Op::Matmul, Op::Unary(UnaryOp::Relu), Op::Reduce(ReduceOp::Mean)];
         let mut out = Vec::new();
@@ -95,8 +100,18 @@ impl OpsSizes {
             };
             let mut needs = needs.to_vec();
             needs.push(Op::CrossEntropy);
-            out.push((DType::F32, Case::Model(op), needs));
+            out.push((DType::F32, Case::Model(op), needs.clone()));
+            if !autocast {
+                let pipeline = ModelOp::TrainPipeline { layers, width, batch };
+                out.push((DType::F32, Case::Model(pipeline), needs));
+            }
         }
+        let (params, tensors) = self.adamw[usize::from(cpu)];
+        out.push((
+            DType::F32,
+            Case::Model(ModelOp::AdamW { params, tensors }),
+            vec![Op::Binary(cartage::BinaryOp::Mul)],
+        ));
         out
     }
 

@@ -1,15 +1,94 @@
 //! The report as a list of [`Block`]s — headings, paragraphs, tables, charts — built once from a
 //! [`Report`] and rendered by both the Markdown and the HTML writer.
+//!
+//! Reading order: the run's facts, a table of contents, the summary (per device: where the GPU
+//! pays, how close to PyTorch and to the hardware), then one part per section, each ending with
+//! every measurement of the section (time, rate, bound, reference) in a collapsed table.
 
-use super::{ReferenceStatus, Report, Row, format_seconds, format_size};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::format::{bound_cell, clock, format_rate, format_seconds, format_size, speed_from_ratio};
+use super::{ReferenceStatus, Report, Row};
 use crate::bench::cases::Section;
 
+mod findings;
 mod section_devices;
 mod section_matmul;
 mod section_ops;
 mod section_steps;
 mod section_training;
 mod section_transfers;
+mod summary;
+mod training_pipeline;
+
+/// How a cell reads at a glance (the HTML colours it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tone {
+    /// No judgement.
+    #[default]
+    Plain,
+    /// Better: cartage faster, a device ahead.
+    Good,
+    /// Worse.
+    Bad,
+    /// On par.
+    Even,
+    /// Of little weight (below every ceiling, not measured).
+    Muted,
+}
+
+/// A table cell: its text, an optional note under it (a spread, a share of a peak), its tone.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cell {
+    /// The main text; may hold `code` spans.
+    pub text: String,
+    /// A second, smaller line.
+    pub note: Option<String>,
+    /// How it reads.
+    pub tone: Tone,
+}
+
+impl Cell {
+    /// A cell without tone or note.
+    pub fn plain(text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            ..Cell::default()
+        }
+    }
+
+    /// A cell with a tone.
+    pub fn toned(text: impl Into<String>, tone: Tone) -> Cell {
+        Cell {
+            text: text.into(),
+            note: None,
+            tone,
+        }
+    }
+
+    /// The same cell with a note under it.
+    pub fn with_note(mut self, note: impl Into<String>) -> Cell {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// `–`: not measured.
+    pub fn none() -> Cell {
+        Cell::toned("–", Tone::Muted)
+    }
+}
+
+impl From<String> for Cell {
+    fn from(text: String) -> Cell {
+        Cell::plain(text)
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(text: &str) -> Cell {
+        Cell::plain(text)
+    }
+}
 
 /// A table: header cells and rows of cells.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -17,7 +96,7 @@ pub struct Table {
     /// Header cells.
     pub headers: Vec<String>,
     /// Body rows.
-    pub rows: Vec<Vec<String>>,
+    pub rows: Vec<Vec<Cell>>,
 }
 
 impl Table {
@@ -30,40 +109,97 @@ impl Table {
     }
 
     /// Append a row.
-    pub fn push(&mut self, row: Vec<String>) {
+    pub fn push(&mut self, row: Vec<Cell>) {
         self.rows.push(row);
     }
 }
 
-/// One piece of the report. Text may hold `code` spans (backticks).
+/// One piece of the report. Text may hold `code` spans (backticks) and `**strong**` spans.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Block {
-    /// A heading of level 1–3.
-    Heading(u8, String),
+    /// A heading of level 1–3, with the anchor links point to.
+    Heading {
+        /// 1–3.
+        level: u8,
+        /// The text.
+        text: String,
+        /// The anchor (`sweep`), if links point to it.
+        anchor: Option<String>,
+    },
     /// A paragraph.
     Paragraph(String),
     /// A bulleted list.
     Bullets(Vec<String>),
+    /// Facts as name–value pairs (no header row).
+    Facts(Vec<(String, String)>),
+    /// A table of contents: (anchor, text) per entry.
+    Contents(Vec<(String, String)>),
     /// A table.
     Table(Table),
     /// An SVG chart; `name` is its file stem beside `report.md`.
     Chart {
-        /// File stem (`sweep-time`).
+        /// File stem (`sweep-time-f32`).
         name: String,
         /// Alt text / caption.
         title: String,
         /// The SVG document.
         svg: String,
     },
+    /// Blocks shown collapsed under a one-line summary (no charts inside: their files are
+    /// written from the top-level blocks only).
+    Details {
+        /// The line shown while collapsed.
+        summary: String,
+        /// The collapsed blocks.
+        blocks: Vec<Block>,
+    },
+}
+
+impl Block {
+    /// A heading without an anchor.
+    pub fn heading(level: u8, text: impl Into<String>) -> Block {
+        Block::Heading {
+            level,
+            text: text.into(),
+            anchor: None,
+        }
+    }
+
+    /// A heading that links can point to.
+    pub fn anchored(level: u8, text: impl Into<String>, anchor: impl Into<String>) -> Block {
+        Block::Heading {
+            level,
+            text: text.into(),
+            anchor: Some(anchor.into()),
+        }
+    }
+}
+
+/// The anchor of a section (`sweep`, `small-tensors`).
+pub fn section_anchor(section: Section) -> String {
+    serde_json::to_value(section)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("section-{}", section.number()))
 }
 
 /// The whole report as blocks, in reading order.
 pub fn build(report: &Report) -> Vec<Block> {
     let mut blocks = header(report);
+    let mut contents = vec![("summary".to_string(), "Summary".to_string())];
+    contents.extend(
+        Section::ALL
+            .iter()
+            .map(|&s| (section_anchor(s), format!("{}. {}", s.number(), s.title()))),
+    );
+    blocks.push(Block::Contents(contents));
+    blocks.push(Block::anchored(2, "Summary", "summary"));
+    blocks.extend(summary::build(report));
     for section in Section::ALL {
-        blocks.push(Block::Heading(
+        blocks.push(Block::anchored(
             2,
             format!("{}. {} ({})", section.number(), section.title(), section.requirements()),
+            section_anchor(section),
         ));
         blocks.extend(match section {
             Section::Devices => section_devices::build(report),
@@ -82,57 +218,89 @@ pub fn build(report: &Report) -> Vec<Block> {
             blocks.push(Block::Paragraph("Nothing was measured in this section.".into()));
         }
         blocks.extend(skips(report, section));
-        blocks.extend(reference_table(report, section));
+        blocks.extend(every_row(report, section));
     }
     blocks
 }
 
 fn header(report: &Report) -> Vec<Block> {
     let m = &report.meta;
-    let mut facts = Table::new(&["", ""]);
-    let mut fact = |k: &str, v: String| facts.push(vec![k.to_string(), v]);
-    fact("Date", m.date.clone());
-    fact("Commit", format!("`{}`", m.commit));
-    fact("Host", format!("{} — {}, {} logical cores", m.host, m.cpu, m.cores));
-    fact(
-        "Devices",
-        report
-            .devices
-            .iter()
-            .map(|d| format!("`{}` {}", d.device, d.name))
-            .collect::<Vec<_>>()
-            .join("; "),
-    );
-    fact(
-        "Mode",
-        if m.quick {
-            "quick (small sizes, short budgets: a smoke test, not a measurement to quote)".into()
-        } else {
-            "full".into()
-        },
-    );
-    fact("Command", format!("`{}`", m.command));
-    fact("Run time", format_seconds(m.duration_s));
-    fact("Reference", reference_status(&report.reference));
+    let devices = report
+        .devices
+        .iter()
+        .map(|d| {
+            format!(
+                "`{}` {}{} — timed with {}",
+                d.device,
+                d.name,
+                if d.software { ", software" } else { "" },
+                clock(&d.backend, &d.timing)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let facts = vec![
+        ("Date".to_string(), m.date.clone()),
+        ("Commit".to_string(), format!("`{}`", m.commit)),
+        (
+            "Host".to_string(),
+            format!("{} — {}, {} logical cores", m.host, m.cpu, m.cores),
+        ),
+        ("Devices".to_string(), devices),
+        (
+            "Mode".to_string(),
+            if m.quick {
+                "quick (small sizes, short budgets: a smoke test, not a measurement to quote)".into()
+            } else {
+                "full".into()
+            },
+        ),
+        ("Command".to_string(), format!("`{}`", m.command)),
+        ("Run time".to_string(), format_seconds(m.duration_s)),
+        ("Reference".to_string(), reference_status(report)),
+    ];
     vec![
-        Block::Heading(1, "cartage benchmark report".into()),
-        Block::Table(facts),
+        Block::heading(1, "cartage benchmark report"),
+        Block::Facts(facts),
         Block::Paragraph(
-            "Every time is the median of the steady state after a warm-up, timed on the device's own clock \
-             (CUDA events, wgpu timestamps, `Instant` on the CPU) and read only after the device finished; \
-             p10–p90 give the spread. Each row is placed against its device's ceilings measured in this run \
-             (section 1): its flops at the best matmul rate, its bytes at the copy bandwidth (or the host \
-             link for transfers), and its op count at the cost of the cheapest op measured. The largest of \
-             those predicted times names the bound — `compute`, `bandwidth` or `latency` (fixed costs per \
-             op: checks, allocation, launch, sync) — and prediction ÷ measured time is the fraction of the \
-             ceiling reached."
+            "Every time is the median of the steady state after a warm-up, read only after the device \
+             finished; p10–p90 give the spread (the small line under a time). Each row is placed against its \
+             device's ceilings measured in this run (section 1): its flops at the best matmul rate, its bytes \
+             at the copy bandwidth (or the host link for transfers), and its op count at the cost of the \
+             cheapest op measured. The largest of those predicted times names the bound — `compute`, \
+             `bandwidth` or `latency` (fixed costs per op: checks, allocation, launch, sync) — and \
+             prediction ÷ measured time is the share of that ceiling reached. Under 25% of it, no ceiling \
+             explains the time (transcendental arithmetic, conversions or the implementation do), and the \
+             row reads `below ceilings`."
                 .into(),
         ),
     ]
 }
 
-fn reference_status(status: &ReferenceStatus) -> String {
-    match status {
+/// `PyTorch` for `torch 2.11.0`, `numpy` for `numpy 2.4.6`.
+pub fn library_name(library: &str) -> &str {
+    match library.split_whitespace().next().unwrap_or(library) {
+        "torch" => "PyTorch",
+        other => other,
+    }
+}
+
+/// The reference libraries of these rows, by name, with the devices each ran for.
+fn libraries<'a>(rows: impl Iterator<Item = &'a Row>) -> BTreeMap<String, BTreeSet<String>> {
+    let mut libs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for row in rows {
+        if let Some(r) = &row.reference {
+            libs.entry(library_name(&r.library).to_string())
+                .or_default()
+                .insert(row.device.clone());
+        }
+    }
+    libs
+}
+
+/// The header's reference line: each library's version once, and the devices it ran for.
+fn reference_status(report: &Report) -> String {
+    match &report.reference {
         ReferenceStatus::NotRequested => "not run (pass `--vs-torch` to compare with PyTorch or numpy)".into(),
         ReferenceStatus::NotFound { reason } => format!("not found: {reason}"),
         ReferenceStatus::Failed { reason } => format!("failed: {reason}"),
@@ -144,22 +312,41 @@ fn reference_status(status: &ReferenceStatus) -> String {
             measured,
             skipped,
         } => {
+            let used = libraries(report.rows.iter());
+            let devices = |name: &str| match used.get(name) {
+                Some(d) => format!(
+                    " for {}",
+                    d.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ")
+                ),
+                None => " (not used)".into(),
+            };
             let mut libs = Vec::new();
             if let Some(t) = torch {
-                libs.push(format!(
-                    "torch {t}{}",
-                    torch_cuda.as_ref().map(|c| format!(" ({c})")).unwrap_or_default()
-                ));
+                let cuda = torch_cuda
+                    .as_ref()
+                    .map(|c| format!(", CUDA on {c}"))
+                    .unwrap_or_default();
+                libs.push(format!("PyTorch {t}{}{cuda}", devices("PyTorch")));
             }
             if let Some(n) = numpy {
-                libs.push(format!("numpy {n}"));
+                libs.push(format!("numpy {n}{}", devices("numpy")));
             }
             format!(
-                "`{python}` with {}; {measured} cases measured, {} without a counterpart",
-                libs.join(", "),
+                "{} (`{python}`); {measured} cases measured, {} without a counterpart",
+                libs.join("; "),
                 skipped.len()
             )
         }
+    }
+}
+
+/// The column title for the reference of these rows: `PyTorch`, `numpy`, or `Reference` when
+/// they mix libraries.
+pub fn reference_title<'a>(rows: impl Iterator<Item = &'a Row>) -> String {
+    let libs = libraries(rows);
+    match libs.keys().collect::<Vec<_>>().as_slice() {
+        [one] => (*one).clone(),
+        _ => "Reference".into(),
     }
 }
 
@@ -168,94 +355,77 @@ fn skips(report: &Report, section: Section) -> Option<Block> {
         .section_skips(section)
         .map(|s| format!("`{}` {} {} {}: {}", s.device, s.case, s.dtype, s.size, s.reason))
         .collect();
-    (!items.is_empty()).then(|| Block::Bullets(items.into_iter().map(|i| format!("not measured — {i}")).collect()))
+    match items.len() {
+        0 => None,
+        1..=4 => Some(Block::Bullets(
+            items.into_iter().map(|i| format!("not measured — {i}")).collect(),
+        )),
+        n => Some(Block::Details {
+            summary: format!("{n} cases not measured, with the reason"),
+            blocks: vec![Block::Bullets(items)],
+        }),
+    }
 }
 
-fn reference_table(report: &Report, section: Section) -> Vec<Block> {
-    if section == Section::Devices {
-        return Vec::new();
-    }
-    match &report.reference {
-        ReferenceStatus::NotFound { reason } | ReferenceStatus::Failed { reason } => {
-            return vec![Block::Paragraph(format!(
-                "PyTorch/numpy comparison: not available — {reason}."
-            ))];
-        }
-        ReferenceStatus::NotRequested | ReferenceStatus::Ran { .. } => {}
-    }
-    let rows: Vec<&Row> = report.section_rows(section).filter(|r| r.reference.is_some()).collect();
+/// Every measurement of a section, collapsed: time, rate, bound and the reference's figure.
+fn every_row(report: &Report, section: Section) -> Option<Block> {
+    let rows: Vec<&Row> = report.section_rows(section).collect();
     if rows.is_empty() {
-        return Vec::new();
+        return None;
     }
-    let mut table = Table::new(&[
-        "Device",
-        "Case",
-        "dtype",
-        "Size",
-        "cartage",
-        "Reference",
-        "cartage ÷ reference",
-    ]);
-    for row in rows {
-        let Some(reference) = &row.reference else { continue };
-        table.push(vec![
-            format!("`{}`", row.device),
-            row.case.clone(),
-            row.dtype.clone(),
-            format_size(row.size, &row.size_unit),
-            format_seconds(row.median),
-            format!("{} ({})", format_seconds(reference.median), reference.library),
-            ratio(reference.ratio),
-        ]);
+    let with_reference = rows.iter().any(|r| r.reference.is_some());
+    let reference = reference_title(rows.iter().copied());
+    let mixed = reference == "Reference";
+    let mut headers = vec!["Device", "Case", "dtype", "Size", "Time", "Rate", "Bound"];
+    let against = format!("cartage against {reference}");
+    if with_reference {
+        headers.push(&reference);
+        headers.push(&against);
     }
-    vec![
-        Block::Paragraph("Against the reference library, same cases, same method (below 1: cartage is faster):".into()),
-        Block::Table(table),
-    ]
+    let mut table = Table::new(&headers);
+    for row in &rows {
+        let mut cells = vec![
+            Cell::plain(format!("`{}`", row.device)),
+            Cell::plain(row.case.clone()),
+            Cell::plain(row.dtype.clone()),
+            Cell::plain(format_size(row.size, &row.size_unit)),
+            time_cell(row),
+            rate_cell(row),
+            bound_cell(row),
+        ];
+        if with_reference {
+            match &row.reference {
+                Some(r) => {
+                    let time = Cell::plain(format_seconds(r.median));
+                    cells.push(if mixed {
+                        time.with_note(library_name(&r.library))
+                    } else {
+                        time
+                    });
+                    cells.push(speed_from_ratio(r.ratio));
+                }
+                None => cells.extend([Cell::none(), Cell::none()]),
+            }
+        }
+        table.push(cells);
+    }
+    Some(Block::Details {
+        summary: format!(
+            "Every measurement of this section ({} rows): time, rate, bound{}",
+            rows.len(),
+            if with_reference {
+                format!(" and {reference}")
+            } else {
+                String::new()
+            }
+        ),
+        blocks: vec![Block::Table(table)],
+    })
 }
 
-/// `2.3×`, `0.41×`.
-pub fn ratio(r: f64) -> String {
-    if !r.is_finite() {
-        "–".into()
-    } else if r >= 10.0 {
-        format!("{r:.0}×")
-    } else if r >= 1.0 {
-        format!("{r:.1}×")
-    } else if r >= 0.1 {
-        format!("{r:.2}×")
-    } else {
-        format!("{r:.1e}×")
-    }
-}
-
-/// A rate with its unit: `123 GFLOP/s`, `7.7 GB/s`.
-pub fn rate(value: f64, unit: &str) -> String {
-    if value >= 100.0 {
-        format!("{value:.0} {unit}")
-    } else if value >= 10.0 {
-        format!("{value:.1} {unit}")
-    } else {
-        format!("{value:.2} {unit}")
-    }
-}
-
-/// A percentage: `87%`, `3.2%`.
-pub fn percent(fraction: f64) -> String {
-    let p = fraction * 100.0;
-    if p >= 10.0 {
-        format!("{p:.0}%")
-    } else {
-        format!("{p:.1}%")
-    }
-}
-
-/// `cuda:0 (NVIDIA H200)`.
-pub fn device_label(report: &Report, device: &str) -> String {
-    match report.devices.iter().find(|d| d.device == device) {
-        Some(d) => format!("{} ({})", d.device, d.name),
-        None => device.to_string(),
-    }
+/// The position of `device` in the report's device list: its colour family in the charts.
+pub fn family(report: &Report, device: &str) -> usize {
+    report.devices.iter().position(|d| d.device == device).unwrap_or(0)
 }
 
 /// The devices that have rows in `section`, in the order of the device list.
@@ -268,12 +438,24 @@ pub fn devices_in(report: &Report, section: Section) -> Vec<String> {
         .collect()
 }
 
-/// A cell: the row's median and its spread, `1.23 ms (1.20 ms–1.31 ms)`.
-pub fn time_cell(row: &Row) -> String {
-    format!(
-        "{} ({}–{})",
-        format_seconds(row.median),
-        format_seconds(row.p10),
-        format_seconds(row.p90)
-    )
+/// A row's median, with its p10–p90 spread as the note: `1.23 ms` over `1.20–1.31 ms`.
+pub fn time_cell(row: &Row) -> Cell {
+    Cell::plain(format_seconds(row.median)).with_note(spread(row.p10, row.p90))
+}
+
+/// `1.20–1.31 ms`, or `953 µs–1.02 ms` across units.
+pub fn spread(p10: f64, p90: f64) -> String {
+    let (a, b) = (format_seconds(p10), format_seconds(p90));
+    match (a.split_once(' '), b.split_once(' ')) {
+        (Some((x, ua)), Some((y, ub))) if ua == ub => format!("{x}–{y} {ub}"),
+        _ => format!("{a}–{b}"),
+    }
+}
+
+/// A row's rate, scaled to its value (`51.1 TFLOP/s`, `4.01 TB/s`).
+pub fn rate_cell(row: &Row) -> Cell {
+    match (row.rate, &row.rate_unit) {
+        (Some(v), Some(unit)) => Cell::plain(format_rate(v, unit)),
+        _ => Cell::none(),
+    }
 }

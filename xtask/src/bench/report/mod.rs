@@ -4,13 +4,18 @@
 //! (the roofline of ARTICLE R1): the bound that applies and the fraction of the ceiling reached.
 //!
 //! Writers: [`json`] (`report.json`), [`markdown`] (`report.md`), [`html`] (`report.html`), all
-//! rendering the same [`blocks`]; [`charts`] draws the SVG charts.
+//! rendering the same [`blocks`]; [`charts`] draws the SVG charts, [`format`] writes numbers
+//! and verdicts, and [`peaks`] holds the datasheet figures of known devices.
 
 pub mod blocks;
 pub mod charts;
+pub mod format;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod peaks;
+
+pub use format::format_seconds;
 
 use std::collections::BTreeMap;
 
@@ -401,42 +406,6 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
     if let Some((bound, predicted)) = dominant {
         row.bound = Some(bound);
         row.fraction_of_ceiling = Some(predicted / t);
-    }
-}
-
-/// `1.5 µs`, `12.3 ms`, `2.00 s`.
-pub fn format_seconds(s: f64) -> String {
-    let (value, unit) = if s < 1e-6 {
-        (s * 1e9, "ns")
-    } else if s < 1e-3 {
-        (s * 1e6, "µs")
-    } else if s < 1.0 {
-        (s * 1e3, "ms")
-    } else {
-        (s, "s")
-    };
-    if value >= 100.0 {
-        format!("{value:.0} {unit}")
-    } else if value >= 10.0 {
-        format!("{value:.1} {unit}")
-    } else {
-        format!("{value:.2} {unit}")
-    }
-}
-
-/// `64 KiB`, `16 MiB`.
-pub fn format_bytes(bytes: usize) -> String {
-    cartage::format_bytes(bytes as u64).replace(".00 ", " ")
-}
-
-/// A row's size as a reader expects it: `4096`, `16 MiB`, `100 steps`, `16M elements`.
-pub fn format_size(size: usize, unit: &str) -> String {
-    match unit {
-        "bytes" => format_bytes(size),
-        "n" => size.to_string(),
-        "elements" if size >= 1 << 20 && size.is_multiple_of(1 << 20) => format!("{}Mi", size >> 20),
-        "elements" if size >= 1 << 10 && size.is_multiple_of(1 << 10) => format!("{}Ki", size >> 10),
-        other => format!("{size} {other}"),
     }
 }
 

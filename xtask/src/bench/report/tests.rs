@@ -1,9 +1,24 @@
 //! Tests of the report model: ceilings from rows, the roofline verdict per row, the rendered
-//! sections (crossover, skips, reference ratios) and the JSON schema.
+//! sections (summary, crossover, skips, reference ratios), the JSON schema, the formatting rules
+//! (units scaled to the value, ratios in words, bounds named only near their ceiling), the
+//! charts' styles, and the committed reports rendered as a reader sees them.
 
-use super::blocks::{Block, build};
+use super::blocks::{Block, Tone, build};
+use super::format::{
+    bound_cell, clock, feature_list, format_bandwidth, format_bytes, format_flops, format_seconds, speed,
+    speed_from_ratio, verdict,
+};
 use super::*;
 use crate::bench::cases::{Case, PipelineMode, Section, Task, VectorOp};
+
+/// The text of every `<text>` element of an SVG, trimmed.
+pub(super) fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| t.split_once('>').and_then(|(_, rest)| rest.split_once("</text>")))
+        .map(|(text, _)| text.trim().to_string())
+        .collect()
+}
 
 fn row(section: Section, device: &str, dtype: &str, case: Case, median: f64) -> Row {
     let name = if device == "cpu" { "test cpu" } else { "test gpu" };
@@ -201,11 +216,14 @@ fn the_sweep_marks_where_the_gpu_overtakes_the_cpu() {
         text.contains("`cuda:0` overtakes the CPU from n = 128 and stays ahead"),
         "{text}"
     );
-    assert!(
-        blocks
-            .iter()
-            .any(|b| matches!(b, Block::Chart { name, .. } if name == "sweep-time"))
-    );
+    for name in ["sweep-time-f32", "sweep-rate-f32"] {
+        assert!(
+            blocks
+                .iter()
+                .any(|b| matches!(b, Block::Chart { name: n, .. } if n == name)),
+            "{name} is charted"
+        );
+    }
 }
 
 #[test]
@@ -215,14 +233,24 @@ fn every_section_is_present_and_says_what_was_not_measured() {
     let headings: Vec<&String> = blocks
         .iter()
         .filter_map(|b| match b {
-            Block::Heading(2, text) => Some(text),
+            Block::Heading { level: 2, text, .. } => Some(text),
             _ => None,
         })
         .collect();
-    assert_eq!(headings.len(), Section::ALL.len(), "{headings:?}");
+    assert_eq!(headings.len(), Section::ALL.len() + 1, "{headings:?}");
+    assert_eq!(headings[0], "Summary", "the summary comes first");
     for (i, section) in Section::ALL.iter().enumerate() {
-        assert!(headings[i].starts_with(&format!("{}. {}", i + 1, section.title())));
+        assert!(headings[i + 1].starts_with(&format!("{}. {}", i + 1, section.title())));
     }
+    let contents = blocks.iter().find_map(|b| match b {
+        Block::Contents(entries) => Some(entries),
+        _ => None,
+    });
+    assert_eq!(
+        contents.map(|c| c.len()),
+        Some(Section::ALL.len() + 1),
+        "a table of contents links every part"
+    );
     let text = format!("{blocks:?}");
     assert!(text.contains("no `matmul` kernel for bf16"), "skips are listed");
     assert!(
@@ -247,14 +275,26 @@ fn reference_ratios_and_a_missing_reference_are_shown() {
         ratio: 0.5,
         counters: Default::default(),
     });
+    report.reference = ReferenceStatus::Ran {
+        python: "python3".into(),
+        torch: None,
+        torch_cuda: None,
+        numpy: Some("2.4.6".into()),
+        measured: 1,
+        skipped: Vec::new(),
+    };
     let text = format!("{:?}", build(&report));
-    assert!(text.contains("numpy 2.4.6") && text.contains("0.50×"), "{text}");
+    assert!(
+        text.contains("numpy 2.4.6 for `cpu`"),
+        "the version once, in the header: {text}"
+    );
+    assert_eq!(text.matches("2.4.6").count(), 1, "and nowhere else");
+    assert!(text.contains("2.0× faster"), "{text}");
     report.reference = ReferenceStatus::NotFound {
         reason: "`python3` has neither torch nor numpy".into(),
     };
     let text = format!("{:?}", build(&report));
     assert!(text.contains("not found: `python3` has neither torch nor numpy"));
-    assert!(text.contains("PyTorch/numpy comparison: not available"));
 }
 
 #[test]
@@ -328,11 +368,11 @@ fn the_ops_section_shows_the_speed_against_the_target() {
     report.finalize();
     let text = format!("{:?}", build(&report));
     assert!(
-        text.contains("[8192, 4096]") && text.contains("2.0×") && text.contains("≥ 1.0× ✓"),
+        text.contains("[8192, 4096]") && text.contains("2.0× faster") && text.contains("≥ 1.0× ✓"),
         "{text}"
     );
     assert!(
-        text.contains("[8, 16, 1024, 64], causal") && text.contains("≥ 0.8× ✗"),
+        text.contains("[8, 16, 1024, 64], causal") && text.contains("4.0× slower") && text.contains("≥ 0.8× ✗"),
         "{text}"
     );
     let sdpa_row = report.rows.iter().find(|r| r.case == "sdpa_causal").unwrap();
@@ -341,4 +381,248 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         Some("GFLOP/s"),
         "attention is rated by its arithmetic"
     );
+}
+
+#[test]
+fn units_are_scaled_to_the_value() {
+    assert_eq!(format_flops(692_262.1e9), "692 TFLOP/s");
+    assert_eq!(format_flops(51_115.7e9), "51.1 TFLOP/s");
+    assert_eq!(format_flops(919.3e9), "919 GFLOP/s");
+    assert_eq!(format_flops(3.7e9), "3.70 GFLOP/s");
+    assert_eq!(format_flops(999.8e9), "1.00 TFLOP/s", "no `1000 GFLOP/s`");
+    assert_eq!(format_bandwidth(4009.45e9), "4.01 TB/s");
+    assert_eq!(format_bandwidth(55.1e9), "55.1 GB/s");
+    assert_eq!(format_bandwidth(0.65e9), "650 MB/s");
+    assert_eq!(format_seconds(2.56e-6), "2.56 µs");
+    assert_eq!(format_seconds(953e-9), "953 ns");
+    assert_eq!(format_seconds(999.7e-6), "1.00 ms", "no `1000 µs`");
+    assert_eq!(format_seconds(0.151), "151 ms");
+    assert_eq!(format_bytes(64 << 10), "64 KiB");
+    assert_eq!(format_bytes(3 << 19), "1.5 MiB");
+    assert_eq!(format_bytes(256 << 20), "256 MiB");
+    assert_eq!(format_bytes(135_149_060_096), "126 GiB");
+    assert_eq!(rate_of("GFLOP/s", 692_262.1), "692 TFLOP/s");
+    assert_eq!(rate_of("GB/s", 4009.45), "4.01 TB/s");
+}
+
+fn rate_of(unit: &str, value: f64) -> String {
+    format::format_rate(value, unit)
+}
+
+#[test]
+fn ratios_read_as_faster_or_slower_in_words() {
+    let cell = speed_from_ratio(1.8e-2);
+    assert_eq!((cell.text.as_str(), cell.tone), ("56× faster", Tone::Good));
+    let cell = speed_from_ratio(1.8);
+    assert_eq!((cell.text.as_str(), cell.tone), ("1.8× slower", Tone::Bad));
+    let cell = speed(1.0, 1.03);
+    assert_eq!((cell.text.as_str(), cell.tone), ("on par", Tone::Even));
+    assert_eq!(speed(2e-3, 1e-3).text, "2.0× slower");
+    assert_eq!(speed(1e-3, 733e-3).text, "733× faster");
+    assert_eq!(speed(0.0, 1.0).text, "–", "no ratio without two times");
+    for r in [1e-4, 3e-3, 0.05, 0.5, 0.97, 1.0, 1.2, 40.0, 9000.0] {
+        let text = speed_from_ratio(r).text;
+        assert!(!text.contains("e-") && !text.contains("e+"), "no exponent: {text}");
+    }
+}
+
+#[test]
+fn a_bound_is_named_only_near_its_ceiling() {
+    let near = verdict(Bound::Bandwidth, 0.82);
+    assert_eq!((near.text.as_str(), near.tone), ("bandwidth 82%", Tone::Plain));
+    let far = verdict(Bound::Bandwidth, 0.032);
+    assert_eq!(far.text, "below ceilings (3.2% of bandwidth)");
+    assert_eq!(far.tone, Tone::Muted);
+    assert!(verdict(Bound::Compute, 0.25).text.starts_with("compute"));
+    assert!(verdict(Bound::Latency, 0.249).text.starts_with("below ceilings"));
+    // The CPU's gelu of the committed H200 report: 8 flops and 8 bytes per element, 16 ms.
+    let mut gelu = row(
+        Section::Elementwise,
+        "cpu",
+        "f32",
+        Case::Vector {
+            op: VectorOp::Gelu,
+            numel: 1 << 24,
+        },
+        16.1e-3,
+    );
+    classify(
+        &mut gelu,
+        &Ceilings {
+            copy_gbps: Some(257.0),
+            op_floor_s: Some(953e-9),
+            matmul_gflops: [("f32".to_string(), 919.0)].into(),
+            ..Ceilings::default()
+        },
+    );
+    let cell = bound_cell(&gelu);
+    assert!(cell.text.starts_with("below ceilings"), "{cell:?}");
+}
+
+#[test]
+fn every_series_style_is_distinct_and_colours_are_far_apart() {
+    use super::charts::style::{FAMILIES, distance, style};
+    let mut seen = std::collections::HashSet::new();
+    for family in 0..FAMILIES.len() * 2 {
+        for variant in 0..4 {
+            assert!(
+                seen.insert(style(family, variant)),
+                "family {family} variant {variant} repeats a style"
+            );
+        }
+    }
+    let colours: Vec<_> = FAMILIES.iter().flatten().copied().collect();
+    for (i, a) in colours.iter().enumerate() {
+        for b in &colours[i + 1..] {
+            assert!(distance(*a, *b) >= 40.0, "{a:?} and {b:?} are too alike");
+        }
+    }
+    for family in 0..FAMILIES.len() {
+        let (main, second, reference) = (style(family, 0), style(family, 1), style(family, 2));
+        assert!(main.color != second.color && main.dash != second.dash && main.mark != second.mark);
+        assert!(main.color != reference.color && main.dash != reference.dash);
+    }
+}
+
+#[test]
+fn the_sweep_chart_draws_each_series_in_its_own_colour_with_the_legend_beside_it() {
+    use super::charts::style::hex;
+    let mut report = sample_report();
+    for r in report.rows.iter_mut().filter(|r| r.case == "matmul") {
+        r.reference = Some(ReferenceValue {
+            library: "torch 2.11.0".into(),
+            median: r.median * 1.1,
+            p10: r.median,
+            p90: r.median * 1.2,
+            ratio: 1.0 / 1.1,
+            counters: Default::default(),
+        });
+    }
+    let blocks = build(&report);
+    let svg = blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Chart { name, svg, .. } if name == "sweep-time-f32" => Some(svg.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let colours: Vec<String> = [(0, 0), (0, 2), (1, 0), (1, 2)]
+        .iter()
+        .map(|&(f, v)| hex(charts::style::style(f, v).color))
+        .collect();
+    for c in &colours {
+        assert!(svg.contains(c.as_str()), "series colour {c} drawn");
+    }
+    for name in ["cpu PyTorch", "cuda:0 PyTorch", "cuda:0 ahead of the CPU"] {
+        assert!(svg.contains(name), "legend names {name}");
+    }
+    let texts = svg_texts(&svg);
+    assert!(
+        texts.iter().any(|t| t.ends_with(" µs")) && texts.iter().any(|t| t.ends_with(" ms")),
+        "time ticks in µs and ms: {texts:?}"
+    );
+    assert!(!texts.iter().any(|t| t.contains("e-")), "no raw exponent on an axis");
+    // The legend's text sits right of the plot area.
+    let legend_x = svg
+        .split("cuda:0 PyTorch")
+        .next()
+        .and_then(|before| before.rsplit("x=\"").next())
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|x| x.parse::<u32>().ok())
+        .unwrap();
+    assert!(legend_x > charts::WIDTH / 2, "legend at x = {legend_x}");
+}
+
+#[test]
+fn the_summary_gives_the_crossover_and_the_distance_to_the_datasheet() {
+    let mut report = sample_report();
+    report.devices[1].name = "NVIDIA H200".into();
+    report.finalize();
+    let blocks = build(&report);
+    let summary: Vec<&Block> = blocks
+        .iter()
+        .skip_while(|b| !matches!(b, Block::Heading { text, .. } if text == "Summary"))
+        .take_while(|b| !matches!(b, Block::Heading { level: 2, text, .. } if text.starts_with("1.")))
+        .collect();
+    let text = format!("{summary:?}");
+    assert!(text.contains("f32 matmul from n = 128"), "{text}");
+    assert!(text.contains("NVIDIA H200 SXM datasheet"), "{text}");
+    assert!(text.contains("of 4.80 TB/s"), "measured against the datasheet: {text}");
+    assert!(
+        text.contains("datasheet unknown"),
+        "the CPU has no datasheet figures: {text}"
+    );
+}
+
+#[test]
+fn devices_read_as_a_person_would_write_them() {
+    assert_eq!(clock("cpu", "device-events"), "host clock (`Instant`)");
+    assert_eq!(clock("cuda", "device-events"), "CUDA events");
+    assert_eq!(clock("wgpu", "host-synchronized"), "host clock around a device sync");
+    let dump = "Features { features_wgpu: FeaturesWGPU(TIMESTAMP_QUERY_INSIDE_ENCODERS | SHADER_F64 | \
+                SUBGROUP), features_webgpu: FeaturesWebGPU(TIMESTAMP_QUERY | SHADER_F16) }";
+    assert_eq!(
+        feature_list(dump),
+        "shader-f16, shader-f64, subgroup, timestamp-query, timestamp-query-inside-encoders"
+    );
+    assert_eq!(feature_list("2.00 GiB"), "2.00 GiB", "other details are left alone");
+    let h200 = peaks::lookup("NVIDIA H200", false).unwrap();
+    assert_eq!(h200.part, "NVIDIA H200 SXM");
+    assert_eq!(h200.memory_bandwidth, 4.8e12);
+    assert_eq!(peaks::lookup("NVIDIA H200 NVL", false).unwrap().part, "NVIDIA H200 NVL");
+    assert!(
+        peaks::lookup("NVIDIA H200", true).is_none(),
+        "a software device has no datasheet"
+    );
+    assert!(peaks::lookup("llvmpipe (LLVM 15.0.6, 256 bits)", false).is_none());
+}
+
+/// The committed reports, rendered by this code: what a reader sees obeys the rules above.
+#[test]
+fn the_committed_reports_render_by_the_rules() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench");
+    for dir in ["h200", "cpu-lavapipe"] {
+        let path = root.join(dir).join("report.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            panic!("{} is committed", path.display());
+        };
+        let mut report: Report = serde_json::from_str(&text).unwrap();
+        report.finalize();
+        let blocks = build(&report);
+        let html = html::render("cartage benchmark report", &blocks);
+        let md = markdown::render(&blocks);
+        for page in [&html, &md] {
+            assert!(
+                !page.contains("e-2×") && !page.contains("e-3×"),
+                "{dir}: a ratio as an exponent"
+            );
+            assert!(!page.contains("Features {"), "{dir}: a Debug dump");
+            assert!(page.contains("host clock (`Instant`)") || page.contains("host clock (<code>Instant</code>)"));
+            let big_gflops = page
+                .split(" GFLOP/s")
+                .filter_map(|before| before.rsplit(|c: char| !(c.is_ascii_digit() || c == '.')).next())
+                .filter_map(|n| n.parse::<f64>().ok())
+                .find(|v| *v >= 1000.0);
+            assert_eq!(big_gflops, None, "{dir}: GFLOP/s past 1000 should read TFLOP/s");
+        }
+        assert!(!html.contains("<th></th>"), "{dir}: an empty header cell");
+        if let ReferenceStatus::Ran {
+            torch: Some(version), ..
+        } = &report.reference
+        {
+            assert_eq!(
+                html.matches(version.as_str()).count(),
+                1,
+                "{dir}: the PyTorch version once"
+            );
+        }
+        for row in &report.rows {
+            let cell = bound_cell(row);
+            if row.fraction_of_ceiling.is_some_and(|f| f < format::BOUND_FLOOR) {
+                assert!(cell.text.starts_with("below ceilings"), "{dir} {}: {cell:?}", row.id);
+            }
+        }
+        let charts = blocks.iter().filter(|b| matches!(b, Block::Chart { .. })).count();
+        assert!(charts >= 8, "{dir}: {charts} charts");
+    }
 }

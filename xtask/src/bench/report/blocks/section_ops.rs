@@ -1,8 +1,9 @@
 //! Section 9: the ops a model needs, each against the same op in PyTorch (numpy on the CPU),
 //! with the speed the issue asks for.
 
-use super::{Block, Table, rate, ratio, time_cell};
+use super::{Block, Cell, Table, Tone, bound_cell, library_name, rate_cell, reference_title, time_cell};
 use crate::bench::cases::{Case, ModelOp, Section};
+use crate::bench::report::format::speed;
 use crate::bench::report::{Report, Row};
 
 pub(super) fn build(report: &Report) -> Vec<Block> {
@@ -12,58 +13,66 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          each measured with the call a model makes. With `--vs-torch` the same shapes run in PyTorch \
          (`torch.nn.functional` and `torch.cat`/`sort`/`cumsum`) in the same run; on the CPU the \
          reference is numpy composed from its primitives (`np.exp`, a max-subtracted softmax, a \
-         mean/variance layer norm). \"Speed\" is the reference's time ÷ cartage's: above 1, cartage is \
-         faster."
+         mean/variance layer norm). \"Speed\" is how cartage's time compares with the reference's, \
+         and \"Target\" the speed asked of it (as the reference's time ÷ cartage's: above 1, cartage is \
+         faster)."
             .into(),
     )];
     let rows: Vec<_> = report.section_rows(Section::Ops).collect();
     if rows.is_empty() {
         return blocks;
     }
-    let mut table = Table::new(&[
-        "Device",
-        "Op",
-        "dtype",
-        "Shape",
-        "Time",
-        "Rate",
-        "Reference",
-        "Speed",
-        "Target",
-    ]);
+    let reference = reference_title(rows.iter().copied());
+    let mut table = Table::new(&model_headers(&reference));
     for r in rows {
         let Case::Model(op) = &r.params else { continue };
-        table.push(model_cells(r, op));
+        table.push(model_cells(r, op, &reference));
     }
     blocks.push(Block::Table(table));
     blocks
 }
 
-/// The cells every model-op row shows: device, op, dtype, shape, time, rate, reference, speed and
-/// the target with its verdict.
-pub(super) fn model_cells(r: &Row, op: &ModelOp) -> Vec<String> {
-    let speed = r.reference.as_ref().map(|x| x.median / r.median);
-    let verdict = match (speed, op.target_on(&r.device)) {
-        (Some(s), Some(t)) if s >= t => format!("≥ {t:.1}× ✓"),
-        (Some(_), Some(t)) => format!("≥ {t:.1}× ✗"),
-        (None, Some(t)) => format!("≥ {t:.1}×"),
-        (_, None) => "–".into(),
+/// The headers of [`model_cells`].
+pub(super) fn model_headers(reference: &str) -> Vec<&str> {
+    vec![
+        "Device", "Op", "dtype", "Shape", "Time", "Rate", "Bound", reference, "Speed", "Target",
+    ]
+}
+
+/// The cells every model-op row shows: device, op, dtype, shape, time, rate, bound, the
+/// reference's time, the speed against it and the target with its verdict. `reference` is the
+/// table's reference column title: the library is named under the time when the table mixes
+/// libraries.
+pub(super) fn model_cells(r: &Row, op: &ModelOp, reference: &str) -> Vec<Cell> {
+    let ratio = r.reference.as_ref().map(|x| x.median / r.median);
+    let verdict = match (ratio, op.target_on(&r.device)) {
+        (Some(s), Some(t)) if s >= t => Cell::toned(format!("≥ {t:.1}× ✓"), Tone::Good),
+        (Some(_), Some(t)) => Cell::toned(format!("≥ {t:.1}× ✗"), Tone::Bad),
+        (None, Some(t)) => Cell::plain(format!("≥ {t:.1}×")),
+        (_, None) => Cell::none(),
+    };
+    let reference_time = match &r.reference {
+        Some(x) if reference == "Reference" => time_cell_of(x.median).with_note(library_name(&x.library)),
+        Some(x) => time_cell_of(x.median),
+        None => Cell::none(),
     };
     vec![
-        format!("`{}`", r.device),
-        r.case.clone(),
-        r.dtype.clone(),
-        op.shape(),
+        format!("`{}`", r.device).into(),
+        r.case.clone().into(),
+        r.dtype.clone().into(),
+        op.shape().into(),
         time_cell(r),
-        match (r.rate, &r.rate_unit) {
-            (Some(v), Some(unit)) => rate(v, unit),
-            _ => "–".into(),
-        },
+        rate_cell(r),
+        bound_cell(r),
+        reference_time,
         r.reference
             .as_ref()
-            .map(|x| x.library.clone())
-            .unwrap_or_else(|| "–".into()),
-        speed.map(ratio).unwrap_or_else(|| "–".into()),
+            .map(|x| speed(r.median, x.median))
+            .unwrap_or_else(Cell::none),
         verdict,
     ]
+}
+
+fn time_cell_of(seconds: f64) -> Cell {
+    Cell::plain(crate::bench::report::format::format_seconds(seconds))
 }

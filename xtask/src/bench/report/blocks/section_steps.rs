@@ -2,10 +2,11 @@
 //! `empty_cache` every step (R21), and elementwise ops and reductions against the bandwidth
 //! ceiling (R1).
 
-use super::{Block, Table, device_label, devices_in, percent, rate, ratio, time_cell};
+use super::{Block, Cell, Table, bound_cell, devices_in, family};
 use crate::bench::cases::Section;
-use crate::bench::report::charts::{LineChart, Scale, Series};
-use crate::bench::report::{Report, Row, format_seconds, format_size};
+use crate::bench::report::charts::{Axis, BarChart, Bars, Rule, Scale, Unit, style};
+use crate::bench::report::format::{format_bandwidth, format_seconds, format_size, speed};
+use crate::bench::report::{Report, Row};
 
 fn pair<'a>(
     report: &'a Report,
@@ -22,15 +23,19 @@ fn pair<'a>(
     (find(a), find(b))
 }
 
-fn per_step(row: Option<&Row>) -> String {
-    row.map(|r| format_seconds(r.median / r.size.max(1) as f64))
-        .unwrap_or_else(|| "–".into())
+fn per_step(row: Option<&Row>) -> Cell {
+    row.map(|r| Cell::plain(format_seconds(r.median / r.size.max(1) as f64)))
+        .unwrap_or_else(Cell::none)
 }
 
-fn counter(row: Option<&Row>, name: &str) -> String {
+fn counter(row: Option<&Row>, name: &str) -> Cell {
     row.and_then(|r| r.counters.get(name))
-        .map(|v| format!("{v:.0}"))
-        .unwrap_or_else(|| "–".into())
+        .map(|v| Cell::plain(format!("{v:.0}")))
+        .unwrap_or_else(Cell::none)
+}
+
+fn bound(row: Option<&Row>) -> Cell {
+    row.map(bound_cell).unwrap_or_else(Cell::none)
 }
 
 pub(super) fn syncs(report: &Report) -> Vec<Block> {
@@ -50,9 +55,11 @@ pub(super) fn syncs(report: &Report) -> Vec<Block> {
         "Steps",
         "item() every step: per step",
         "host syncs",
+        "bound",
         "accumulate on device: per step",
         "host syncs",
-        "every step ÷ accumulate",
+        "bound",
+        "accumulating against item()",
     ]);
     for d in &devices {
         let (every, once) = pair(
@@ -64,15 +71,17 @@ pub(super) fn syncs(report: &Report) -> Vec<Block> {
         );
         let Some(any) = every.or(once) else { continue };
         table.push(vec![
-            format!("`{d}`"),
-            any.size.to_string(),
+            format!("`{d}`").into(),
+            any.size.to_string().into(),
             per_step(every),
             counter(every, "host_syncs"),
+            bound(every),
             per_step(once),
             counter(once, "host_syncs"),
+            bound(once),
             match (every, once) {
-                (Some(a), Some(b)) => ratio(a.median / b.median),
-                _ => "–".into(),
+                (Some(a), Some(b)) => speed(b.median, a.median),
+                _ => Cell::none(),
             },
         ]);
     }
@@ -97,9 +106,11 @@ pub(super) fn memory(report: &Report) -> Vec<Block> {
         "Steps",
         "keep cache: per step",
         "segments allocated / step",
+        "bound",
         "empty_cache every step: per step",
         "segments allocated / step",
-        "slowdown",
+        "bound",
+        "empty_cache against keeping the cache",
     ]);
     for d in &devices {
         let (keep, empty) = pair(
@@ -111,15 +122,17 @@ pub(super) fn memory(report: &Report) -> Vec<Block> {
         );
         let Some(any) = keep.or(empty) else { continue };
         table.push(vec![
-            format!("`{d}`"),
-            any.size.to_string(),
+            format!("`{d}`").into(),
+            any.size.to_string().into(),
             per_step(keep),
             counter(keep, "segment_allocs_per_step"),
+            bound(keep),
             per_step(empty),
             counter(empty, "segment_allocs_per_step"),
+            bound(empty),
             match (keep, empty) {
-                (Some(k), Some(e)) => format!("{:+.0}%", (e.median / k.median - 1.0) * 100.0),
-                _ => "–".into(),
+                (Some(k), Some(e)) => speed(e.median, k.median),
+                _ => Cell::none(),
             },
         ]);
     }
@@ -133,85 +146,145 @@ pub(super) fn elementwise(report: &Report) -> Vec<Block> {
         "Elementwise ops and reductions read and write each element once: their ceiling is memory \
          bandwidth, not arithmetic. The ceiling is the best bandwidth (bytes read plus written per second) \
          of these ops on the device — usually `copy`, sometimes a reduction, which only reads; each op is \
-         shown as a fraction of it. An op far below it is limited by its arithmetic (`exp`, `gelu`), by \
-         its implementation, or by its dtype's conversions."
+         shown as a share of it. An op far below it is limited by its arithmetic (`exp`, `gelu`), by \
+         its implementation, or by its dtype's conversions: under 25% the bound reads `below ceilings`."
             .into(),
     )];
     if devices.is_empty() {
         return blocks;
     }
-    let mut table = Table::new(&[
-        "Device",
-        "Op",
-        "dtype",
-        "Elements",
-        "Time",
-        "Bandwidth",
-        "of bandwidth ceiling",
-        "Bound",
-    ]);
-    let mut ops: Vec<String> = Vec::new();
+    let mut keys: Vec<(String, String)> = Vec::new();
     for row in report.section_rows(Section::Elementwise) {
-        if !ops.contains(&row.case) {
-            ops.push(row.case.clone());
+        let key = (row.case.clone(), row.dtype.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
-    let mut series = Vec::new();
-    for d in &devices {
-        let rows: Vec<&Row> = report
-            .section_rows(Section::Elementwise)
-            .filter(|r| &r.device == d)
-            .collect();
-        let copy = report
-            .devices
+    // One row per op and dtype, one column per device: bandwidth, with time and bound under it.
+    let mut headers = vec!["Op".to_string(), "dtype".to_string(), "Elements".to_string()];
+    headers.extend(devices.iter().map(|d| format!("`{d}`")));
+    let mut table = Table {
+        headers,
+        rows: Vec::new(),
+    };
+    for (case, dtype) in &keys {
+        let rows: Vec<Option<&Row>> = devices
             .iter()
-            .find(|e| &e.device == d)
-            .and_then(|e| e.ceilings.copy_gbps);
-        for r in &rows {
-            let gbps = r.work.device_bytes / r.median / 1e9;
-            table.push(vec![
-                format!("`{d}`"),
-                r.case.clone(),
-                r.dtype.clone(),
-                format_size(r.size, &r.size_unit),
-                time_cell(r),
-                rate(gbps, "GB/s"),
-                copy.map(|c| percent(gbps / c)).unwrap_or_else(|| "–".into()),
-                r.bound.map(|b| b.name().to_string()).unwrap_or_else(|| "–".into()),
-            ]);
-        }
-        let points: Vec<(f64, f64)> = rows
-            .iter()
-            .filter(|r| r.dtype == "f32")
-            .filter_map(|r| {
-                let x = ops.iter().position(|o| o == &r.case)? as f64;
-                Some((x, r.work.device_bytes / r.median / 1e9 / copy? * 100.0))
+            .map(|d| {
+                report
+                    .section_rows(Section::Elementwise)
+                    .filter(|r| &r.device == d && &r.case == case && &r.dtype == dtype)
+                    .max_by_key(|r| r.size)
             })
             .collect();
-        if !points.is_empty() {
-            series.push(Series {
-                name: device_label(report, d),
-                points,
-                dashed: false,
+        let size = rows
+            .iter()
+            .flatten()
+            .next()
+            .map(|r| format_size(r.size, &r.size_unit))
+            .unwrap_or_default();
+        let mut cells: Vec<Cell> = vec![case.clone().into(), dtype.clone().into(), size.into()];
+        for r in rows {
+            cells.push(match r {
+                Some(r) => {
+                    let bound = bound_cell(r);
+                    Cell::toned(format_bandwidth(r.work.device_bytes / r.median), bound.tone).with_note(format!(
+                        "{} · {}",
+                        format_seconds(r.median),
+                        bound.text
+                    ))
+                }
+                None => Cell::none(),
+            });
+        }
+        table.push(cells);
+    }
+    blocks.push(Block::Table(table));
+    let f32_ops: Vec<&(String, String)> = keys.iter().filter(|(_, t)| t == "f32").collect();
+    let others: Vec<&(String, String)> = keys.iter().filter(|(_, t)| t != "f32").collect();
+    let charts = [
+        (
+            "elementwise-f32",
+            "f32 ops as a share of the bandwidth ceiling",
+            "op (f32)",
+            f32_ops,
+        ),
+        (
+            "elementwise-half",
+            "f16 and bf16 ops as a share of the bandwidth ceiling",
+            "op and dtype",
+            others,
+        ),
+    ];
+    for (name, title, x_label, keys) in charts {
+        if let Some(svg) = share_chart(report, &devices, title, x_label, &keys).to_svg() {
+            blocks.push(Block::Chart {
+                name: name.into(),
+                title: format!(
+                    "{title}: each op's bandwidth (bytes read plus written per second) over the best \
+                     streaming op of its device, one bar per device. Under the grey line at 25%, no \
+                     ceiling explains the time."
+                ),
+                svg,
             });
         }
     }
-    blocks.push(Block::Table(table));
-    let chart = LineChart {
-        title: "f32 ops as % of the device's bandwidth ceiling".into(),
-        x_label: "op".into(),
-        y_label: "% of bandwidth ceiling".into(),
-        x_scale: Scale::Linear,
-        y_scale: Scale::Linear,
-        x_categories: ops,
-        series,
-    };
-    if let Some(svg) = chart.to_svg() {
-        blocks.push(Block::Chart {
-            name: "elementwise".into(),
-            title: "f32 elementwise ops and reductions as a fraction of the bandwidth ceiling".into(),
-            svg,
-        });
-    }
     blocks
+}
+
+/// Bars per op (one per device): the op's bandwidth as a share of its device's ceiling.
+fn share_chart(
+    report: &Report,
+    devices: &[String],
+    title: &str,
+    x_label: &str,
+    keys: &[&(String, String)],
+) -> BarChart {
+    let one_dtype = keys.iter().all(|(_, t)| t == "f32");
+    let groups = devices
+        .iter()
+        .filter_map(|d| {
+            let ceiling = report
+                .devices
+                .iter()
+                .find(|e| &e.device == d)
+                .and_then(|e| e.ceilings.copy_gbps)?;
+            let values = keys
+                .iter()
+                .map(|(case, dtype)| {
+                    report
+                        .section_rows(Section::Elementwise)
+                        .filter(|r| &r.device == d && &r.case == case && &r.dtype == dtype)
+                        .max_by_key(|r| r.size)
+                        .map(|r| r.work.device_bytes / r.median / 1e9 / ceiling * 100.0)
+                })
+                .collect();
+            Some(Bars {
+                name: format!("{d}: 100% = {}", format_bandwidth(ceiling * 1e9)),
+                values,
+                color: style::style(family(report, d), 0).color,
+            })
+        })
+        .collect();
+    BarChart {
+        title: title.into(),
+        x_label: x_label.into(),
+        categories: keys
+            .iter()
+            .map(|(case, dtype)| {
+                if one_dtype {
+                    case.clone()
+                } else {
+                    format!("{case} {dtype}")
+                }
+            })
+            .collect(),
+        y: Axis::new("share of the bandwidth ceiling", Scale::Linear, Unit::Percent),
+        groups,
+        levels: vec![Rule {
+            at: 25.0,
+            label: "25%: below it, no ceiling\nexplains the time".into(),
+            color: style::REFERENCE,
+        }],
+    }
 }

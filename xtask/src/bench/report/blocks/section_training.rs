@@ -2,10 +2,11 @@
 //! same step in PyTorch, and what backward holds: the activations the graph saved against the
 //! peak of memory during backward, for cartage and for PyTorch.
 
-use super::section_ops::model_cells;
-use super::{Block, Table};
+use super::section_ops::{model_cells, model_headers};
+use super::{Block, Cell, Table, reference_title};
 use crate::bench::cases::{Case, ModelOp, Section};
 use crate::bench::report::Report;
+use crate::bench::report::format::format_bytes;
 
 pub(super) fn build(report: &Report) -> Vec<Block> {
     let mut blocks = vec![Block::Paragraph(
@@ -19,31 +20,30 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          same run. \"Activations\" are the bytes the recorded graph saved for backward when the \
          loss is computed. \"Peak memory\" is how far allocated memory rose above its level during \
          backward (`mlp_step`) or during the whole step (`mlp_train`), for cartage and, on CUDA, for \
-         PyTorch (`torch.cuda.max_memory_allocated`)."
+         PyTorch (`torch.cuda.max_memory_allocated`). `adamw_step`: one AdamW update of all \
+         parameters with their gradients given (cartage's fused `adam_step_` per tensor against \
+         `torch.optim.AdamW(fused=True)` on CUDA, the default implementation on the CPU, or numpy)."
             .into(),
     )];
-    let rows: Vec<_> = report.section_rows(Section::Training).collect();
+    let all: Vec<_> = report.section_rows(Section::Training).collect();
+    let pipeline = super::training_pipeline::blocks(&all);
+    let rows: Vec<_> = all
+        .into_iter()
+        .filter(|r| !matches!(r.params, Case::Model(ModelOp::TrainPipeline { .. })))
+        .collect();
     if rows.is_empty() {
+        blocks.extend(pipeline);
         return blocks;
     }
-    let mut table = Table::new(&[
-        "Device",
-        "Op",
-        "dtype",
-        "Model",
-        "Time",
-        "Rate",
-        "Reference",
-        "Speed",
-        "Target",
-        "Activations",
-        "Peak memory",
-        "Reference peak",
-    ]);
-    let bytes = |v: Option<&f64>| v.map_or("–".to_string(), |b| cartage::format_bytes(*b as u64));
+    let reference = reference_title(rows.iter().copied());
+    let reference_peak = format!("{reference} peak memory");
+    let mut headers = model_headers(&reference);
+    headers.extend(["Activations", "Peak memory", &reference_peak]);
+    let mut table = Table::new(&headers);
+    let bytes = |v: Option<&f64>| v.map_or_else(Cell::none, |b| Cell::plain(format_bytes(*b as usize)));
     for r in rows {
         let Case::Model(op) = &r.params else { continue };
-        let mut cells = model_cells(r, op);
+        let mut cells = model_cells(r, op, &reference);
         // The backward alone for the MLP step; the whole step for the AdamW training step.
         let peak = if matches!(op, ModelOp::MlpTrain { .. }) {
             "step_peak_bytes"
@@ -58,5 +58,6 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
         table.push(cells);
     }
     blocks.push(Block::Table(table));
+    blocks.extend(pipeline);
     blocks
 }

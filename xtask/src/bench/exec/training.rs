@@ -1,0 +1,237 @@
+//! The training section's whole-step cases on cartage: a `cartage-nn` training step
+//! ([`ModelOp::MlpTrain`]), the fused AdamW step alone ([`ModelOp::AdamW`]), and the R31
+//! breakdown of one real step's time ([`ModelOp::TrainPipeline`]).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use cartage::bench::Bench;
+use cartage::tensor::nn::CrossEntropy;
+use cartage::{AdamUpdate, DType, Device, Result, Tensor, memory_stats, reset_peak_memory_stats, synchronize};
+use cartage_nn::layers::{Activation, Linear, Sequential};
+use cartage_nn::optim::{AdamW, Optimizer};
+use cartage_nn::{Module, ParamStore};
+
+use super::{Outcome, random};
+#[allow(unused_imports, reason = "named in the module docs")]
+use crate::bench::cases::ModelOp;
+
+/// The classifier of [`ModelOp::MlpTrain`]: `layers - 1` hidden `Linear(width, width)` + ReLU
+/// and a `Linear(width, 10)` head, initialised from seed 0.
+fn classifier(store: &ParamStore, layers: usize, width: usize) -> Result<Sequential> {
+    let mut rng = cartage::Generator::new(0);
+    let mut model = Sequential::new();
+    for i in 0..layers.saturating_sub(1) {
+        model = model
+            .push(Linear::new(&store.root().sub(2 * i), width, width, true, &mut rng)?)
+            .push(Activation::Relu);
+    }
+    Ok(model.push(Linear::new(&store.root().sub("head"), width, 10, true, &mut rng)?))
+}
+
+/// One step: forward (under bf16 autocast when asked), cross-entropy, backward, AdamW,
+/// gradients freed. Returns the loss (not read).
+fn train_step(
+    model: &Sequential,
+    store: &ParamStore,
+    opt: &mut AdamW,
+    x: &Tensor,
+    y: &Tensor,
+    autocast: bool,
+) -> Result<Tensor> {
+    let loss = {
+        let _ac = if autocast {
+            Some(cartage::autocast(&x.device(), DType::BF16)?)
+        } else {
+            None
+        };
+        model.forward(x)?.cross_entropy(y, CrossEntropy::default())?
+    };
+    loss.backward()?;
+    opt.step(store)?;
+    store.zero_grad();
+    Ok(loss.detach())
+}
+
+/// Class labels `i mod 10` for a batch.
+fn labels(batch: usize, device: &Device) -> Result<Tensor> {
+    let classes: Vec<i64> = (0..batch).map(|i| (i % 10) as i64).collect();
+    Tensor::from_vec(classes, &[batch], device)
+}
+
+/// A whole training step with `cartage-nn` (see [`ModelOp::MlpTrain`]). Counter: the peak of
+/// allocated memory during one step above its level before the step.
+pub fn mlp_train(
+    layers: usize,
+    width: usize,
+    batch: usize,
+    autocast: bool,
+    device: &Device,
+    bench: &Bench,
+) -> Result<Outcome> {
+    let store = ParamStore::new(device);
+    let model = classifier(&store, layers, width)?;
+    let mut opt = AdamW::new(&store, 1e-3)?;
+    let x = random(&[batch, width], DType::F32, 50, device)?;
+    let y = labels(batch, device)?;
+    let mut step = || train_step(&model, &store, &mut opt, &x, &y, autocast).map(drop);
+    step()?; // the moments exist from here on, as in the timed steps
+    synchronize(device)?;
+    let start = memory_stats(device)?.allocated_bytes;
+    reset_peak_memory_stats(device)?;
+    step()?;
+    synchronize(device)?;
+    let peak = memory_stats(device)?.peak_allocated_bytes.saturating_sub(start);
+    let measurement = bench.run_on(device, &mut step)?;
+    Ok(Outcome {
+        measurement,
+        counters: BTreeMap::from([("step_peak_bytes".to_string(), peak as f64)]),
+    })
+}
+
+/// One AdamW step over `tensors` parameters of `params / tensors` elements with their gradients
+/// given (see [`ModelOp::AdamW`]): one fused `adam_step_` per parameter.
+pub fn adamw(params: usize, tensors: usize, device: &Device, bench: &Bench) -> Result<Outcome> {
+    let each = params / tensors.max(1);
+    let make = |seed: u64| random(&[each], DType::F32, seed, device);
+    let weights = (0..tensors as u64).map(|i| make(60 + i)).collect::<Result<Vec<_>>>()?;
+    let grads = (0..tensors as u64)
+        .map(|i| make(5060 + i))
+        .collect::<Result<Vec<_>>>()?;
+    let moments = weights
+        .iter()
+        .map(|w| Ok((w.zeros_like()?, w.zeros_like()?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut step = 0u64;
+    let mut update = || -> Result<()> {
+        step += 1;
+        let rule = AdamUpdate {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled: true,
+            step,
+        };
+        for ((w, g), (m, v)) in weights.iter().zip(&grads).zip(&moments) {
+            w.adam_step_(g, m, v, rule)?;
+        }
+        Ok(())
+    };
+    update()?;
+    Ok(bench.run_on(device, &mut update)?.into())
+}
+
+/// A host batch as a data loader would hand it over: features decoded from a cheap generator
+/// and standardised per row, labels `i mod 10`.
+fn host_batch(batch: usize, width: usize, step: u64) -> (Vec<f32>, Vec<i64>) {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ step;
+    let mut features: Vec<f32> = (0..batch * width)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect();
+    for row in features.chunks_mut(width.max(1)) {
+        let mean = row.iter().sum::<f32>() / row.len() as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / row.len() as f32;
+        let inv = 1.0 / (var + 1e-5).sqrt();
+        row.iter_mut().for_each(|v| *v = (*v - mean) * inv);
+    }
+    (features, (0..batch).map(|i| (i % 10) as i64).collect())
+}
+
+/// The phases of one pipelined step, in seconds.
+#[derive(Clone, Copy, Default)]
+struct Phases {
+    load: f64,
+    copy: f64,
+    compute: f64,
+    sync: f64,
+}
+
+/// Run `steps` pipelined steps of the model and return each phase's median: build the host
+/// batch, copy it to the device (synchronised), run the step (synchronised), read the loss.
+fn measure_phases(layers: usize, width: usize, batch: usize, steps: usize, device: &Device) -> Result<Phases> {
+    let store = ParamStore::new(device);
+    let model = classifier(&store, layers, width)?;
+    let mut opt = AdamW::new(&store, 1e-3)?;
+    let mut samples = Vec::with_capacity(steps);
+    for step in 0..steps as u64 + 2 {
+        let t0 = Instant::now();
+        let (features, classes) = host_batch(batch, width, step);
+        let t1 = Instant::now();
+        let x = Tensor::from_slice(&features, &[batch, width], device)?;
+        let y = Tensor::from_slice(&classes, &[batch], device)?;
+        synchronize(device)?;
+        let t2 = Instant::now();
+        let loss = train_step(&model, &store, &mut opt, &x, &y, false)?;
+        synchronize(device)?;
+        let t3 = Instant::now();
+        let value = loss.item::<f32>()?;
+        let t4 = Instant::now();
+        if !value.is_finite() {
+            return Err(cartage::Error::invalid(
+                "train_pipeline",
+                format!("the loss is {value}"),
+            ));
+        }
+        if step >= 2 {
+            let s = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64();
+            samples.push(Phases {
+                load: s(t0, t1),
+                copy: s(t1, t2),
+                compute: s(t2, t3),
+                sync: s(t3, t4),
+            });
+        }
+    }
+    let median = |f: fn(&Phases) -> f64| {
+        let mut v: Vec<f64> = samples.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    Ok(Phases {
+        load: median(|p| p.load),
+        copy: median(|p| p.copy),
+        compute: median(|p| p.compute),
+        sync: median(|p| p.sync),
+    })
+}
+
+/// ARTICLE R31 (see [`ModelOp::TrainPipeline`]). Counters, each a median over the timed steps in
+/// seconds: `load_s` (building the host batch), `copy_s` (host→device, synchronised), `sync_s`
+/// (reading the loss once the device is idle), `launch_s` and `kernels_s` (the step's compute
+/// time split into the same step on 8-wide tensors, where kernels take next to nothing and what
+/// remains is launching and bookkeeping, and the rest). The measurement is the whole step.
+pub fn train_pipeline(layers: usize, width: usize, batch: usize, device: &Device, bench: &Bench) -> Result<Outcome> {
+    let steps = 20;
+    let real = measure_phases(layers, width, batch, steps, device)?;
+    let tiny = measure_phases(layers, 8, 8, steps, device)?;
+    let launch = tiny.compute.min(real.compute);
+    let store = ParamStore::new(device);
+    let model = classifier(&store, layers, width)?;
+    let mut opt = AdamW::new(&store, 1e-3)?;
+    let mut step = 0u64;
+    let measurement = bench.run_on(device, || {
+        step += 1;
+        let (features, classes) = host_batch(batch, width, step);
+        let x = Tensor::from_slice(&features, &[batch, width], device)?;
+        let y = Tensor::from_slice(&classes, &[batch], device)?;
+        let loss = train_step(&model, &store, &mut opt, &x, &y, false)?;
+        loss.item::<f32>().map(drop)
+    })?;
+    Ok(Outcome {
+        measurement,
+        counters: BTreeMap::from([
+            ("load_s".to_string(), real.load.max(0.0)),
+            ("copy_s".to_string(), real.copy.max(0.0)),
+            ("launch_s".to_string(), launch.max(0.0)),
+            ("kernels_s".to_string(), (real.compute - launch).max(0.0)),
+            ("sync_s".to_string(), real.sync.max(0.0)),
+        ]),
+    })
+}
