@@ -111,6 +111,38 @@ impl fmt::Display for DTypeMismatchDisplay<'_> {
     }
 }
 
+/// The body of [`Error::RanksMissing`]: which ranks, how long, and what to check.
+struct RanksMissingDisplay<'a> {
+    op: &'a str,
+    rank: usize,
+    world_size: usize,
+    missing: &'a [usize],
+    waited: std::time::Duration,
+}
+
+impl fmt::Display for RanksMissingDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let RanksMissingDisplay {
+            op,
+            rank,
+            world_size,
+            missing,
+            waited,
+        } = *self;
+        write!(f, "`{op}` on rank {rank} of {world_size}: ")?;
+        match missing {
+            [] => write!(f, "the other ranks did not complete it within {waited:.1?}")?,
+            [one] => write!(f, "rank {one} did not take part within {waited:.1?}")?,
+            many => write!(f, "ranks {many:?} did not take part within {waited:.1?}")?,
+        }
+        write!(
+            f,
+            ". Likely cause: a rank was not started, failed earlier (see its log), or was given another \
+             WORLD_SIZE, MASTER_ADDR or MASTER_PORT; every rank must issue the same collectives in the same order"
+        )
+    }
+}
+
 /// Every failure cartage reports. No user input panics; it becomes one of these.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -338,6 +370,23 @@ pub enum Error {
         reason: String,
     },
 
+    /// Ranks of a distributed group that did not take part in a rendezvous or a collective in
+    /// time (never started, failed, or left the group). `missing` is empty when the engine
+    /// cannot tell which.
+    #[error("{}", RanksMissingDisplay { op, rank: *rank, world_size: *world_size, missing, waited: *waited })]
+    RanksMissing {
+        /// The rendezvous or collective.
+        op: &'static str,
+        /// The rank that gave up.
+        rank: usize,
+        /// The group's size.
+        world_size: usize,
+        /// The ranks that never arrived or left, where known.
+        missing: Vec<usize>,
+        /// How long this rank waited.
+        waited: std::time::Duration,
+    },
+
     /// A file whose contents are not in the expected format.
     #[error("{path}: not a valid {format} file: {reason}")]
     Format {
@@ -393,6 +442,8 @@ pub enum ErrorKind {
     Format,
     /// [`Error::Autograd`].
     Autograd,
+    /// [`Error::RanksMissing`].
+    RanksMissing,
 }
 
 impl ErrorKind {
@@ -418,6 +469,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::Format => "format",
             ErrorKind::Autograd => "autograd",
+            ErrorKind::RanksMissing => "ranks-missing",
         }
     }
 }
@@ -458,6 +510,7 @@ impl Error {
             Error::Io { .. } => ErrorKind::Io,
             Error::Format { .. } => ErrorKind::Format,
             Error::Autograd { .. } => ErrorKind::Autograd,
+            Error::RanksMissing { .. } => ErrorKind::RanksMissing,
         }
     }
 

@@ -8,6 +8,8 @@
 //! - [`CachingAllocator`]: the one caching allocator every backend puts under its memory.
 //! - [`DeviceBuffer`] and [`Kernel::run`]: the sound path to device memory; [`raw`] holds the
 //!   low-level types (segments, slices) whose use is `unsafe`.
+//! - [`Collective`]: all-reduce, broadcast, gather, scatter, send/recv and barrier among ranks,
+//!   implemented by an engine beside its backend (NCCL in cartage-cuda).
 //! - [`Error`]: one variant per failure, each message naming the likely cause and what to check.
 //!
 //! This crate depends on no GPU crate (an invariant checked by the workspace's tidy test).
@@ -15,6 +17,7 @@
 pub mod allocator;
 pub mod backend;
 mod buffer;
+pub mod collective;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -38,6 +41,7 @@ pub use pinned::pinned_bytes_peak;
 pub use allocator::{AllocatorConfig, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport};
 pub use backend::{Backend, Capabilities, DeviceInfo, Event, MatmulPrecision};
 pub use buffer::DeviceBuffer;
+pub use collective::{Collective, CollectiveArg, CollectiveEngine, CollectiveHandle, ReduceKind};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, ErrorKind, Result, Site};

@@ -31,6 +31,8 @@ pub mod loader;
 pub mod matmul;
 pub mod memory;
 pub mod modules;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod nvrtc;
 pub mod ordering;
 pub mod precompiled;

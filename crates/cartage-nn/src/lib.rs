@@ -37,6 +37,7 @@
 
 mod amp;
 mod checkpoint;
+pub mod ddp;
 pub mod layers;
 mod module;
 pub mod optim;
@@ -44,5 +45,6 @@ mod store;
 
 pub use amp::{GradScaler, ScalerState};
 pub use checkpoint::{load_checkpoint, save_checkpoint};
+pub use ddp::{DataParallel, DistributedSampler};
 pub use module::Module;
 pub use store::{ParamStore, Scope, SharedGenerator, StoreId};

@@ -30,6 +30,7 @@
 mod autocast;
 pub mod autograd;
 pub mod bench;
+pub mod distributed;
 mod generator;
 pub mod loader;
 pub mod memory;
@@ -57,6 +58,7 @@ pub use cartage_core::{
     MemoryInfo, NormKind, OomReport, Op, PageableBuffer, PinnedBuffer, ReduceOp, ScanOp, ScatterMode, Site,
     StagingBuffer, TensorArg, UnaryOp, pinned_bytes_in_use, pinned_bytes_peak,
 };
+pub use distributed::{DistEnv, ProcessGroup, ReduceKind};
 pub use generator::Generator;
 pub use loader::{HostBatch, PrefetchLoader};
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};

@@ -6,10 +6,18 @@
 //! - set → that device, or a typed error: [`Error::InvalidDevice`] when it does not parse (a
 //!   bare `cuda` asks for an ordinal), [`Error::BackendNotCompiled`] when its feature is off,
 //!   [`Error::BackendUnavailable`] when the backend cannot open it.
+//!
+//! In a distributed run, `LOCAL_RANK` (set by torchrun or `cargo xtask launch`) chooses this
+//! rank's device among the node's: the ordinal of the device chosen above moves up by the local
+//! rank (`cuda:0` becomes `cuda:<LOCAL_RANK>`; `CARTAGE_DEVICE=cuda:2` with two ranks gives
+//! `cuda:2` and `cuda:3`); the CPU stays the CPU. A malformed `LOCAL_RANK` is
+//! [`Error::InvalidDevice`]; an ordinal beyond the node's devices is
+//! [`Error::BackendUnavailable`] naming `LOCAL_RANK`.
 
 use cartage_core::{Device, Error, Result};
 
 use super::registry::{backend, is_software_adapter};
+use crate::distributed::env::LOCAL_RANK_ENV;
 
 /// The environment variable that overrides the automatic choice of device.
 pub const DEVICE_ENV: &str = "CARTAGE_DEVICE";
@@ -28,7 +36,8 @@ pub trait DevicePick: Sized {
 impl DevicePick for Device {
     fn pick() -> Result<Device> {
         let setting = std::env::var(DEVICE_ENV).ok();
-        pick_from(setting.as_deref())
+        let local_rank = std::env::var(LOCAL_RANK_ENV).ok();
+        pick_for_local_rank(setting.as_deref(), local_rank.as_deref())
     }
 
     fn best_available() -> Device {
@@ -69,4 +78,59 @@ pub fn pick_from(setting: Option<&str>) -> Result<Device> {
     backend(&device)?;
     tracing::info!(%device, "device picked from {DEVICE_ENV}");
     Ok(device)
+}
+
+/// [`pick_from`], then this rank's device when `local_rank` (the value of `LOCAL_RANK`) is set:
+/// the chosen device's ordinal moves up by the local rank; the CPU stays the CPU.
+fn pick_for_local_rank(setting: Option<&str>, local_rank: Option<&str>) -> Result<Device> {
+    let Some(text) = local_rank.map(str::trim).filter(|t| !t.is_empty()) else {
+        return pick_from(setting);
+    };
+    let rank: usize = text.parse().map_err(|_| Error::InvalidDevice {
+        input: format!("{LOCAL_RANK_ENV}={text}"),
+        reason: format!("{LOCAL_RANK_ENV} must be a non-negative integer (torchrun and `cargo xtask launch` set it)"),
+    })?;
+    let base = pick_from(setting)?;
+    if base.is_cpu() || rank == 0 {
+        return Ok(base);
+    }
+    let device = Device::new(base.kind(), base.ordinal() + rank);
+    backend(&device).map_err(|e| match e {
+        Error::BackendUnavailable { device, reason } => Error::BackendUnavailable {
+            device,
+            reason: format!(
+                "{reason} (this rank's device is {base} moved up by {LOCAL_RANK_ENV}={rank}: start at most as many \
+                 ranks per node as it has devices)"
+            ),
+        },
+        other => other,
+    })?;
+    tracing::info!(%device, local_rank = rank, "device picked for this rank ({LOCAL_RANK_ENV})");
+    Ok(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_rank_moves_the_ordinal_and_leaves_the_cpu() {
+        assert_eq!(pick_for_local_rank(Some("cpu"), Some("3")).unwrap(), Device::cpu());
+        assert_eq!(pick_for_local_rank(Some("cpu"), None).unwrap(), Device::cpu());
+        assert_eq!(pick_for_local_rank(Some("cpu"), Some(" ")).unwrap(), Device::cpu());
+        let err = pick_for_local_rank(Some("cpu"), Some("one")).unwrap_err();
+        assert!(matches!(err, Error::InvalidDevice { .. }), "{err}");
+        assert!(err.to_string().contains("LOCAL_RANK=one"), "{err}");
+        // A GPU ordinal past the machine's devices names LOCAL_RANK (or the backend is not
+        // compiled in at all).
+        match pick_for_local_rank(Some("wgpu:0"), Some("999")) {
+            Err(Error::BackendUnavailable { device, reason }) => {
+                if reason.contains("LOCAL_RANK") {
+                    assert_eq!(device, Device::wgpu(999), "{reason}");
+                }
+            }
+            Err(Error::BackendNotCompiled { .. }) => {}
+            other => panic!("expected an unavailable device, got {other:?}"),
+        }
+    }
 }
