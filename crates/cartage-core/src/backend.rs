@@ -222,6 +222,13 @@ pub trait Backend: Send + Sync + 'static {
         ))
     }
 
+    /// The engine that runs collectives across processes on this device (NCCL on CUDA when built
+    /// with the `nccl` feature), or `None` where there is none (the CPU: its in-process engine
+    /// is for tests only).
+    fn collective_engine(&self) -> Option<std::sync::Arc<dyn crate::collective::CollectiveEngine>> {
+        None
+    }
+
     /// Host memory to stage copies with this device: pinned where the driver can lock memory,
     /// ordinary memory elsewhere.
     fn alloc_staging(&self, bytes: usize) -> Result<StagingBuffer> {

@@ -332,6 +332,11 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    #[cfg(feature = "nccl")]
+    fn collective_engine(&self) -> Option<Arc<dyn cartage_core::CollectiveEngine>> {
+        Some(Arc::new(crate::nccl::NcclEngine::new()))
+    }
+
     fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
         copies::alloc_pinned(self, bytes)
     }

@@ -476,3 +476,21 @@ fn init_hands_rank_zeros_id_to_every_rank_through_the_rendezvous() {
         }
     }
 }
+
+#[test]
+fn the_cpu_has_no_cross_process_engine_and_says_what_to_use() {
+    let env = cartage::distributed::DistEnv::from_lookup(|name| match name {
+        "RANK" => Some("0".into()),
+        "WORLD_SIZE" => Some("1".into()),
+        _ => None,
+    })
+    .unwrap();
+    let err = ProcessGroup::init_on_device(&env, &Device::cpu(), Duration::from_secs(1))
+        .err()
+        .expect("the CPU has no cross-process engine");
+    assert_eq!(err.kind(), ErrorKind::BackendUnavailable, "{err}");
+    assert!(
+        err.to_string().contains("nccl") && err.to_string().contains("in-process"),
+        "{err}"
+    );
+}

@@ -85,6 +85,25 @@ impl ProcessGroup {
         Ok(ProcessGroup { collective, created_at })
     }
 
+    /// [`ProcessGroup::init`] with the device's own cross-process engine
+    /// ([`cartage_core::Backend::collective_engine`]: NCCL on CUDA when cartage is built with
+    /// the `nccl` feature). A device without one is [`Error::BackendUnavailable`] saying what to
+    /// build or use instead.
+    #[track_caller]
+    pub fn init_on_device(env: &DistEnv, device: &Device, timeout: Duration) -> Result<ProcessGroup> {
+        let backend = crate::runtime::backend(device)?;
+        let Some(engine) = backend.collective_engine() else {
+            return Err(Error::BackendUnavailable {
+                device: *device,
+                reason: "no cross-process collective engine runs on this device: on CUDA build cartage with the \
+                         `nccl` feature (NCCL is loaded at run time); the CPU has only the in-process engine, \
+                         for tests (`InProcess`)"
+                    .into(),
+            });
+        };
+        ProcessGroup::init(env, device, engine.as_ref(), timeout)
+    }
+
     /// This rank, in `0..world_size()`.
     pub fn rank(&self) -> usize {
         self.collective.rank()
