@@ -269,6 +269,8 @@ def torch_model(case, gen, timer, cfg, device):
         return torch_mlp_train(case, gen, timer, cfg, device)
     if op == "adamw":
         return torch_adamw(case, gen, timer, cfg, device)
+    if op == "gpt_train":
+        return torch_gpt_train(case, timer, cfg, device)
     if op == "sdpa":
         shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
         q, k, v = gen(*shape), gen(*shape), gen(*shape)
@@ -331,6 +333,69 @@ def torch_mlp_train(case, gen, timer, cfg, device):
     def step():
         with torch.autocast(kind, dtype=torch.bfloat16, enabled=case["autocast"]):
             loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    counters = {}
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        counters["step_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
+    median, p10, p90 = measure(timer, step, cfg)
+    return median, p10, p90, counters
+
+
+def torch_gpt_train(case, timer, cfg, device):
+    """A whole GPT training step, module for module the model of `cartage_nn::models::Gpt`: token
+    and position embeddings, pre-norm blocks (LayerNorm, one qkv Linear, causal
+    scaled_dot_product_attention, an output Linear, LayerNorm, a GELU MLP four times as wide), a
+    final LayerNorm and a Linear head; cross-entropy over every position, AdamW, gradients set
+    to None; under bf16 autocast when asked. Returns the timing and, on CUDA, the step's peak."""
+    nn, F = torch.nn, torch.nn.functional
+    layers, d, h = case["layers"], case["dim"], case["heads"]
+    t, b, vocab = case["context"], case["batch"], case["vocab"]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.out(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(vocab, d), nn.Embedding(t, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, vocab)
+
+        def forward(self, ids):
+            x = self.tokens(ids) + self.positions(torch.arange(t, device=ids.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.norm(x))
+
+    model = Gpt().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    index = torch.arange(b * t, device=device)
+    x = ((index * 7919) % vocab).view(b, t)
+    y = ((index * 7919 + 1) % vocab)
+    kind = "cuda" if device != "cpu" else "cpu"
+
+    def step():
+        with torch.autocast(kind, dtype=torch.bfloat16, enabled=case["autocast"]):
+            loss = F.cross_entropy(model(x).view(b * t, vocab), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -39,6 +39,7 @@ mod amp;
 mod checkpoint;
 pub mod ddp;
 pub mod layers;
+pub mod models;
 mod module;
 pub mod optim;
 mod store;

@@ -121,6 +121,7 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
             autocast,
         }) => Ok(training::mlp_train(layers, width, batch, autocast, device, bench)?),
         Case::Model(ModelOp::AdamW { params, tensors }) => Ok(training::adamw(params, tensors, device, bench)?),
+        Case::Model(ref op @ ModelOp::GptTrain { .. }) => Ok(training::gpt_train(op, device, bench)?),
         Case::Model(ModelOp::TrainPipeline { layers, width, batch }) => {
             Ok(training::train_pipeline(layers, width, batch, device, bench)?)
         }

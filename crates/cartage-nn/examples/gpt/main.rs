@@ -18,7 +18,6 @@
 
 mod args;
 mod corpus;
-mod model;
 mod plot;
 mod sample;
 mod train;
@@ -29,8 +28,8 @@ use cartage::{format_bytes, memory_stats};
 use cartage_nn::ParamStore;
 
 use args::{Args, Precision, USAGE};
+use cartage_nn::models::{Gpt, GptConfig};
 use corpus::{Corpus, HostRng};
-use model::{Config, Gpt};
 use sample::{Sampling, generate};
 use train::Trainer;
 
@@ -85,7 +84,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     let store = ParamStore::new(&device);
-    let config = Config {
+    let config = GptConfig {
         vocab: corpus.vocab_size(),
         context: args.context,
         dim: args.dim,

@@ -6,7 +6,7 @@ use cartage::prelude::*;
 use cartage_nn::Module;
 
 use crate::corpus::HostRng;
-use crate::model::Gpt;
+use cartage_nn::models::Gpt;
 
 /// How to pick each next character.
 #[derive(Clone, Copy, Debug)]

@@ -12,8 +12,8 @@ use cartage_nn::{GradScaler, Module, ParamStore};
 
 use crate::args::Args;
 use crate::corpus::{Corpus, training_batches, validation_batches};
-use crate::model::Gpt;
 use crate::plot::LossPoint;
+use cartage_nn::models::Gpt;
 
 /// What a run measured.
 pub struct Summary {

@@ -140,6 +140,27 @@ pub enum ModelOp {
         /// Parameter tensors.
         tensors: usize,
     },
+    /// A whole training step of a character-level GPT (`cartage_nn::models::Gpt`: token and
+    /// position embeddings, pre-norm blocks with causal attention and a GELU MLP four times as
+    /// wide, a final LayerNorm and a linear head), cross-entropy over every position, backward,
+    /// AdamW, gradients freed; under bf16 autocast when `autocast` (PyTorch: the same modules
+    /// from `torch.nn`, `scaled_dot_product_attention(is_causal=True)`).
+    GptTrain {
+        /// Transformer blocks.
+        layers: usize,
+        /// Width.
+        dim: usize,
+        /// Attention heads.
+        heads: usize,
+        /// Tokens per sequence.
+        context: usize,
+        /// Sequences per batch.
+        batch: usize,
+        /// Token ids run over `0..vocab`.
+        vocab: usize,
+        /// Run under bf16 autocast (master weights f32).
+        autocast: bool,
+    },
     /// ARTICLE R31: where one real training step's time goes. The `MlpTrain` model fed from host
     /// batches: building the batch on the host, copying it to the device, the step's kernels and
     /// their launch overhead, and the host sync that reads the loss, each measured (see
@@ -174,6 +195,8 @@ impl ModelOp {
             ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
             ModelOp::MlpTrain { autocast: true, .. } => "mlp_train_bf16_autocast",
             ModelOp::AdamW { .. } => "adamw_step",
+            ModelOp::GptTrain { autocast: false, .. } => "gpt_train",
+            ModelOp::GptTrain { autocast: true, .. } => "gpt_train_bf16_autocast",
             ModelOp::TrainPipeline { .. } => "train_pipeline",
         }
     }
@@ -207,6 +230,7 @@ impl ModelOp {
             | ModelOp::MlpTrain { width, batch, .. }
             | ModelOp::TrainPipeline { width, batch, .. } => batch * width,
             ModelOp::AdamW { params, .. } => params,
+            ModelOp::GptTrain { context, batch, .. } => context * batch,
         }
     }
 
@@ -256,6 +280,18 @@ impl ModelOp {
                 if autocast { ", bf16 autocast" } else { "" }
             ),
             ModelOp::AdamW { params, tensors } => format!("{tensors} × [{}]", params / tensors.max(1)),
+            ModelOp::GptTrain {
+                layers,
+                dim,
+                heads,
+                context,
+                batch,
+                vocab,
+                autocast,
+            } => format!(
+                "{layers} layers, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}",
+                if autocast { ", bf16 autocast" } else { "" }
+            ),
             ModelOp::TrainPipeline { layers, width, batch } => {
                 format!(
                     "{} × [{width}, {width}] + head, batch {batch}, AdamW, host batches",
@@ -281,6 +317,7 @@ impl ModelOp {
             ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
             ModelOp::MlpTrain { .. } => Some(1.2),
             ModelOp::AdamW { .. } => Some(1.0),
+            ModelOp::GptTrain { .. } => Some(0.9),
             ModelOp::TrainPipeline { .. } => None,
         }
     }
@@ -302,6 +339,7 @@ impl ModelOp {
                 | ModelOp::Sdpa { .. }
                 | ModelOp::MlpStep { .. }
                 | ModelOp::MlpTrain { .. }
+                | ModelOp::GptTrain { .. }
                 | ModelOp::TrainPipeline { .. }
         )
     }
@@ -380,6 +418,26 @@ impl ModelOp {
                 link_bytes: 0.0,
                 ops: 1.0,
             },
+            // 6 flop per parameter and token (forward and backward), plus the attention scores
+            // (causal: half of 12·T·D per token and layer); AdamW streams the parameters.
+            ModelOp::GptTrain {
+                layers,
+                dim,
+                context,
+                batch,
+                vocab,
+                ..
+            } => {
+                let (l, d, t, v) = (layers as f64, dim as f64, context as f64, vocab as f64);
+                let params = l * 12.0 * d * d + (v + t) * d + d * v;
+                let tokens = t * batch as f64;
+                Work {
+                    flops: 6.0 * params * tokens + 6.0 * l * tokens * t * d,
+                    device_bytes: (3.0 * params + 16.0 * l * tokens * d + 6.0 * params) * s,
+                    link_bytes: 0.0,
+                    ops: 1.0,
+                }
+            }
             // As `MlpTrain`, plus the batch crossing the link.
             ModelOp::TrainPipeline { layers, width, batch } => Work {
                 link_bytes: (batch * width) as f64 * 4.0,

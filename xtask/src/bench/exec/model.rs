@@ -91,12 +91,14 @@ pub fn run(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) -> Result
                 Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, None).map(drop)
             })
         }
-        ModelOp::MlpStep { .. } | ModelOp::MlpTrain { .. } | ModelOp::AdamW { .. } | ModelOp::TrainPipeline { .. } => {
-            Err(cartage::Error::invalid(
-                "bench",
-                "internal: the training steps are measured by `mlp_step` and `mlp_train`",
-            ))
-        }
+        ModelOp::MlpStep { .. }
+        | ModelOp::MlpTrain { .. }
+        | ModelOp::AdamW { .. }
+        | ModelOp::GptTrain { .. }
+        | ModelOp::TrainPipeline { .. } => Err(cartage::Error::invalid(
+            "bench",
+            "internal: the training steps are measured by `mlp_step` and `mlp_train`",
+        )),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The training section's whole-step cases on cartage: a `cartage-nn` training step
-//! ([`ModelOp::MlpTrain`]), the fused AdamW step alone ([`ModelOp::AdamW`]), and the R31
+//! The training section's whole-step cases on cartage: `cartage-nn` training steps of an MLP
+//! ([`ModelOp::MlpTrain`]) and a GPT ([`ModelOp::GptTrain`]), the fused AdamW step alone ([`ModelOp::AdamW`]), and the R31
 //! breakdown of one real step's time ([`ModelOp::TrainPipeline`]).
 
 use std::collections::BTreeMap;
@@ -76,6 +76,68 @@ pub fn mlp_train(
     let y = labels(batch, device)?;
     let mut step = || train_step(&model, &store, &mut opt, &x, &y, autocast).map(drop);
     step()?; // the moments exist from here on, as in the timed steps
+    synchronize(device)?;
+    let start = memory_stats(device)?.allocated_bytes;
+    reset_peak_memory_stats(device)?;
+    step()?;
+    synchronize(device)?;
+    let peak = memory_stats(device)?.peak_allocated_bytes.saturating_sub(start);
+    let measurement = bench.run_on(device, &mut step)?;
+    Ok(Outcome {
+        measurement,
+        counters: BTreeMap::from([("step_peak_bytes".to_string(), peak as f64)]),
+    })
+}
+
+/// A whole GPT training step (see [`ModelOp::GptTrain`]) on random token ids. Counter: the peak
+/// of allocated memory during one step above its level before the step.
+pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome> {
+    use cartage_nn::models::{Gpt, GptConfig};
+    let &ModelOp::GptTrain {
+        layers,
+        dim,
+        heads,
+        context,
+        batch,
+        vocab,
+        autocast,
+    } = op
+    else {
+        return Err(cartage::Error::invalid("gpt_train", "internal: not a GPT case"));
+    };
+    let store = ParamStore::new(device);
+    let config = GptConfig {
+        vocab,
+        context,
+        dim,
+        heads,
+        layers,
+    };
+    let model = Gpt::new(&store.root(), config, &mut cartage::Generator::new(0))?;
+    let mut opt = AdamW::new(&store, 1e-3)?;
+    let ids = |offset: usize| -> Result<Tensor> {
+        let v: Vec<i64> = (0..batch * context)
+            .map(|i| ((i * 7919 + offset) % vocab) as i64)
+            .collect();
+        Tensor::from_vec(v, &[batch, context], device)
+    };
+    let (x, y) = (ids(0)?, ids(1)?.reshape(&[batch * context])?);
+    let mut step = || -> Result<()> {
+        let loss = {
+            let _ac = if autocast {
+                Some(cartage::autocast(device, DType::BF16)?)
+            } else {
+                None
+            };
+            let logits = model.forward(&x)?.reshape(&[batch * context, vocab])?;
+            logits.cross_entropy(&y, CrossEntropy::default())?
+        };
+        loss.backward()?;
+        opt.step(&store)?;
+        store.zero_grad();
+        Ok(())
+    };
+    step()?;
     synchronize(device)?;
     let start = memory_stats(device)?.allocated_bytes;
     reset_peak_memory_stats(device)?;

@@ -30,6 +30,8 @@ pub struct OpsSizes {
     pub mlp_train: (usize, usize, usize),
     /// (elements, tensors) of the AdamW step alone, on a GPU and on the CPU.
     pub adamw: [(usize, usize); 2],
+    /// (layers, width, heads, context, batch) of the GPT step, on a GPU and on the CPU.
+    pub gpt: [(usize, usize, usize, usize, usize); 2],
 }
 
 impl OpsSizes {
@@ -48,6 +50,7 @@ impl OpsSizes {
                 mlp: [(4, 512, 64), (4, 64, 64)],
                 mlp_train: (3, 128, 64),
                 adamw: [(1 << 20, 8), (1 << 18, 4)],
+                gpt: [(1, 64, 2, 32, 4), (1, 32, 2, 16, 2)],
             }
         } else {
             OpsSizes {
@@ -64,6 +67,8 @@ impl OpsSizes {
                 mlp_train: (4, 1024, 512),
                 // The 100M parameters, as 100 tensors of 1M.
                 adamw: [(100_000_000, 100), (1 << 24, 16)],
+                // The GPT: 6 layers, d = 384, 6 heads, context 256, batch 64.
+                gpt: [(6, 384, 6, 256, 64), (2, 128, 4, 64, 8)],
             }
         }
     }
@@ -105,6 +110,23 @@ impl OpsSizes {
                 let pipeline = ModelOp::TrainPipeline { layers, width, batch };
                 out.push((DType::F32, Case::Model(pipeline), needs));
             }
+        }
+        let (layers, dim, heads, context, batch) = self.gpt[usize::from(cpu)];
+        for autocast in [false, true] {
+            if cpu && autocast {
+                continue;
+            }
+            let op = ModelOp::GptTrain {
+                layers,
+                dim,
+                heads,
+                context,
+                batch,
+                vocab: 128,
+                autocast,
+            };
+            let gpt_needs = vec![Op::Matmul, Op::Norm(NormKind::Layer), Op::CrossEntropy, Op::Softmax];
+            out.push((DType::F32, Case::Model(op), gpt_needs));
         }
         let (params, tensors) = self.adamw[usize::from(cpu)];
         out.push((

@@ -20,7 +20,10 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          same run. \"Activations\" are the bytes the recorded graph saved for backward when the \
          loss is computed. \"Peak memory\" is how far allocated memory rose above its level during \
          backward (`mlp_step`) or during the whole step (`mlp_train`), for cartage and, on CUDA, for \
-         PyTorch (`torch.cuda.max_memory_allocated`). `adamw_step`: one AdamW update of all \
+         PyTorch (`torch.cuda.max_memory_allocated`). `gpt_train`: a whole step of a character-level GPT \
+         (`cartage_nn::models::Gpt`; PyTorch: the same modules from `torch.nn`), in f32 and under \
+         bf16 autocast; its rate counts 6 flop per parameter and token plus the causal attention \
+         scores. `adamw_step`: one AdamW update of all \
          parameters with their gradients given (cartage's fused `adam_step_` per tensor against \
          `torch.optim.AdamW(fused=True)` on CUDA, the default implementation on the CPU, or numpy)."
             .into(),
@@ -45,7 +48,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
         let Case::Model(op) = &r.params else { continue };
         let mut cells = model_cells(r, op, &reference);
         // The backward alone for the MLP step; the whole step for the AdamW training step.
-        let peak = if matches!(op, ModelOp::MlpTrain { .. }) {
+        let peak = if matches!(op, ModelOp::MlpTrain { .. } | ModelOp::GptTrain { .. }) {
             "step_peak_bytes"
         } else {
             "backward_peak_bytes"

@@ -1,21 +1,43 @@
-//! The model: token and position embeddings, pre-norm transformer blocks with causal
-//! attention, a final LayerNorm and a linear head over the characters (GPT-2's layout).
+//! [`Gpt`]: a decoder-only transformer — token and position embeddings, pre-norm transformer
+//! blocks with causal attention, a final LayerNorm and a linear head (GPT-2's layout). The
+//! `gpt` example trains it on characters; the bench's training section runs the same model
+//! against PyTorch's.
 
 use cartage::prelude::*;
-use cartage_nn::layers::{Embedding, LayerNorm, Linear, TransformerBlock};
-use cartage_nn::{Module, Scope};
+
+use crate::layers::{Embedding, LayerNorm, Linear, TransformerBlock};
+use crate::{Module, Scope};
 
 /// The model's sizes.
-#[derive(Clone, Copy, Debug)]
-pub struct Config {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GptConfig {
+    /// Token ids run over `0..vocab`.
     pub vocab: usize,
+    /// The longest window the model reads.
     pub context: usize,
+    /// The width of every layer.
     pub dim: usize,
+    /// Attention heads (`dim` divides by it).
     pub heads: usize,
+    /// Transformer blocks.
     pub layers: usize,
 }
 
-/// A decoder-only transformer over character ids.
+/// A decoder-only transformer over token ids.
+///
+/// ```
+/// use cartage::prelude::*;
+/// use cartage_nn::models::{Gpt, GptConfig};
+/// use cartage_nn::{Module, ParamStore};
+/// # fn main() -> cartage::Result<()> {
+/// let store = ParamStore::new(&Device::cpu());
+/// let config = GptConfig { vocab: 11, context: 8, dim: 16, heads: 2, layers: 1 };
+/// let model = Gpt::new(&store.root(), config, &mut Generator::new(0))?;
+/// let ids = Tensor::from_slice(&[1i64, 2, 3, 4, 5, 6], &[2, 3], &Device::cpu())?;
+/// assert_eq!(model.forward(&ids)?.shape(), &[2, 3, 11]);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Gpt {
     tokens: Embedding,
     positions: Embedding,
@@ -29,7 +51,7 @@ pub struct Gpt {
 
 impl Gpt {
     /// A model of `config`'s sizes whose parameters live in `scope`, initialised from `rng`.
-    pub fn new(scope: &Scope, config: Config, rng: &mut Generator) -> Result<Gpt> {
+    pub fn new(scope: &Scope, config: GptConfig, rng: &mut Generator) -> Result<Gpt> {
         let blocks = (0..config.layers)
             .map(|i| TransformerBlock::new(&scope.sub(format!("block{i}")), config.dim, config.heads, true, rng))
             .collect::<Result<Vec<_>>>()?;
