@@ -60,7 +60,7 @@
 //!   `(x - mean) / sqrt(var + eps) * weight + bias` with the biased variance; RMS norm is
 //!   `x / sqrt(mean(x²) + eps) * weight`. `weight` and `bias` are optional, 1-D of the last
 //!   dim's size, of the input's dtype.
-//! - `CrossEntropy`: `logits` [N, C] and integer `target` [N] give `out` [N] (logits' dtype):
+//! - `CrossEntropy`: `logits` `[N, C]` and integer `target` `[N]` give `out` `[N]` (logits' dtype):
 //!   `-(1 - s) * logp[target] - s / C * Σ_c logp[c]` with `logp = log_softmax(logits)` and label
 //!   smoothing `s`. Rows whose target equals `ignore_index` give 0; any other target outside
 //!   `[0, C)` → [`crate::Error::IndexOutOfRange`] naming dim 1 and size C.
@@ -83,7 +83,7 @@
 //!     1/rms (RMS) over the last dim of size D: layer norm gives
 //!     `r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))`, RMS norm `r·(ĝ − x̂·mean(ĝ·x̂))`.
 //!   - `CrossEntropyBackward`: the logits gradient of `CrossEntropy` for a per-row incoming
-//!     `grad` [N]: `g[n]·(softmax(logits[n]) − (1 − s)·onehot(target[n]) − s / C)`, a zero row
+//!     `grad` `[N]`: `g[n]·(softmax(logits[n]) − (1 − s)·onehot(target[n]) − s / C)`, a zero row
 //!     where the target is `ignore_index`; other targets outside `[0, C)` →
 //!     [`crate::Error::IndexOutOfRange`].
 //!   - `Update`: one optimizer step in place on `param` and its state, from `grad`
@@ -672,17 +672,17 @@ pub enum Kernel {
         /// Destination [B, L, Ev], contiguous.
         out: TensorArg,
     },
-    /// Per-row cross-entropy of `logits` [N, C] against integer `target` [N].
+    /// Per-row cross-entropy of `logits` `[N, C]` against integer `target` `[N]`.
     CrossEntropy {
         /// Unnormalised scores [N, C] (float).
         logits: TensorArg,
-        /// Class indices [N] (i32/i64).
+        /// Class indices `[N]` (i32/i64).
         target: TensorArg,
         /// Rows with this target give 0.
         ignore_index: i64,
         /// Label smoothing in `[0, 1]`.
         label_smoothing: f64,
-        /// Per-row loss [N], logits' dtype.
+        /// Per-row loss `[N]`, logits' dtype.
         out: TensorArg,
     },
     /// The input gradient of softmax (or log-softmax) along `dim`, from the forward's output.
@@ -717,9 +717,9 @@ pub enum Kernel {
     CrossEntropyBackward {
         /// The forward's logits [N, C].
         logits: TensorArg,
-        /// The forward's class indices [N] (i32/i64).
+        /// The forward's class indices `[N]` (i32/i64).
         target: TensorArg,
-        /// The gradient reaching each row's loss [N], logits' dtype.
+        /// The gradient reaching each row's loss `[N]`, logits' dtype.
         grad: TensorArg,
         /// Rows with this target get a zero gradient.
         ignore_index: i64,

@@ -1,7 +1,7 @@
 //! `Kernel::Matmul`: `[B, M, K] × [B, K, N] → [B, M, N]` through the `gemm` crate, which takes
 //! any row and column strides, so transposed, sliced and batch-broadcast (batch stride 0)
 //! operands are read in place, never copied. Tiny products use register tiles instead
-//! ([`crate::tiny_matmul`]).
+//! (the `tiny_matmul` module).
 //!
 //! The crate was chosen by measurement on the development machine (2 cores, AVX-512;
 //! `examples/matmul_crates.rs`): with its AVX-512 kernels (feature `x86-v4`) `gemm` was faster

@@ -187,7 +187,7 @@ impl<const N: usize> Walk<N> {
 }
 
 /// True when no two positions of the layout share memory (safe to write from several threads):
-/// core's [`cartage_core::layout::is_non_overlapping`].
+/// core's `layout::is_non_overlapping`, re-exported.
 pub use cartage_core::layout::is_non_overlapping;
 
 #[cfg(test)]

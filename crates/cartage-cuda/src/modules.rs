@@ -18,7 +18,7 @@
 //! its key (source, architecture, image kind, NVRTC options and version) and a SHA-256 over the
 //! key and the image, all checked before the image reaches the driver; a changed source or
 //! toolkit, a damaged file or one not private to this user is a miss and is recompiled
-//! ([`crate::disk_cache`]). Functions are looked up once per device and kept.
+//! (the `disk_cache` module). Functions are looked up once per device and kept.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! the adapter has SHADER_F16, f16 kernels read through WGSL's `f16` type
 //! ([`WgpuBackend::set_native_f16`], `CARTAGE_WGPU_F16=packed` to turn it off), and f16 matmuls
 //! run on cooperative matrices where the adapter has them ([`WgpuBackend::set_cooperative_matrices`],
-//! `CARTAGE_WGPU_COOP=0`). Pinned host memory ([`Backend::alloc_pinned`](cartage_core::Backend::alloc_pinned))
+//! `CARTAGE_WGPU_COOP=0`). Pinned host memory ([`cartage_core::Backend::alloc_pinned`])
 //! is a mapped wgpu buffer that device copies read and write in place.
 //!
 //! Entry points: [`device_count`] and [`open`]. `wgpu:N` is the N-th adapter in a stable order

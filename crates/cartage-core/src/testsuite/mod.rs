@@ -14,7 +14,7 @@
 //! - covers empty, scalar, one-element, odd, large (≥ 2^20 + 1 elements, cheap ops only),
 //!   transposed, narrowed, permuted, offset and broadcast (stride-0) operands;
 //! - draws fresh random inputs (the seed is printed; `CARTAGE_TEST_SEED` replays it) in ranges
-//!   valid for the op, and compares with an f64 host reference ([`reference`]) under per-dtype
+//!   valid for the op, and compares with an f64 host reference ([`mod@reference`]) under per-dtype
 //!   tolerances; outputs are poisoned with 0xFF bytes first, so an unwritten element fails, and
 //!   bytes outside an output view must stay untouched.
 //!

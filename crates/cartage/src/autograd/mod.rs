@@ -7,7 +7,7 @@
 //!   variable and recording is on. The record holds its inputs (and the tensors its backward
 //!   needs) alive: a loss kept with its graph keeps every activation (ARTICLE R23); keep
 //!   `loss.detach()` instead. [`no_grad`] turns recording off on the thread.
-//! - [`Tensor::backward`]: gradients of the variables that lead to a one-element tensor,
+//! - [`crate::Tensor::backward`]: gradients of the variables that lead to a one-element tensor,
 //!   accumulated into each variable and returned as [`Gradients`]. Only gradients on a path to
 //!   a variable are computed; intermediate gradients are dropped as soon as they are used; the
 //!   graph is released as it is passed unless retained.

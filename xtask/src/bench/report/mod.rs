@@ -4,7 +4,7 @@
 //! (the roofline of ARTICLE R1): the bound that applies and the fraction of the ceiling reached.
 //!
 //! Writers: [`json`] (`report.json`), [`markdown`] (`report.md`), [`html`] (`report.html`), all
-//! rendering the same [`blocks`]; [`charts`] draws the SVG charts, [`format`] writes numbers
+//! rendering the same [`blocks`]; [`charts`] draws the SVG charts, [`mod@format`] writes numbers
 //! and verdicts, and [`peaks`] holds the datasheet figures of known devices.
 
 pub mod blocks;
