@@ -316,6 +316,22 @@ def torch_mlp_step(case, gen, timer, cfg, device):
     return median, p10, p90, counters
 
 
+def measure_step(step, timer, cfg, device):
+    """Time a training `step` after one untimed step (the optimizer's state exists from then
+    on), with, on CUDA, `step_peak_bytes`: how far allocated memory rose during one more step."""
+    step()
+    counters = {}
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        counters["step_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
+    median, p10, p90 = measure(timer, step, cfg)
+    return median, p10, p90, counters
+
+
 def torch_mlp_train(case, gen, timer, cfg, device):
     """A whole training step: Linear/ReLU layers and a 10-class head, cross-entropy, backward,
     AdamW, gradients set to None; under bf16 autocast when asked. Returns the timing and, on
@@ -337,17 +353,7 @@ def torch_mlp_train(case, gen, timer, cfg, device):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()
-    counters = {}
-    if device != "cpu":
-        torch.cuda.synchronize(device)
-        start = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        step()
-        torch.cuda.synchronize(device)
-        counters["step_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
-    median, p10, p90 = measure(timer, step, cfg)
-    return median, p10, p90, counters
+    return measure_step(step, timer, cfg, device)
 
 
 def torch_gpt_train(case, timer, cfg, device):
@@ -400,17 +406,7 @@ def torch_gpt_train(case, timer, cfg, device):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step()
-    counters = {}
-    if device != "cpu":
-        torch.cuda.synchronize(device)
-        start = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        step()
-        torch.cuda.synchronize(device)
-        counters["step_peak_bytes"] = float(torch.cuda.max_memory_allocated(device) - start)
-    median, p10, p90 = measure(timer, step, cfg)
-    return median, p10, p90, counters
+    return measure_step(step, timer, cfg, device)
 
 
 def torch_adamw(case, gen, timer, cfg, device):

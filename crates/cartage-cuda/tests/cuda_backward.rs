@@ -10,94 +10,25 @@
 //! The kernels are listed only with `CARTAGE_CUDA_UNVERIFIED_KERNELS=1` until a GPU run has
 //! checked them; without it the tests print a SKIP line saying so.
 
+mod common;
+
 use std::sync::Arc;
 
-use cartage_core::{
-    AdamUpdate, Backend, DType, DeviceBuffer, Kernel, Layout, NormKind, SgdUpdate, TensorArg, UpdateRule,
-};
-use half::bf16;
+use common::{arg, download, poisoned, round, upload, values};
 
-fn required() -> bool {
-    std::env::var("CARTAGE_REQUIRE")
-        .map(|v| v.split(',').any(|k| k.trim() == "cuda"))
-        .unwrap_or(false)
-}
+use cartage_core::{AdamUpdate, Backend, DType, Kernel, Layout, NormKind, SgdUpdate, UpdateRule};
 
+/// `cuda:0` with the fused backward kernels listed, or `None` after a SKIP line.
 fn backend(test: &str) -> Option<Arc<dyn Backend>> {
-    match cartage_cuda::open(0) {
-        Ok(b) if !b.capabilities().supports(cartage_core::Op::SoftmaxBackward, DType::F32) => {
-            eprintln!(
-                "SKIP cuda/{test}: the fused backward kernels are not listed; set {}=1 to run them",
-                cartage_cuda::UNVERIFIED_KERNELS_VAR
-            );
-            None
-        }
-        Ok(b) => Some(b),
-        Err(e) => {
-            assert!(
-                !required(),
-                "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:0: {e}"
-            );
-            cartage_core::testsuite::skip::device_missing(&format!("cuda/{test}"), "cuda:0", &e.to_string());
-            None
-        }
+    let b = common::backend(test)?;
+    if b.capabilities().supports(cartage_core::Op::SoftmaxBackward, DType::F32) {
+        return Some(b);
     }
-}
-
-/// Deterministic values in [-4, 4) (an LCG), rounded to `dtype`.
-fn values(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let v = ((state >> 40) as f64 / (1u64 << 24) as f64) * 8.0 - 4.0;
-            round(v, dtype)
-        })
-        .collect()
-}
-
-fn round(v: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::BF16 => bf16::from_f64(v).to_f64(),
-        _ => v as f32 as f64,
-    }
-}
-
-fn upload(b: &Arc<dyn Backend>, v: &[f64], dtype: DType) -> DeviceBuffer {
-    let bytes: Vec<u8> = match dtype {
-        DType::BF16 => v.iter().flat_map(|&x| bf16::from_f64(x).to_le_bytes()).collect(),
-        DType::I64 => v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect(),
-        _ => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
-    };
-    let buf = DeviceBuffer::new(b, bytes.len().max(1)).expect("alloc");
-    buf.write(0, &bytes).expect("write");
-    buf
-}
-
-/// A poisoned output: every element NaN, so an element left unwritten fails the comparison.
-fn poisoned(b: &Arc<dyn Backend>, n: usize, dtype: DType) -> DeviceBuffer {
-    upload(b, &vec![f64::NAN; n], dtype)
-}
-
-fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
-    let mut bytes = vec![0u8; n * dtype.size_in_bytes()];
-    buf.read(0, &mut bytes).expect("read");
-    match dtype {
-        DType::BF16 => bytes
-            .chunks(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        _ => bytes
-            .chunks(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect(),
-    }
-}
-
-fn arg(buf: &DeviceBuffer, shape: &[usize], dtype: DType) -> TensorArg {
-    buf.arg(Layout::contiguous(shape).expect("layout"), dtype)
+    eprintln!(
+        "SKIP cuda/{test}: the fused backward kernels are not listed; set {}=1 to run them",
+        cartage_cuda::UNVERIFIED_KERNELS_VAR
+    );
+    None
 }
 
 /// Largest error relative to the reference's scale, per element: |got - want| / (1 + |want|).

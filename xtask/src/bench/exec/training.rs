@@ -74,8 +74,15 @@ pub fn mlp_train(
     let mut opt = AdamW::new(&store, 1e-3)?;
     let x = random(&[batch, width], DType::F32, 50, device)?;
     let y = labels(batch, device)?;
-    let mut step = || train_step(&model, &store, &mut opt, &x, &y, autocast).map(drop);
-    step()?; // the moments exist from here on, as in the timed steps
+    let step = || train_step(&model, &store, &mut opt, &x, &y, autocast).map(drop);
+    measure_step(step, device, bench)
+}
+
+/// Time a training `step` after one untimed step (the optimizer's state exists from then on,
+/// as in the timed steps), with the counter `step_peak_bytes`: how far allocated memory rose
+/// above its level before one more step, during it.
+fn measure_step(mut step: impl FnMut() -> Result<()>, device: &Device, bench: &Bench) -> Result<Outcome> {
+    step()?;
     synchronize(device)?;
     let start = memory_stats(device)?.allocated_bytes;
     reset_peak_memory_stats(device)?;
@@ -122,7 +129,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         Tensor::from_vec(v, &[batch, context], device)
     };
     let (x, y) = (ids(0)?, ids(1)?.reshape(&[batch * context])?);
-    let mut step = || -> Result<()> {
+    let step = || -> Result<()> {
         let loss = {
             let _ac = if autocast {
                 Some(cartage::autocast(device, DType::BF16)?)
@@ -137,18 +144,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         store.zero_grad();
         Ok(())
     };
-    step()?;
-    synchronize(device)?;
-    let start = memory_stats(device)?.allocated_bytes;
-    reset_peak_memory_stats(device)?;
-    step()?;
-    synchronize(device)?;
-    let peak = memory_stats(device)?.peak_allocated_bytes.saturating_sub(start);
-    let measurement = bench.run_on(device, &mut step)?;
-    Ok(Outcome {
-        measurement,
-        counters: BTreeMap::from([("step_peak_bytes".to_string(), peak as f64)]),
-    })
+    measure_step(step, device, bench)
 }
 
 /// One AdamW step over `tensors` parameters of `params / tensors` elements with their gradients
