@@ -289,7 +289,8 @@ impl ModelOp {
                 vocab,
                 autocast,
             } => format!(
-                "{layers} layers, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}",
+                "{layers} layer{}, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}",
+                if layers == 1 { "" } else { "s" },
                 if autocast { ", bf16 autocast" } else { "" }
             ),
             ModelOp::TrainPipeline { layers, width, batch } => {
