@@ -575,10 +575,15 @@ fn open_shares_one_backend_and_refuses_other_ordinals() {
     assert!(std::sync::Arc::ptr_eq(&a, &again));
     assert!(matches!(crate::open(1), Err(Error::BackendUnavailable { .. })));
     assert_eq!(crate::device_count().unwrap(), 1);
-    assert_eq!(
-        a.capabilities().len(),
-        cartage_core::Capabilities::all_defined(|_, _| false).len()
-    );
+    // Every defined op, plus the optional fused kernels the CPU has (all but conv2d and
+    // attention, which it composes), for every float dtype.
+    for op in cartage_core::Op::all() {
+        for dtype in DType::ALL {
+            let fused_here = !matches!(op, cartage_core::Op::Conv2d | cartage_core::Op::Attention);
+            let want = op.defined_for(dtype) && (!op.optional() || fused_here);
+            assert_eq!(a.capabilities().supports(op, dtype), want, "{op:?} {dtype}");
+        }
+    }
     let start = a.record_event().unwrap();
     let end = a.record_event().unwrap();
     assert!(a.elapsed(&start, &end).unwrap() < std::time::Duration::from_secs(1));
