@@ -211,15 +211,13 @@ impl CpuBackend {
 }
 
 /// True when `kernel` may use more than one thread: anything with an operand of at least
-/// `CHUNK_MIN_ELEMENTS` elements, and every matmul past the register-tiled tiny sizes. Scatter
+/// `CHUNK_MIN_ELEMENTS` elements, and every matmul large enough to split across threads. Scatter
 /// always runs on the calling thread.
 #[inline]
 fn may_go_parallel(kernel: &Kernel) -> bool {
     match kernel {
-        Kernel::Matmul { lhs, rhs, .. } => {
-            let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
-            l[0].saturating_mul(l[1]).saturating_mul(l[2]).saturating_mul(r[2]) >= 1 << 14
-        }
+        // Only products that will split across threads enter the pool (entering costs µs).
+        Kernel::Matmul { lhs, rhs, .. } => matmul::may_use_threads(lhs, rhs),
         // Element-wise kernels: the output is as large as any operand.
         Kernel::Fill { out, .. }
         | Kernel::Arange { out, .. }

@@ -1,71 +1,13 @@
-//! Branch-free f32 math that LLVM vectorises, and running loops with the widest vector
-//! instructions the processor has.
-//!
-//! [`exp_f32`] is Cody–Waite range reduction (`x = n·ln2 + r`, `|r| ≤ ln2/2`, `n` rounded with
-//! the 1.5·2²³ trick), a degree-7 polynomial for `e^r`, and a scale by `2^n` applied as two
-//! factors, so results in the subnormal range round once and overflow gives +inf. Every step is
-//! a select, a multiply-add or an integer shift: a loop of it vectorises. Its error is within
-//! 2 ulp (the unit tests sweep it against f64). NaN propagates, `exp(+inf) = +inf`,
-//! `exp(-inf) = 0`.
+//! Running loops with the widest vector instructions the processor has, and the branch-free
+//! vectorisable f32 transcendental functions ([`vmath`]).
 //!
 //! [`simd`] runs a closure compiled for AVX-512 or AVX2+FMA when the processor has them (a
 //! function with `#[target_feature]` into which the closure inlines), else for the baseline.
+//! The generic float kernels reach `vmath`'s `exp` and `tanh` as [`exp_f32`] and [`tanh_f32`].
 
-/// Above this, `e^x` is +inf in f32 (ln(f32::MAX) ≈ 88.7228).
-const EXP_HI: f32 = 88.8;
-/// Below this, `e^x` rounds to 0 in f32 (ln(2^-150) ≈ -103.97).
-const EXP_LO: f32 = -104.0;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// ln 2 split in two: `n · LN2_HI` is exact for |n| < 2^12.
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-/// 1.5 · 2^23: adding it rounds an f32 of magnitude below 2^22 to an integer (ties to even).
-const ROUND_MAGIC: f32 = 12_582_912.0;
+pub mod vmath;
 
-/// `e^x` in f32, within 2 ulp; branch-free (see the module docs).
-#[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
-    // Comparisons with NaN are false: NaN passes both selects and propagates.
-    let x = if x > EXP_HI { EXP_HI } else { x };
-    let x = if x < EXP_LO { EXP_LO } else { x };
-    let t = x * LOG2E + ROUND_MAGIC;
-    let n = t - ROUND_MAGIC;
-    let r = x - n * LN2_HI;
-    let r = r - n * LN2_LO;
-    // e^r - 1 - r ≈ r² · p(r) on [-ln2/2, ln2/2] (Taylor-minimax, Cephes' expf coefficients).
-    let mut p = 1.987_569_1e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e = p * (r * r) + r + 1.0;
-    // n as an integer: the low mantissa bits of t (n ∈ [-150, 129] after the clamp).
-    let ni = (t.to_bits() as i32).wrapping_sub(ROUND_MAGIC.to_bits() as i32);
-    let half = ni >> 1;
-    let s1 = f32::from_bits(((half + 127) as u32) << 23);
-    let s2 = f32::from_bits(((ni - half + 127) as u32) << 23);
-    e * s1 * s2
-}
-
-/// `tanh x` with [`exp_f32`]: `sign(x) · (1 - 2 / (e^{2|x|} + 1))`, and an odd polynomial
-/// below 0.625 where that form cancels.
-#[inline(always)]
-pub fn tanh_f32(x: f32) -> f32 {
-    let a = x.abs();
-    let e = exp_f32(2.0 * a);
-    let big = 1.0 - 2.0 / (e + 1.0);
-    // Minimax of tanh on [0, 0.625] (Cephes tanhf): x + x³·q(x²).
-    let z = x * x;
-    let mut q = -5.704_988_7e-3_f32;
-    q = q * z + 2.063_908_4e-2;
-    q = q * z - 5.373_971_5e-2;
-    q = q * z + 1.333_144_2e-1;
-    q = q * z - 3.333_328_4e-1;
-    let small = a + a * z * q;
-    // tanh is odd: the value for |x| takes x's sign (so tanh(-0) = -0).
-    (if a < 0.625 { small } else { big }).copysign(x)
-}
+pub use vmath::{exp as exp_f32, tanh as tanh_f32};
 
 /// The instruction sets [`simd`] picks from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,9 @@
 //! products on two threads.
 //!
 //! Threads: a product of at most [`SMALL_MATMUL`] multiply-adds (128³) never leaves the calling
-//! thread; larger ones let `gemm` use rayon. A batch of small products is spread over rayon
+//! thread (measured again on the shared 2-core machine: `gemm` on one thread took 26 µs at
+//! n = 128 against 36 µs on two, and one thread stayed ahead up to n = 384 there); larger ones
+//! let `gemm` use rayon. [`may_use_threads`] tells a backend which products may use threads. A batch of small products is spread over rayon
 //! only from [`BATCH_PARALLEL_MIN`] multiply-adds on (a batch of 1000 8×8 products takes about
 //! 40 µs on one thread, less than waking a second one costs on a shared machine). f16 and bf16
 //! operands are widened to f32 one matrix at a time, multiplied in f32 and rounded once on store
@@ -167,14 +169,42 @@ enum Schedule {
 fn schedule(batch: usize, m: usize, n: usize, k: usize) -> Schedule {
     let each = m.saturating_mul(n).saturating_mul(k);
     let threads = rayon::current_num_threads();
-    if threads <= 1 {
+    if threads <= 1 || !sizes_use_threads(batch, each) {
         Schedule::Serial
     } else if each > SMALL_MATMUL {
         Schedule::ThreadsInside
-    } else if batch > 1 && each.saturating_mul(batch) >= BATCH_PARALLEL_MIN {
-        Schedule::BatchOnRayon
     } else {
-        Schedule::Serial
+        Schedule::BatchOnRayon
+    }
+}
+
+/// The size rule of [`schedule`]: a product above [`SMALL_MATMUL`], or a batch of at least
+/// [`BATCH_PARALLEL_MIN`] multiply-adds in all.
+fn sizes_use_threads(batch: usize, each: usize) -> bool {
+    each > SMALL_MATMUL || (batch > 1 && each.saturating_mul(batch) >= BATCH_PARALLEL_MIN)
+}
+
+/// True when `Kernel::Matmul` of these operands (`[B, M, K]` and `[B, K, N]`) may run on more
+/// than one thread; every other product runs on the calling thread whatever the pool, so a
+/// backend need not hand it to a thread pool (which costs microseconds on a busy machine: more
+/// than a whole 64³ product takes).
+///
+/// ```
+/// use cartage_core::{Backend, DType, Layout, TensorArg};
+/// # let backend = cartage_cpu::open(0).unwrap();
+/// let arg = |shape: &[usize]| {
+///     let bytes = shape.iter().product::<usize>() * 4;
+///     let buffer = backend.alloc(bytes, std::panic::Location::caller()).unwrap().slice();
+///     TensorArg { buffer, layout: Layout::contiguous(shape).unwrap(), dtype: DType::F32 }
+/// };
+/// assert!(!cartage_cpu::matmul::may_use_threads(&arg(&[1, 128, 128]), &arg(&[1, 128, 128])));
+/// assert!(cartage_cpu::matmul::may_use_threads(&arg(&[1, 256, 256]), &arg(&[1, 256, 256])));
+/// ```
+pub fn may_use_threads(lhs: &TensorArg, rhs: &TensorArg) -> bool {
+    let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+    match (l, r) {
+        ([batch, m, k], [_, _, n]) => sizes_use_threads(*batch, m.saturating_mul(*n).saturating_mul(*k)),
+        _ => true,
     }
 }
 

@@ -1,13 +1,14 @@
 //! `Kernel::Softmax`: softmax or log-softmax along one dimension, max-subtracted, computed in
 //! the compute type (f32 for f16/bf16) with the normaliser accumulated in f64. Each row is
-//! loaded once ([`crate::rows`]): max, then `e^(x - max)` kept in the row buffer while its sum
-//! accumulates, then one scale (or, for log-softmax, one subtraction) on the way out.
+//! loaded once ([`crate::rows`]) into a buffer that stays in cache: max, then `e^(x - max)`
+//! kept in the buffer, their sum, then one scale (or, for log-softmax, one subtraction) on the
+//! way out. Every pass is a loop compiled for the widest vector instructions, f32's `exp` is
+//! [`crate::fast_math::vmath::exp`] (within 2 ulp), and sums run in 16 interleaved f64 lanes.
 
 use cartage_core::{Device, Error, Result, TensorArg};
 
 use crate::dispatch::with_float;
 use crate::elem::Float;
-use crate::fast_math::{lane_max, lane_sum};
 use crate::rows::map_rows;
 
 /// `Kernel::Softmax`.
@@ -31,15 +32,86 @@ pub fn softmax(input: &TensorArg, dim: usize, log: bool, out: &TensorArg) -> Res
     }, else Err(Error::unsupported("softmax", input.dtype, Device::cpu(), "softmax is defined for floats")))
 }
 
-/// Softmax of one row, in place.
+/// Independent accumulators of the row passes (a multiple of every vector width): a loop over
+/// chunks of this many elements vectorises, one accumulator would be a serial chain.
+const LANES: usize = 16;
+
+/// The largest element of a row (`-inf` when empty), NaN skipped: a plain vector maximum. A NaN
+/// still makes the whole row NaN, through its `e^(NaN - max)` in the normaliser, as a
+/// NaN-propagating maximum would (and `+inf` gives `inf - inf = NaN` either way).
+#[inline(always)]
+fn row_max<F: Float>(row: &[F]) -> F {
+    let mut acc = [F::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a = if v > *a { v } else { *a };
+    }
+    acc.iter().fold(F::NEG_INFINITY, |m, &a| if a > m { a } else { m })
+}
+
+/// Elements per block of [`exp_sum`]: 1 KiB of f32 on the stack.
+const BLOCK: usize = 256;
+
+/// Add `xs` into the f64 lanes `acc`, element `j` of each chunk into lane `j`.
+#[inline(always)]
+fn accumulate<F: Float>(acc: &mut [f64; LANES], xs: &[F]) {
+    let mut chunks = xs.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a += v.to_f64();
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += v.to_f64();
+    }
+}
+
+/// `Σ e^(x - max)` over a row, the row left as it is: the exponentials of a block go to a
+/// buffer on the stack, then into the f64 lanes. Two loops, each vectorised at its own width
+/// (computing and accumulating in one loop would run the f32 exponentials at the f64 width).
+#[inline(always)]
+fn exp_sum<F: Float>(row: &[F], max: F) -> f64 {
+    let mut acc = [0f64; LANES];
+    let mut block = [F::ZERO; BLOCK];
+    for piece in row.chunks(BLOCK) {
+        let e = &mut block[..piece.len()];
+        for (e, &v) in e.iter_mut().zip(piece) {
+            *e = (v - max).exp();
+        }
+        accumulate(&mut acc, e);
+    }
+    pairwise(acc)
+}
+
+/// The sum of the lanes, combined pairwise.
+#[inline(always)]
+fn pairwise(mut acc: [f64; LANES]) -> f64 {
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for j in 0..width {
+            acc[j] += acc[j + width];
+        }
+    }
+    acc[0]
+}
+
+/// Softmax of one row, in place: the maximum, the exponentials (kept in the row), their sum in
+/// f64 lanes, one scale.
 #[inline(always)]
 fn softmax_row<F: Float>(row: &mut [F]) {
-    let max = lane_max(row);
+    let max = row_max(row);
     for v in row.iter_mut() {
         *v = (*v - max).exp();
     }
-    let total = lane_sum(row, 0f64, |v| v.to_f64());
-    let scale = F::from_f64(1.0 / total);
+    let mut acc = [0f64; LANES];
+    accumulate(&mut acc, row);
+    let scale = F::from_f64(1.0 / pairwise(acc));
     for v in row.iter_mut() {
         *v = *v * scale;
     }
@@ -48,9 +120,8 @@ fn softmax_row<F: Float>(row: &mut [F]) {
 /// Log-softmax of one row, in place.
 #[inline(always)]
 fn log_softmax_row<F: Float>(row: &mut [F]) {
-    let max = lane_max(row);
-    let total = lane_sum(row, 0f64, |v| (v - max).exp().to_f64());
-    let log_total = F::from_f64(total.ln());
+    let max = row_max(row);
+    let log_total = F::from_f64(exp_sum(row, max).ln());
     for v in row.iter_mut() {
         *v = (*v - max) - log_total;
     }

@@ -3,8 +3,10 @@
 //!
 //! f32, f16 and bf16 compute in f32. Their dense views run in blocks of f32 compiled for the
 //! widest vector instructions available ([`crate::fast_math::simd`]), so the branch-free
-//! functions (exp, sigmoid, silu, tanh, the rounding ops…) vectorise; strided views read in
-//! place through [`crate::map`].
+//! functions vectorise: the rounding ops, and the transcendental ones (exp, log, tanh, sigmoid,
+//! silu, erf, gelu, softplus), which come from [`crate::fast_math::vmath`] in f32 (within 2 ulp).
+//! f64 keeps the standard library's and libm's functions. Strided views read in place through
+//! [`crate::map`], with the very same functions, so both paths give the same bits.
 
 use cartage_core::{DType, Device, Error, Result, TensorArg, UnaryOp};
 
@@ -13,109 +15,135 @@ use crate::fast_math::simd;
 use crate::map::{base, map1, map1_real};
 use crate::strided::{PARALLEL_MIN_ELEMENTS, for_ranges};
 
+mod transcendental;
+
+use transcendental::Transcendental;
+
 fn no_kernel(op: &str, dtype: DType) -> Error {
     Error::unsupported(op, dtype, Device::cpu(), "the op is not defined for this dtype")
 }
 
+/// An `inline(always)` closure calling the function `$f` on an `$F` (see [`with_op`]).
+macro_rules! inlined {
+    ($F:ty, $($f:tt)+) => {{
+        #[inline(always)]
+        |x: $F| $($f)+(x)
+    }};
+}
+
 /// Evaluate `$body` with `$f` bound to the compute-type function of `$op` (one arm per op, so
-/// each map is monomorphised for its function and inlines it).
+/// each map is monomorphised for its function and inlines it). Each is an `inline(always)`
+/// closure, never a bare function item: an item's `Fn::call` shim may stay out of line,
+/// compiled without the wide instructions and called once per element.
 macro_rules! with_op {
     ($op:expr, $F:ty, $f:ident => $body:expr) => {
         match $op {
             UnaryOp::Neg => {
-                let $f = |x: $F| -x;
+                let $f = {
+                    #[inline(always)]
+                    |x: $F| -x
+                };
                 $body
             }
             UnaryOp::Abs => {
-                let $f = <$F as Float>::abs;
+                let $f = inlined!($F, <$F as Float>::abs);
                 $body
             }
             UnaryOp::Relu => {
-                let $f = float_fn::relu::<$F>;
+                let $f = inlined!($F, float_fn::relu::<$F>);
                 $body
             }
             UnaryOp::Exp => {
-                let $f = <$F as Float>::exp;
+                let $f = inlined!($F, <$F as Transcendental>::exp);
                 $body
             }
             UnaryOp::Log => {
-                let $f = <$F as Float>::ln;
+                let $f = inlined!($F, <$F as Transcendental>::ln);
                 $body
             }
             UnaryOp::Sqrt => {
-                let $f = <$F as Float>::sqrt;
+                let $f = inlined!($F, <$F as Float>::sqrt);
                 $body
             }
             UnaryOp::Tanh => {
-                let $f = <$F as Float>::tanh;
+                let $f = inlined!($F, <$F as Transcendental>::tanh);
                 $body
             }
             UnaryOp::Sigmoid => {
-                let $f = float_fn::sigmoid::<$F>;
+                let $f = inlined!($F, <$F as Transcendental>::sigmoid);
                 $body
             }
             UnaryOp::Gelu => {
-                let $f = float_fn::gelu::<$F>;
+                let $f = inlined!($F, <$F as Transcendental>::gelu);
                 $body
             }
             UnaryOp::Sin => {
-                let $f = <$F as Float>::sin;
+                let $f = inlined!($F, <$F as Float>::sin);
                 $body
             }
             UnaryOp::Cos => {
-                let $f = <$F as Float>::cos;
+                let $f = inlined!($F, <$F as Float>::cos);
                 $body
             }
             UnaryOp::Floor => {
-                let $f = <$F as Float>::floor;
+                let $f = inlined!($F, <$F as Float>::floor);
                 $body
             }
             UnaryOp::Ceil => {
-                let $f = <$F as Float>::ceil;
+                let $f = inlined!($F, <$F as Float>::ceil);
                 $body
             }
             UnaryOp::Round => {
-                let $f = <$F as Float>::round_even;
+                let $f = inlined!($F, <$F as Float>::round_even);
                 $body
             }
             UnaryOp::Trunc => {
-                let $f = <$F as Float>::trunc;
+                let $f = inlined!($F, <$F as Float>::trunc);
                 $body
             }
             UnaryOp::Sign => {
-                let $f = float_fn::sign::<$F>;
+                let $f = inlined!($F, float_fn::sign::<$F>);
                 $body
             }
             UnaryOp::Rsqrt => {
-                let $f = |x: $F| <$F as Float>::ONE / x.sqrt();
+                let $f = {
+                    #[inline(always)]
+                    |x: $F| <$F as Float>::ONE / x.sqrt()
+                };
                 $body
             }
             UnaryOp::Recip => {
-                let $f = |x: $F| <$F as Float>::ONE / x;
+                let $f = {
+                    #[inline(always)]
+                    |x: $F| <$F as Float>::ONE / x
+                };
                 $body
             }
             UnaryOp::Square => {
-                let $f = |x: $F| x * x;
+                let $f = {
+                    #[inline(always)]
+                    |x: $F| x * x
+                };
                 $body
             }
             UnaryOp::Erf => {
-                let $f = <$F as Float>::erf;
+                let $f = inlined!($F, <$F as Transcendental>::erf);
                 $body
             }
             UnaryOp::Log1p => {
-                let $f = <$F as Float>::ln_1p;
+                let $f = inlined!($F, <$F as Float>::ln_1p);
                 $body
             }
             UnaryOp::Expm1 => {
-                let $f = <$F as Float>::exp_m1;
+                let $f = inlined!($F, <$F as Float>::exp_m1);
                 $body
             }
             UnaryOp::Silu => {
-                let $f = float_fn::silu::<$F>;
+                let $f = inlined!($F, <$F as Transcendental>::silu);
                 $body
             }
             UnaryOp::Softplus => {
-                let $f = float_fn::softplus::<$F>;
+                let $f = inlined!($F, <$F as Transcendental>::softplus);
                 $body
             }
         }
@@ -175,10 +203,16 @@ unsafe fn dense_f32<T: Real<C = f32>>(input: &TensorArg, out: &TensorArg, f: imp
             || {
                 if direct {
                     let (src, dst) = (i.0 as *const f32, o.0 as *mut f32);
-                    for k in s..e {
-                        // SAFETY: `T` is f32; position `k` of both dense views lies inside its
-                        // buffer, and the element is read before the same position is written.
-                        unsafe { *dst.add(k) = f(*src.add(k)) };
+                    // SAFETY: `T` is f32; positions `s..e` of both dense views lie inside their
+                    // buffers, which are the same memory (in place) or do not overlap at all
+                    // (`Kernel::validate`), so the slices alias only when they are one slice.
+                    unsafe {
+                        if std::ptr::eq(src, dst) {
+                            map_in_place(std::slice::from_raw_parts_mut(dst.add(s), e - s), f);
+                        } else {
+                            let from = std::slice::from_raw_parts(src.add(s), e - s);
+                            map_into(from, std::slice::from_raw_parts_mut(dst.add(s), e - s), f);
+                        }
                     }
                     return;
                 }
@@ -192,9 +226,7 @@ unsafe fn dense_f32<T: Real<C = f32>>(input: &TensorArg, out: &TensorArg, f: imp
                     // may be the same memory) is borrowed for writing.
                     unsafe {
                         T::widen(std::slice::from_raw_parts(i.add(start), len), x);
-                        for v in x.iter_mut() {
-                            *v = f(*v);
-                        }
+                        map_in_place(x, f);
                         T::narrow(x, std::slice::from_raw_parts_mut(o.add(start), len));
                     }
                     start += len;
@@ -206,6 +238,23 @@ unsafe fn dense_f32<T: Real<C = f32>>(input: &TensorArg, out: &TensorArg, f: imp
         for_ranges(numel, range);
     } else if numel > 0 {
         range(0, numel);
+    }
+}
+
+/// `x[k] = f(x[k])`: one loop over a slice, which vectorises (the slice cannot alias anything).
+#[inline(always)]
+fn map_in_place(x: &mut [f32], f: impl Fn(f32) -> f32) {
+    for v in x {
+        *v = f(*v);
+    }
+}
+
+/// `to[k] = f(from[k])` over two slices that do not overlap, which vectorises without the
+/// run-time overlap check (and scalar fallback) raw pointers would need.
+#[inline(always)]
+fn map_into(from: &[f32], to: &mut [f32], f: impl Fn(f32) -> f32) {
+    for (t, &x) in to.iter_mut().zip(from) {
+        *t = f(x);
     }
 }
 
