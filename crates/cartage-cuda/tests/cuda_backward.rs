@@ -33,12 +33,7 @@ fn backend(test: &str) -> Option<Arc<dyn Backend>> {
 
 /// Largest error relative to the reference's scale, per element: |got - want| / (1 + |want|).
 fn check(what: &str, got: &[f64], want: &[f64], dtype: DType) {
-    let tol = if dtype == DType::BF16 { 2e-2 } else { 2e-5 };
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let err = (g - w).abs() / (1.0 + w.abs());
-        assert!(err <= tol, "{what}: element {i}: got {g}, want {w} (error {err:e})");
-    }
+    common::check_within(what, got, want, if dtype == DType::BF16 { 2e-2 } else { 2e-5 });
 }
 
 /// Row lengths: small rows (a pair of lanes, one or two vectors each), powers of two up to

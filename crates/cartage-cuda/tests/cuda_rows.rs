@@ -13,12 +13,7 @@ use cartage_core::{DType, Kernel, NormKind};
 
 /// Largest error relative to the reference's scale, per element: |got - want| / (1 + |want|).
 fn check(what: &str, got: &[f64], want: &[f64], dtype: DType) {
-    let tol = if dtype == DType::BF16 { 2e-2 } else { 1e-5 };
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let err = (g - w).abs() / (1.0 + w.abs());
-        assert!(err <= tol, "{what}: element {i}: got {g}, want {w} (error {err:e})");
-    }
+    common::check_within(what, got, want, if dtype == DType::BF16 { 2e-2 } else { 1e-5 });
 }
 
 /// Row lengths: every power of two from 64 to 32768, and lengths that are not whole vectors.

@@ -90,3 +90,13 @@ pub fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
 pub fn arg(buf: &DeviceBuffer, shape: &[usize], dtype: DType) -> TensorArg {
     buf.arg(Layout::contiguous(shape).expect("layout"), dtype)
 }
+
+/// Assert every element is within `tol` of the reference, relative to its scale:
+/// `|got - want| / (1 + |want|) ≤ tol`.
+pub fn check_within(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / (1.0 + w.abs());
+        assert!(err <= tol, "{what}: element {i}: got {g}, want {w} (error {err:e})");
+    }
+}
