@@ -34,19 +34,29 @@ pub fn cross_entropy(
             match target.dtype {
                 DType::I32 => rows::<T, i32>(logits, target, ignore_index, label_smoothing, out),
                 DType::I64 => rows::<T, i64>(logits, target, ignore_index, label_smoothing, out),
-                dtype => {
-                    return Err(Error::invalid(
-                        "cross_entropy",
-                        format!("{dtype} targets reached the kernel; Kernel::validate admits only i32 and i64"),
-                    ));
-                }
+                dtype => return Err(unexpected_targets("cross_entropy", dtype)),
             }
         }
     }, else return Err(Error::unsupported("cross_entropy", logits.dtype, Device::cpu(), "defined for float logits")));
+    class_in_range("cross_entropy", first_bad, classes)
+}
+
+/// A target dtype `Kernel::validate` should have refused (shared with the backward kernel).
+#[cold]
+pub(crate) fn unexpected_targets(op: &'static str, dtype: DType) -> Error {
+    Error::invalid(
+        op,
+        format!("{dtype} targets reached the kernel; Kernel::validate admits only i32 and i64"),
+    )
+}
+
+/// `IndexOutOfRange` naming dim 1 and `classes` for the first bad target a row pass recorded,
+/// if any (shared with the backward kernel).
+pub(crate) fn class_in_range(op: &'static str, first_bad: Option<i64>, classes: usize) -> Result<()> {
     match first_bad {
         None => Ok(()),
         Some(index) => Err(Error::IndexOutOfRange {
-            op: "cross_entropy",
+            op,
             index,
             dim: 1,
             size: classes,

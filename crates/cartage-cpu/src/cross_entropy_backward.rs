@@ -5,6 +5,7 @@
 
 use cartage_core::{DType, Device, Error, Result, TensorArg};
 
+use crate::cross_entropy::{class_in_range, unexpected_targets};
 use crate::dispatch::with_float;
 use crate::elem::{Float, Real};
 use crate::fast_math::{lane_max, lane_sum, simd};
@@ -38,25 +39,11 @@ pub fn cross_entropy_backward(
             match target.dtype {
                 DType::I32 => rows::<T, i32>(&args),
                 DType::I64 => rows::<T, i64>(&args),
-                dtype => {
-                    return Err(Error::invalid(
-                        "cross_entropy_backward",
-                        format!("{dtype} targets reached the kernel; Kernel::validate admits only i32 and i64"),
-                    ));
-                }
+                dtype => return Err(unexpected_targets("cross_entropy_backward", dtype)),
             }
         }
     }, else return Err(Error::unsupported("cross_entropy_backward", logits.dtype, Device::cpu(), "defined for float logits")));
-    match first_bad {
-        None => Ok(()),
-        Some(index) => Err(Error::IndexOutOfRange {
-            op: "cross_entropy_backward",
-            index,
-            dim: 1,
-            size: classes,
-            device: Device::cpu(),
-        }),
-    }
+    class_in_range("cross_entropy_backward", first_bad, classes)
 }
 
 /// The kernel's operands and scalars.
