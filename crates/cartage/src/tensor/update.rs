@@ -29,15 +29,12 @@ impl Tensor {
     /// # Ok::<(), cartage::Error>(())
     /// ```
     pub fn adam_step_(&self, grad: &Tensor, exp_avg: &Tensor, exp_avg_sq: &Tensor, rule: AdamUpdate) -> Result<()> {
-        let rule = UpdateRule::Adam(rule);
-        self.check_update(&rule, grad, &[exp_avg, exp_avg_sq])?;
-        if self.update_fused(&rule, grad, [Some(exp_avg), Some(exp_avg_sq)])? {
+        let update = UpdateRule::Adam(rule);
+        self.check_update(&update, grad, &[exp_avg, exp_avg_sq])?;
+        if self.update_fused(&update, grad, [Some(exp_avg), Some(exp_avg_sq)])? {
             return Ok(());
         }
-        let c = match rule {
-            UpdateRule::Adam(adam) => adam.coefficients(),
-            UpdateRule::Sgd(_) => unreachable!("built as Adam above"),
-        };
+        let c = rule.coefficients();
         let p = self.contiguous()?;
         let mut g = grad.to_dtype(self.dtype)?;
         if c.l2 != 0.0 {
@@ -70,15 +67,15 @@ impl Tensor {
     /// ```
     pub fn sgd_step_(&self, grad: &Tensor, momentum_buffer: Option<&Tensor>, rule: SgdUpdate) -> Result<()> {
         let states: Vec<&Tensor> = momentum_buffer.into_iter().collect();
-        let rule_kind = UpdateRule::Sgd(rule);
+        let update = UpdateRule::Sgd(rule);
         if rule.has_momentum() != momentum_buffer.is_some() {
             return Err(Error::invalid(
                 "sgd_update",
                 "SGD with momentum needs a momentum buffer, and SGD without momentum takes none",
             ));
         }
-        self.check_update(&rule_kind, grad, &states)?;
-        if self.update_fused(&rule_kind, grad, [momentum_buffer, None])? {
+        self.check_update(&update, grad, &states)?;
+        if self.update_fused(&update, grad, [momentum_buffer, None])? {
             return Ok(());
         }
         let c = rule.coefficients();
