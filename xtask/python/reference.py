@@ -399,14 +399,42 @@ def torch_gpt_train(case, timer, cfg, device):
     y = ((index * 7919 + 1) % vocab)
     kind = "cuda" if device != "cpu" else "cpu"
 
-    def step():
+    def step(mark=lambda phase: None):
         with torch.autocast(kind, dtype=torch.bfloat16, enabled=case["autocast"]):
             loss = F.cross_entropy(model(x).view(b * t, vocab), y)
+        mark("forward")
         loss.backward()
+        mark("backward")
         opt.step()
+        mark("optimizer")
         opt.zero_grad(set_to_none=True)
+        del loss
+        mark("zero_grad")
 
-    return measure_step(step, timer, cfg, device)
+    result = measure_step(step, timer, cfg, device)
+    if device == "cpu":
+        return result
+    return result + (memory_curve(step, device),)
+
+
+def memory_curve(step, device, steps=3):
+    """Device memory before and after each phase of `steps` more steps, as cartage's bench
+    samples it: allocated, reserved and the highest allocated level since the previous point."""
+    points = []
+
+    def sample(i, phase):
+        points.append(dict(step=i, phase=phase,
+                           allocated=float(torch.cuda.memory_allocated(device)),
+                           reserved=float(torch.cuda.memory_reserved(device)),
+                           peak=float(torch.cuda.max_memory_allocated(device))))
+        torch.cuda.reset_peak_memory_stats(device)
+
+    torch.cuda.synchronize(device)
+    sample(0, "start")
+    for i in range(steps):
+        step(lambda phase, i=i: sample(i, phase))
+    torch.cuda.synchronize(device)
+    return points
 
 
 def torch_adamw(case, gen, timer, cfg, device):
@@ -712,6 +740,8 @@ def run(spec_path):
             line.update(median=median, p10=p10, p90=p90, library=library)
             if len(result) > 3 and result[3]:
                 line["counters"] = result[3]
+            if len(result) > 4 and result[4]:
+                line["memory_curve"] = result[4]
             if task["case"]["kind"] == "matmul":
                 history[(task["device"], task["dtype"], task["case"]["tf32"])] = (task["case"]["n"], median)
         except Skip as skip:

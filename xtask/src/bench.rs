@@ -280,6 +280,7 @@ fn row(task: &Task, device_name: &str, outcome: exec::Outcome) -> Row {
         bound: None,
         fraction_of_ceiling: None,
         counters: outcome.counters,
+        memory_curve: outcome.memory_curve,
         reference: None,
         params: task.case.clone(),
     }
@@ -303,6 +304,7 @@ fn attach_reference(
                 p90: m.p90,
                 ratio: row.median / m.median,
                 counters: m.counters.clone(),
+                memory_curve: m.memory_curve.clone(),
             });
         }
     }

@@ -73,6 +73,13 @@
 //!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
 //!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
+//!   `AttentionBackward`: from the same q, k, v, scale and mask and the incoming `grad` dO
+//!   [B, L, Ev], with `P = softmax(scale · q kᵀ)` (masked as the forward) and `D_i = Σ_j P_ij ·
+//!   (dO_i · v_j)`, the contiguous gradients `grad_v = Pᵀ dO` [B, S, Ev], `grad_q = scale ·
+//!   dS k` [B, L, E] and `grad_k = scale · dSᵀ q` [B, S, E] with `dS_ij = P_ij · (dO_i · v_j −
+//!   D_i)`; a query row that sees no key (S = 0) has a zero `grad_q`, a key no query sees (L = 0,
+//!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
+//!   keeps no L × S matrix.
 //! - The backward kernels and the optimizer update are optional fused kernels too; the frontend
 //!   composes the same result from other kernels where a backend lists none. They compute in f32
 //!   (f64 for f64) and round once on store:
@@ -86,9 +93,29 @@
 //!     `grad` `[N]`: `g[n]·(softmax(logits[n]) − (1 − s)·onehot(target[n]) − s / C)`, a zero row
 //!     where the target is `ignore_index`; other targets outside `[0, C)` →
 //!     [`crate::Error::IndexOutOfRange`].
+//!   - `Conv2dBackwardInput`: the input gradient of `Conv2d` (the adjoint of the convolution in
+//!     its input), from `grad` [N, O, OH, OW] and `weight` [O, C/groups, kh, kw] (both any
+//!     strides) into the contiguous `out` [N, C, H, W]: `out[n, c, y, x] = Σ grad[n, o, i, j] ·
+//!     weight[o, c mod C/g, p, q]` over the output channels `o` of `c`'s group and every
+//!     `(i, j, p, q)` with `i·stride + p·dilation − padding = y` (likewise `x`); positions no
+//!     window reads get 0. `out`'s shape fixes H and W, which the window alone does not when
+//!     stride > 1 (`OH` must be `Conv2d`'s output size for them).
+//!   - `Conv2dBackwardWeight`: the weight gradient of `Conv2d`, from `input` [N, C, H, W] and
+//!     `grad` [N, O, OH, OW] (both any strides) into the contiguous `out` [O, C/g, kh, kw]:
+//!     `out[o, c, p, q] = Σ_{n, i, j} grad[n, o, i, j] · input[n, g·C/g + c, i·stride +
+//!     p·dilation − padding, …]` with `g` the group of `o` and the padding read as zeros.
+//!     Both conv2d backward kernels may use TF32 for f32 as `Conv2d` does, and the summation
+//!     order is unspecified (a backend may accumulate with atomics).
 //!   - `Update`: one optimizer step in place on `param` and its state, from `grad`
 //!     ([`crate::UpdateRule`] gives the formulas). All operands share one shape and dtype and are
 //!     contiguous; the parameter and the state are written, the gradient only read.
+//!   - `UpdateMany`: the same step over many parameters at once (a multi-tensor kernel: one
+//!     pass, or one launch per group of sets, instead of one per parameter). One rule for every
+//!     [`UpdateSet`]; each set obeys `Update`'s rules, all sets share one dtype, and no set's
+//!     written operands (parameter, state) overlap any other operand of any set, since the sets
+//!     run in parallel ([`crate::Error::InvalidArgument`] naming both sets otherwise). Two sets
+//!     may read one gradient. Each element is computed by `Update`'s per-element code, so a
+//!     backend gives it the value `Update` gives its set alone.
 
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
@@ -111,6 +138,40 @@ impl TensorArg {
     pub fn byte_offset(&self) -> usize {
         self.buffer.offset() + self.layout.offset() * self.dtype.size_in_bytes()
     }
+}
+
+/// The operands of one parameter of a [`Kernel::UpdateMany`] (those of a [`Kernel::Update`]).
+#[derive(Clone, Debug)]
+pub struct UpdateSet {
+    /// The gradient (read).
+    pub grad: TensorArg,
+    /// The rule's state, read and written (as [`Kernel::Update`]'s).
+    pub state: [Option<TensorArg>; 2],
+    /// The parameter, read and written.
+    pub param: TensorArg,
+}
+
+/// The operands of a [`Kernel::AttentionBackward`].
+#[derive(Clone, Debug)]
+pub struct AttentionBackwardArgs {
+    /// The forward's queries [B, L, E].
+    pub q: TensorArg,
+    /// The forward's keys [B, S, E].
+    pub k: TensorArg,
+    /// The forward's values [B, S, Ev].
+    pub v: TensorArg,
+    /// The gradient reaching the forward's output [B, L, Ev].
+    pub grad: TensorArg,
+    /// The forward's scale.
+    pub scale: f64,
+    /// The forward's causal mask.
+    pub causal: bool,
+    /// The query gradient [B, L, E], contiguous.
+    pub grad_q: TensorArg,
+    /// The key gradient [B, S, E], contiguous.
+    pub grad_k: TensorArg,
+    /// The value gradient [B, S, Ev], contiguous.
+    pub grad_v: TensorArg,
 }
 
 /// Element-wise functions of one operand.
@@ -657,6 +718,40 @@ pub enum Kernel {
         /// Destination [N, O, OH, OW], contiguous.
         out: TensorArg,
     },
+    /// The input gradient of [`Kernel::Conv2d`] (an optional fused kernel; see the module docs).
+    Conv2dBackwardInput {
+        /// The gradient reaching the forward's output [N, O, OH, OW].
+        grad: TensorArg,
+        /// The forward's filters [O, C/groups, kh, kw].
+        weight: TensorArg,
+        /// The forward's stride, (height, width).
+        stride: [usize; 2],
+        /// The forward's padding, (height, width).
+        padding: [usize; 2],
+        /// The forward's dilation, (height, width).
+        dilation: [usize; 2],
+        /// The forward's channel groups.
+        groups: usize,
+        /// The input gradient [N, C, H, W] (the forward input's shape), contiguous.
+        out: TensorArg,
+    },
+    /// The weight gradient of [`Kernel::Conv2d`] (an optional fused kernel; see the module docs).
+    Conv2dBackwardWeight {
+        /// The forward's input [N, C, H, W].
+        input: TensorArg,
+        /// The gradient reaching the forward's output [N, O, OH, OW].
+        grad: TensorArg,
+        /// The forward's stride, (height, width).
+        stride: [usize; 2],
+        /// The forward's padding, (height, width).
+        padding: [usize; 2],
+        /// The forward's dilation, (height, width).
+        dilation: [usize; 2],
+        /// The forward's channel groups.
+        groups: usize,
+        /// The weight gradient [O, C/groups, kh, kw] (the forward weight's shape), contiguous.
+        out: TensorArg,
+    },
     /// Fused scaled dot-product attention (an optional fused kernel; see the module docs).
     Attention {
         /// Queries [B, L, E].
@@ -672,6 +767,10 @@ pub enum Kernel {
         /// Destination [B, L, Ev], contiguous.
         out: TensorArg,
     },
+    /// The gradients of [`Kernel::Attention`] with respect to q, k and v (an optional fused
+    /// kernel; see the module docs). Boxed: its seven operands would make every kernel value
+    /// half as large again.
+    AttentionBackward(Box<AttentionBackwardArgs>),
     /// Per-row cross-entropy of `logits` `[N, C]` against integer `target` `[N]`.
     CrossEntropy {
         /// Unnormalised scores [N, C] (float).
@@ -740,6 +839,13 @@ pub enum Kernel {
         /// The parameter, read and written.
         param: TensorArg,
     },
+    /// One optimizer step over many parameters in one multi-tensor kernel (see [`UpdateRule`]).
+    UpdateMany {
+        /// The update and its hyperparameters, shared by every set.
+        rule: UpdateRule,
+        /// One set of operands per parameter.
+        sets: Vec<UpdateSet>,
+    },
 }
 
 impl Kernel {
@@ -775,12 +881,16 @@ impl Kernel {
             Kernel::Norm { kind, .. } => Op::Norm(*kind),
             Kernel::CrossEntropy { .. } => Op::CrossEntropy,
             Kernel::Conv2d { .. } => Op::Conv2d,
+            Kernel::Conv2dBackwardInput { .. } => Op::Conv2dBackwardInput,
+            Kernel::Conv2dBackwardWeight { .. } => Op::Conv2dBackwardWeight,
             Kernel::Attention { .. } => Op::Attention,
+            Kernel::AttentionBackward(_) => Op::AttentionBackward,
             Kernel::SoftmaxBackward { log: false, .. } => Op::SoftmaxBackward,
             Kernel::SoftmaxBackward { log: true, .. } => Op::LogSoftmaxBackward,
             Kernel::NormBackward { kind, .. } => Op::NormBackward(*kind),
             Kernel::CrossEntropyBackward { .. } => Op::CrossEntropyBackward,
             Kernel::Update { rule, .. } => Op::Update(rule.kind()),
+            Kernel::UpdateMany { rule, .. } => Op::UpdateMany(rule.kind()),
         }
     }
 
@@ -803,26 +913,55 @@ impl Kernel {
             Kernel::Scatter { src, .. } => src.dtype,
             Kernel::CrossEntropy { logits, .. } => logits.dtype,
             Kernel::Conv2d { input, .. } => input.dtype,
+            Kernel::Conv2dBackwardInput { grad, .. } => grad.dtype,
+            Kernel::Conv2dBackwardWeight { input, .. } => input.dtype,
             Kernel::Attention { q, .. } => q.dtype,
+            Kernel::AttentionBackward(a) => a.q.dtype,
             Kernel::SoftmaxBackward { output, .. } => output.dtype,
             Kernel::NormBackward { input, .. } => input.dtype,
             Kernel::CrossEntropyBackward { logits, .. } => logits.dtype,
             Kernel::Update { param, .. } => param.dtype,
+            // No set at all is refused by `validate`; any float dtype names the op meanwhile.
+            Kernel::UpdateMany { sets, .. } => sets.first().map_or(DType::F32, |s| s.param.dtype),
             Kernel::Binary { lhs, .. } | Kernel::Compare { lhs, .. } | Kernel::Matmul { lhs, .. } => lhs.dtype,
             Kernel::Where { on_true, .. } => on_true.dtype,
         }
     }
 
-    /// Every operand, outputs last (backends use it for bounds checks and buffer binding).
+    /// Every operand, outputs last (backends use it for bounds checks and buffer binding);
+    /// `UpdateMany` lists each set's operands in turn (gradient, state, parameter).
     pub fn operands(&self) -> Vec<&TensorArg> {
         self.operand_slots().into_iter().flatten().collect()
     }
 
     /// The operands in order, outputs last, without allocating (the launch path runs this for
-    /// every kernel, so it must stay cheap for tiny ops).
+    /// every kernel, so it must stay cheap for tiny ops): four slots for every kernel but
+    /// `UpdateMany`, which has four per set.
     #[inline]
-    pub fn operand_slots(&self) -> [Option<&TensorArg>; 4] {
+    pub fn operand_slots(&self) -> OperandSlots<'_> {
         match self {
+            Kernel::UpdateMany { sets, .. } => OperandSlots(OperandIter::Sets { sets, next: 0 }),
+            Kernel::AttentionBackward(a) => OperandSlots(OperandIter::Seven(
+                [
+                    Some(&a.q),
+                    Some(&a.k),
+                    Some(&a.v),
+                    Some(&a.grad),
+                    Some(&a.grad_q),
+                    Some(&a.grad_k),
+                    Some(&a.grad_v),
+                ]
+                .into_iter(),
+            )),
+            _ => OperandSlots(OperandIter::Fixed(self.fixed_operand_slots().into_iter())),
+        }
+    }
+
+    /// The four operand slots of every kernel but `UpdateMany` (which has none here).
+    #[inline]
+    fn fixed_operand_slots(&self) -> [Option<&TensorArg>; 4] {
+        match self {
+            Kernel::UpdateMany { .. } | Kernel::AttentionBackward(_) => [None; 4],
             Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => {
                 [Some(out), None, None, None]
             }
@@ -847,6 +986,8 @@ impl Kernel {
                 logits, target, out, ..
             } => [Some(logits), Some(target), Some(out), None],
             Kernel::Conv2d { input, weight, out, .. } => [Some(input), Some(weight), Some(out), None],
+            Kernel::Conv2dBackwardInput { grad, weight, out, .. } => [Some(grad), Some(weight), Some(out), None],
+            Kernel::Conv2dBackwardWeight { input, grad, out, .. } => [Some(input), Some(grad), Some(out), None],
             Kernel::Attention { q, k, v, out, .. } => [Some(q), Some(k), Some(v), Some(out)],
             Kernel::SoftmaxBackward { output, grad, out, .. } => [Some(output), Some(grad), Some(out), None],
             Kernel::NormBackward {
@@ -907,6 +1048,60 @@ impl Kernel {
     }
 }
 
+/// The operand slots of a [`Kernel`] ([`Kernel::operand_slots`]), iterated with `into_iter`:
+/// `None` for an absent optional operand.
+#[derive(Clone, Debug)]
+pub struct OperandSlots<'a>(OperandIter<'a>);
+
+impl<'a> IntoIterator for OperandSlots<'a> {
+    type Item = Option<&'a TensorArg>;
+    type IntoIter = OperandIter<'a>;
+
+    #[inline]
+    fn into_iter(self) -> OperandIter<'a> {
+        self.0
+    }
+}
+
+/// The iterator over [`OperandSlots`].
+#[derive(Clone, Debug)]
+pub enum OperandIter<'a> {
+    /// The four slots of a kernel with a fixed operand list.
+    Fixed(std::array::IntoIter<Option<&'a TensorArg>, 4>),
+    /// The seven slots of [`Kernel::AttentionBackward`] (q, k, v, grad, then the gradients).
+    Seven(std::array::IntoIter<Option<&'a TensorArg>, 7>),
+    /// Gradient, two state slots and parameter of each [`UpdateSet`] in turn.
+    Sets {
+        /// The sets.
+        sets: &'a [UpdateSet],
+        /// The next slot, counted over all sets (four per set).
+        next: usize,
+    },
+}
+
+impl<'a> Iterator for OperandIter<'a> {
+    type Item = Option<&'a TensorArg>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            OperandIter::Fixed(slots) => slots.next(),
+            OperandIter::Seven(slots) => slots.next(),
+            OperandIter::Sets { sets, next } => {
+                let set = sets.get(*next / 4)?;
+                let slot = match *next % 4 {
+                    0 => Some(&set.grad),
+                    1 => set.state[0].as_ref(),
+                    2 => set.state[1].as_ref(),
+                    _ => Some(&set.param),
+                };
+                *next += 1;
+                Some(slot)
+            }
+        }
+    }
+}
+
 /// An op without operands: the unit of [`crate::Capabilities`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
@@ -934,12 +1129,16 @@ pub enum Op {
     Norm(NormKind),
     CrossEntropy,
     Conv2d,
+    Conv2dBackwardInput,
+    Conv2dBackwardWeight,
     Attention,
+    AttentionBackward,
     SoftmaxBackward,
     LogSoftmaxBackward,
     NormBackward(NormKind),
     CrossEntropyBackward,
     Update(UpdateKind),
+    UpdateMany(UpdateKind),
 }
 
 impl Op {
@@ -957,10 +1156,12 @@ impl Op {
         ops.push(Op::Sort);
         ops.extend(ScatterMode::ALL.iter().map(|&m| Op::Scatter(m)));
         ops.extend([Op::Norm(NormKind::Layer), Op::Norm(NormKind::Rms), Op::CrossEntropy]);
-        ops.extend([Op::Conv2d, Op::Attention]);
+        ops.extend([Op::Conv2d, Op::Conv2dBackwardInput, Op::Conv2dBackwardWeight, Op::Attention]);
+        ops.push(Op::AttentionBackward);
         ops.extend([Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]);
         ops.extend([Op::NormBackward(NormKind::Layer), Op::NormBackward(NormKind::Rms)]);
         ops.extend(UpdateKind::ALL.iter().map(|&k| Op::Update(k)));
+        ops.extend(UpdateKind::ALL.iter().map(|&k| Op::UpdateMany(k)));
         ops
     }
 
@@ -989,12 +1190,16 @@ impl Op {
             Op::Norm(k) => k.name().into(),
             Op::CrossEntropy => "cross_entropy".into(),
             Op::Conv2d => "conv2d".into(),
+            Op::Conv2dBackwardInput => "conv2d_backward_input".into(),
+            Op::Conv2dBackwardWeight => "conv2d_backward_weight".into(),
             Op::Attention => "attention".into(),
+            Op::AttentionBackward => "attention_backward".into(),
             Op::SoftmaxBackward => "softmax_backward".into(),
             Op::LogSoftmaxBackward => "log_softmax_backward".into(),
             Op::NormBackward(k) => format!("{}_backward", k.name()),
             Op::CrossEntropyBackward => "cross_entropy_backward".into(),
             Op::Update(k) => k.name().into(),
+            Op::UpdateMany(k) => k.many_name().into(),
         }
     }
 
@@ -1006,12 +1211,16 @@ impl Op {
         matches!(
             self,
             Op::Conv2d
+                | Op::Conv2dBackwardInput
+                | Op::Conv2dBackwardWeight
                 | Op::Attention
+                | Op::AttentionBackward
                 | Op::SoftmaxBackward
                 | Op::LogSoftmaxBackward
                 | Op::NormBackward(_)
                 | Op::CrossEntropyBackward
                 | Op::Update(_)
+                | Op::UpdateMany(_)
         )
     }
 
@@ -1026,8 +1235,10 @@ impl Op {
             Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
             Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
             Op::Norm(_) | Op::CrossEntropy | Op::Conv2d | Op::Attention => float,
+            Op::AttentionBackward => float,
+            Op::Conv2dBackwardInput | Op::Conv2dBackwardWeight => float,
             Op::SoftmaxBackward | Op::LogSoftmaxBackward | Op::NormBackward(_) => float,
-            Op::CrossEntropyBackward | Op::Update(_) => float,
+            Op::CrossEntropyBackward | Op::Update(_) | Op::UpdateMany(_) => float,
             Op::Compare(_) => true,
             Op::RandomUniform | Op::RandomNormal | Op::Softmax | Op::LogSoftmax | Op::Matmul => float,
             Op::Unary(u) => float || (u.integer_ok() && !boolean),

@@ -192,7 +192,7 @@ impl SgdUpdate {
     }
 }
 
-/// Which update a [`crate::Kernel::Update`] applies.
+/// Which update a [`crate::Kernel::Update`] (or [`crate::Kernel::UpdateMany`]) applies.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UpdateRule {
     /// SGD; state `[momentum buffer]` when it has momentum, else none.
@@ -245,6 +245,14 @@ impl UpdateKind {
         match self {
             UpdateKind::Sgd => "sgd_update",
             UpdateKind::Adam => "adam_update",
+        }
+    }
+
+    /// The name of the multi-tensor op ([`crate::Kernel::UpdateMany`]).
+    pub const fn many_name(self) -> &'static str {
+        match self {
+            UpdateKind::Sgd => "sgd_update_many",
+            UpdateKind::Adam => "adam_update_many",
         }
     }
 }

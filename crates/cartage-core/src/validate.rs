@@ -19,6 +19,10 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, ReduceOp, TensorArg};
 use crate::validate_backward as backward;
+use conv_backward::Window;
+
+mod attention_backward;
+mod conv_backward;
 
 impl Kernel {
     /// Check every structural rule of this kernel (see the module docs). Backends call it
@@ -137,9 +141,28 @@ impl Kernel {
                 groups,
                 out,
             } => conv2d(input, weight, *stride, *padding, *dilation, *groups, out),
+            Kernel::Conv2dBackwardInput {
+                grad,
+                weight,
+                stride,
+                padding,
+                dilation,
+                groups,
+                out,
+            } => conv_backward::input(grad, weight, Window::new(*stride, *padding, *dilation, *groups), out),
+            Kernel::Conv2dBackwardWeight {
+                input,
+                grad,
+                stride,
+                padding,
+                dilation,
+                groups,
+                out,
+            } => conv_backward::weight(input, grad, Window::new(*stride, *padding, *dilation, *groups), out),
             Kernel::Attention {
                 q, k, v, scale, out, ..
             } => attention(q, k, v, *scale, out),
+            Kernel::AttentionBackward(args) => attention_backward::attention_backward(args),
             Kernel::SoftmaxBackward {
                 output, grad, dim, out, ..
             } => backward::softmax(self.name(), output, grad, *dim, out),
@@ -165,6 +188,7 @@ impl Kernel {
                 state,
                 param,
             } => backward::update(rule, grad, state, param),
+            Kernel::UpdateMany { rule, sets } => backward::update_many(rule, sets),
         }
     }
 
@@ -192,7 +216,10 @@ impl Kernel {
             Kernel::Norm { kind, .. } => kind.name(),
             Kernel::CrossEntropy { .. } => "cross_entropy",
             Kernel::Conv2d { .. } => "conv2d",
+            Kernel::Conv2dBackwardInput { .. } => conv_backward::INPUT,
+            Kernel::Conv2dBackwardWeight { .. } => conv_backward::WEIGHT,
             Kernel::Attention { .. } => "attention",
+            Kernel::AttentionBackward(_) => "attention_backward",
             Kernel::SoftmaxBackward { log: false, .. } => "softmax_backward",
             Kernel::SoftmaxBackward { log: true, .. } => "log_softmax_backward",
             Kernel::NormBackward {
@@ -205,6 +232,7 @@ impl Kernel {
             } => "rms_norm_backward",
             Kernel::CrossEntropyBackward { .. } => "cross_entropy_backward",
             Kernel::Update { rule, .. } => rule.kind().name(),
+            Kernel::UpdateMany { rule, .. } => rule.kind().many_name(),
         }
     }
 }

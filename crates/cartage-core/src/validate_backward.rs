@@ -1,9 +1,9 @@
 //! The structural rules of the backward kernels and of the optimizer update, in the same terms
 //! as [`crate::validate`]'s: shapes and dtypes agree, outputs are writable and apart from every
-//! input, hyperparameters are in range.
+//! input, hyperparameters are in range; a multi-tensor update's sets are apart from each other.
 
 use crate::error::{Error, Result};
-use crate::kernel::{NormKind, TensorArg};
+use crate::kernel::{NormKind, TensorArg, UpdateSet};
 use crate::update_rule::UpdateRule;
 use crate::validate::{aligned, apart, dim_in_range, index_dtype, mismatch, same_dtype, same_shape, writable};
 
@@ -161,6 +161,112 @@ pub(crate) fn update(
         }
     }
     Ok(())
+}
+
+/// `UpdateMany`: at least one set; every set obeys `Update`'s rules; one dtype for all; and no
+/// written operand (a parameter or a state) shares a byte with any other operand of any set.
+/// The sets run in parallel, so the last rule is what keeps two threads off one element.
+pub(crate) fn update_many(rule: &UpdateRule, sets: &[UpdateSet]) -> Result<()> {
+    let name = rule.kind().many_name();
+    let Some(first) = sets.first() else {
+        return Err(Error::invalid(
+            name,
+            "a multi-tensor update needs at least one set of operands",
+        ));
+    };
+    for set in sets {
+        update(rule, &set.grad, &set.state, &set.param)?;
+        if set.param.dtype != first.param.dtype {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "every set must share one dtype, but the parameters are {} and {}; \
+                     group the parameters by dtype",
+                    first.param.dtype, set.param.dtype
+                ),
+            ));
+        }
+    }
+    sets_apart(name, sets)
+}
+
+/// One operand's bytes for the overlap sweep.
+struct Region {
+    segment: u64,
+    start: usize,
+    end: usize,
+    set: usize,
+    role: &'static str,
+    written: bool,
+}
+
+/// Sort every non-empty operand by (segment, first byte) and sweep once: an operand overlaps an
+/// earlier one exactly when it starts before the furthest end seen so far in its segment.
+/// Two reads may overlap (sets can share a gradient); a write may overlap nothing.
+fn sets_apart(name: &'static str, sets: &[UpdateSet]) -> Result<()> {
+    let mut regions = Vec::with_capacity(sets.len() * 4);
+    for (index, set) in sets.iter().enumerate() {
+        let operands = [
+            (Some(&set.grad), "gradient", false),
+            (set.state[0].as_ref(), "first state", true),
+            (set.state[1].as_ref(), "second state", true),
+            (Some(&set.param), "parameter", true),
+        ];
+        for (arg, role, written) in operands {
+            let Some(arg) = arg else { continue };
+            // Contiguous (checked per set above): the view's bytes are one range.
+            let bytes = arg.layout.numel() * arg.dtype.size_in_bytes();
+            if bytes == 0 {
+                continue;
+            }
+            let start = arg.byte_offset();
+            regions.push(Region {
+                segment: arg.buffer.segment().id,
+                start,
+                end: start + bytes,
+                set: index,
+                role,
+                written,
+            });
+        }
+    }
+    regions.sort_unstable_by_key(|r| (r.segment, r.start));
+    // The furthest-reaching region so far in this segment, of any kind and written.
+    let mut any: Option<usize> = None;
+    let mut written: Option<usize> = None;
+    for i in 0..regions.len() {
+        let current = &regions[i];
+        if i > 0 && regions[i - 1].segment != current.segment {
+            (any, written) = (None, None);
+        }
+        let reach = |slot: Option<usize>| slot.map(|j| (regions[j].end, j));
+        let hit = if current.written { reach(any) } else { reach(written) };
+        if let Some((end, j)) = hit
+            && current.start < end
+        {
+            return Err(overlapping_sets(name, &regions[j], current));
+        }
+        if any.is_none_or(|j| regions[j].end < current.end) {
+            any = Some(i);
+        }
+        if current.written && written.is_none_or(|j| regions[j].end < current.end) {
+            written = Some(i);
+        }
+    }
+    Ok(())
+}
+
+#[cold]
+fn overlapping_sets(name: &'static str, a: &Region, b: &Region) -> Error {
+    Error::invalid(
+        name,
+        format!(
+            "set {}'s {} (bytes {}..{}) and set {}'s {} (bytes {}..{}) share memory in one segment, \
+             and at least one of them is written; the sets are updated in parallel, so each \
+             parameter and state must be apart from every other operand (is a parameter listed twice?)",
+            a.set, a.role, a.start, a.end, b.set, b.role, b.start, b.end
+        ),
+    )
 }
 
 fn float(name: &'static str, arg: &TensorArg) -> Result<()> {

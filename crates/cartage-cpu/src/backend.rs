@@ -28,7 +28,7 @@ use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
 use crate::{
     backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, matmul, norm, reduce, scan,
-    scatter, softmax, sort, unary, update,
+    scatter, softmax, sort, unary, update, update_many,
 };
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
@@ -62,6 +62,7 @@ impl CpuBackend {
             .into_iter()
             .chain([NormKind::Layer, NormKind::Rms].map(Op::NormBackward))
             .chain(UpdateKind::ALL.map(Op::Update))
+            .chain(UpdateKind::ALL.map(Op::UpdateMany))
         {
             for dtype in DType::ALL.into_iter().filter(|d| d.is_float()) {
                 capabilities.add(op, dtype);
@@ -200,7 +201,12 @@ impl CpuBackend {
                 state,
                 param,
             } => update::update(rule, grad, state, param),
-            Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
+            Kernel::UpdateMany { rule, sets } => update_many::update_many(rule, sets),
+            Kernel::Conv2d { .. }
+            | Kernel::Conv2dBackwardInput { .. }
+            | Kernel::Conv2dBackwardWeight { .. }
+            | Kernel::Attention { .. }
+            | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
                 kernel.op().name(),
                 kernel.dtype(),
                 cartage_core::Device::cpu(),
@@ -229,6 +235,10 @@ fn may_go_parallel(kernel: &Kernel) -> bool {
         | Kernel::Compare { out, .. }
         | Kernel::Where { out, .. } => out.layout.numel() >= CHUNK_MIN_ELEMENTS,
         Kernel::Scatter { .. } => false,
+        // Many small sets add up: the total decides.
+        Kernel::UpdateMany { sets, .. } => {
+            sets.iter().map(|s| s.param.layout.numel()).sum::<usize>() >= CHUNK_MIN_ELEMENTS
+        }
         // Row kernels (reduce, softmax, scan, sort, norm, cross-entropy) and index kernels: the
         // largest operand decides.
         _ => kernel

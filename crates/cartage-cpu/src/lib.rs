@@ -45,6 +45,7 @@ mod strided;
 mod tiny_matmul;
 mod unary;
 mod update;
+mod update_many;
 
 #[cfg(test)]
 mod tests;

@@ -576,10 +576,15 @@ fn open_shares_one_backend_and_refuses_other_ordinals() {
     assert!(matches!(crate::open(1), Err(Error::BackendUnavailable { .. })));
     assert_eq!(crate::device_count().unwrap(), 1);
     // Every defined op, plus the optional fused kernels the CPU has (all but conv2d and
-    // attention, which it composes), for every float dtype.
+    // attention and their backward kernels, which it composes), for every float dtype.
     for op in cartage_core::Op::all() {
         for dtype in DType::ALL {
-            let fused_here = !matches!(op, cartage_core::Op::Conv2d | cartage_core::Op::Attention);
+            use cartage_core::Op::*;
+            let composed = matches!(
+                op,
+                Conv2d | Attention | Conv2dBackwardInput | Conv2dBackwardWeight | AttentionBackward
+            );
+            let fused_here = !composed;
             let want = op.defined_for(dtype) && (!op.optional() || fused_here);
             assert_eq!(a.capabilities().supports(op, dtype), want, "{op:?} {dtype}");
         }

@@ -1,8 +1,9 @@
 //! `Kernel::Update`: one optimizer step (SGD or Adam/AdamW) over a parameter, its gradient and
 //! its state in a single pass, in place, in f32 (f64 for f64), spread over rayon in chunks. The
 //! per-element constants come from core ([`cartage_core::AdamUpdate::coefficients`]), so this
-//! file holds only the arithmetic.
+//! file holds only the arithmetic (shared with `Kernel::UpdateMany`, [`crate::update_many`]).
 
+use cartage_core::kernel::UpdateSet;
 use cartage_core::{AdamCoefficients, Device, Error, Result, SgdCoefficients, TensorArg, UpdateRule};
 
 use crate::dispatch::with_float;
@@ -15,12 +16,7 @@ use crate::strided::{CHUNK_MIN_ELEMENTS, PARALLEL_MIN_ELEMENTS, SyncPtr, for_ran
 pub fn update(rule: &UpdateRule, grad: &TensorArg, state: &[Option<TensorArg>; 2], param: &TensorArg) -> Result<()> {
     let numel = param.layout.numel();
     with_float!(param.dtype, T => {
-        let ptrs = Pointers::<T> {
-            param: base::<T>(param),
-            grad: base::<T>(grad),
-            first: state[0].as_ref().map(base::<T>),
-            second: state[1].as_ref().map(base::<T>),
-        };
+        let ptrs = Pointers::<T>::new(grad, state, param);
         match rule {
             UpdateRule::Adam(adam) => {
                 let (Some(m), Some(v)) = (ptrs.first, ptrs.second) else {
@@ -46,7 +42,7 @@ pub fn update(rule: &UpdateRule, grad: &TensorArg, state: &[Option<TensorArg>; 2
 }
 
 #[cold]
-fn missing_state(op: &'static str) -> Error {
+pub(crate) fn missing_state(op: &'static str) -> Error {
     Error::invalid(
         op,
         "the update's state tensors reached the kernel missing; Kernel::validate requires them",
@@ -54,11 +50,27 @@ fn missing_state(op: &'static str) -> Error {
 }
 
 /// The operands' first elements.
-struct Pointers<T> {
-    param: SyncPtr<T>,
-    grad: SyncPtr<T>,
-    first: Option<SyncPtr<T>>,
-    second: Option<SyncPtr<T>>,
+pub(crate) struct Pointers<T> {
+    pub(crate) param: SyncPtr<T>,
+    pub(crate) grad: SyncPtr<T>,
+    pub(crate) first: Option<SyncPtr<T>>,
+    pub(crate) second: Option<SyncPtr<T>>,
+}
+
+impl<T> Pointers<T> {
+    fn new(grad: &TensorArg, state: &[Option<TensorArg>; 2], param: &TensorArg) -> Self {
+        Pointers {
+            param: base::<T>(param),
+            grad: base::<T>(grad),
+            first: state[0].as_ref().map(base::<T>),
+            second: state[1].as_ref().map(base::<T>),
+        }
+    }
+
+    /// The pointers of one set of a multi-tensor update.
+    pub(crate) fn of(set: &UpdateSet) -> Self {
+        Self::new(&set.grad, &set.state, &set.param)
+    }
 }
 
 fn for_chunks(numel: usize, body: impl Fn(usize, usize) + Sync) {
@@ -73,7 +85,7 @@ fn for_chunks(numel: usize, body: impl Fn(usize, usize) + Sync) {
 /// # Safety
 /// `[start, end)` lies inside every contiguous operand; no other thread touches these elements.
 #[inline(always)]
-unsafe fn adam_chunk<T: Real>(
+pub(crate) unsafe fn adam_chunk<T: Real>(
     c: &AdamCoefficients,
     ptrs: &Pointers<T>,
     m: SyncPtr<T>,
@@ -105,7 +117,7 @@ unsafe fn adam_chunk<T: Real>(
 /// # Safety
 /// As [`adam_chunk`].
 #[inline(always)]
-unsafe fn sgd_chunk<T: Real>(c: &SgdCoefficients, ptrs: &Pointers<T>, start: usize, end: usize) {
+pub(crate) unsafe fn sgd_chunk<T: Real>(c: &SgdCoefficients, ptrs: &Pointers<T>, start: usize, end: usize) {
     let f = |x: f64| T::C::from_f64(x);
     let (lr, wd, momentum, grad_scale) = (f(c.lr), f(c.weight_decay), f(c.momentum), f(c.grad_scale));
     for i in start..end {

@@ -268,13 +268,21 @@ __device__ void reduce(const T* in, typename R::Out* out, typename R::Acc* parti
     for (u64 unit = blockIdx.x * per_block + threadIdx.x / group; unit < units; unit += gridDim.x * per_block) {
         Acc acc = R::ident();
         bool final_state = g.split == 1 || g.finish;
-        u64 row;
+        u64 row, part = 0;
         if (g.finish) {
             row = unit;
             for (u64 p = lane; p < g.split; p += group) acc = R::comb(acc, partials[row * g.split + p]);
         } else {
-            row = unit / g.split;
-            u64 part = unit - row * g.split;
+            // One thread per output (group 1, a reduction over a strided dim): neighbouring
+            // threads take neighbouring outputs of the same chunk, so their loads coalesce.
+            // Otherwise a group's units walk one output's chunks in turn.
+            if (group == 1) {
+                part = unit / g.rows;
+                row = unit - part * g.rows;
+            } else {
+                row = unit / g.split;
+                part = unit - row * g.split;
+            }
             u64 c0 = part * g.chunk;
             u64 c1 = c0 + g.chunk < g.cols ? c0 + g.chunk : g.cols;
             i64 base = offset_shared(row, &g.rows_shape, &g.rows_in);
@@ -320,7 +328,7 @@ __device__ void reduce(const T* in, typename R::Out* out, typename R::Acc* parti
             if (final_state) {
                 out[offset_shared(row, &g.rows_shape, &g.rows_out)] = R::fin(acc, g.cols);
             } else {
-                partials[unit] = acc;
+                partials[row * g.split + part] = acc;
             }
         }
     }

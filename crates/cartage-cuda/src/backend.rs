@@ -67,9 +67,10 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
 }
 
 /// The environment variable that lists the fused backward kernels and the optimizer step
-/// (`backward.cu`, `update.cu`) before they have passed the conformance suite on a GPU. They
-/// compile to PTX and their launch geometry is unit-tested, but until a run on a GPU has checked
-/// them the frontend composes these ops from verified kernels unless this is set to `1`.
+/// (`backward.cu`, `attention_backward.cu`, `update.cu`) before they have passed the conformance
+/// suite on a GPU. They compile to PTX and their launch geometry is unit-tested, but until a run
+/// on a GPU has checked them the frontend composes these ops from verified kernels unless this
+/// is set to `1`.
 pub const UNVERIFIED_KERNELS_VAR: &str = "CARTAGE_CUDA_UNVERIFIED_KERNELS";
 
 fn unverified_kernels_enabled() -> bool {
@@ -77,7 +78,7 @@ fn unverified_kernels_enabled() -> bool {
 }
 
 /// [`capabilities_for`], listing the not yet GPU-verified fused kernels when `unverified`.
-fn capabilities_with(cc: (i32, i32), unverified: bool) -> Capabilities {
+pub(crate) fn capabilities_with(cc: (i32, i32), unverified: bool) -> Capabilities {
     let ampere = cc.0 >= 8;
     let mut caps = Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere);
     if unverified {
@@ -103,7 +104,14 @@ fn add_backward_and_update(caps: &mut Capabilities) {
             caps.add(op, dtype);
         }
     }
-    for op in UpdateKind::ALL.map(Op::Update) {
+    for dtype in crate::launch::attention_backward::DTYPES {
+        caps.add(Op::AttentionBackward, dtype);
+    }
+    for op in UpdateKind::ALL
+        .map(Op::Update)
+        .into_iter()
+        .chain(UpdateKind::ALL.map(Op::UpdateMany))
+    {
         for dtype in crate::launch::update::DTYPES {
             caps.add(op, dtype);
         }
@@ -442,6 +450,8 @@ mod tests {
             Op::NormBackward(NormKind::Rms),
             Op::Update(UpdateKind::Sgd),
             Op::Update(UpdateKind::Adam),
+            Op::UpdateMany(UpdateKind::Sgd),
+            Op::UpdateMany(UpdateKind::Adam),
         ];
         for cc in [(7, 5), (9, 0)] {
             let caps = capabilities_with(cc, true);

@@ -67,6 +67,8 @@ pub enum SourceFile {
     Norm,
     /// `attention.cu` (fused flash-attention forward).
     Attention,
+    /// `attention_backward.cu` (fused attention backward).
+    AttentionBackward,
     /// `backward.cu` (softmax, norm and cross-entropy backward).
     Backward,
     /// `update.cu` (the fused optimizer step).
@@ -75,7 +77,7 @@ pub enum SourceFile {
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 15] = [
+    pub const ALL: [SourceFile; 16] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -89,6 +91,7 @@ impl SourceFile {
         SourceFile::Sort,
         SourceFile::Norm,
         SourceFile::Attention,
+        SourceFile::AttentionBackward,
         SourceFile::Backward,
         SourceFile::Update,
     ];
@@ -109,6 +112,7 @@ impl SourceFile {
             SourceFile::Sort => "sort.cu",
             SourceFile::Norm => "norm.cu",
             SourceFile::Attention => "attention.cu",
+            SourceFile::AttentionBackward => "attention_backward.cu",
             SourceFile::Backward => "backward.cu",
             SourceFile::Update => "update.cu",
         }
@@ -129,6 +133,7 @@ impl SourceFile {
             SourceFile::Sort => include_str!("../kernels/sort.cu"),
             SourceFile::Norm => include_str!("../kernels/norm.cu"),
             SourceFile::Attention => include_str!("../kernels/attention.cu"),
+            SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.cu"),
             SourceFile::Backward => include_str!("../kernels/backward.cu"),
             SourceFile::Update => include_str!("../kernels/update.cu"),
         }

@@ -56,6 +56,7 @@ pub fn embedded(file: SourceFile) -> &'static str {
         SourceFile::Sort => include_str!("../kernels/sort.ptx"),
         SourceFile::Norm => include_str!("../kernels/norm.ptx"),
         SourceFile::Attention => include_str!("../kernels/attention.ptx"),
+        SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.ptx"),
         SourceFile::Backward => include_str!("../kernels/backward.ptx"),
         SourceFile::Update => include_str!("../kernels/update.ptx"),
     }

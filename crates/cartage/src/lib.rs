@@ -34,6 +34,7 @@ pub mod distributed;
 mod generator;
 pub mod loader;
 pub mod memory;
+pub mod optim;
 pub mod raw;
 pub mod runtime;
 pub mod safetensors_io;

@@ -11,6 +11,7 @@ use cartage::bench::{Bench, Measurement};
 use cartage::{DType, Device, Error, MatmulPrecision, Result, Tensor};
 
 use super::cases::{Case, ModelOp, Task, VectorOp};
+use super::report::MemoryPoint;
 
 mod io;
 mod model;
@@ -23,6 +24,8 @@ pub struct Outcome {
     pub measurement: Measurement,
     /// Case-specific counts.
     pub counters: BTreeMap<String, f64>,
+    /// Memory sampled at the phases of a few training steps (training cases only).
+    pub memory_curve: Vec<MemoryPoint>,
 }
 
 impl From<Measurement> for Outcome {
@@ -30,6 +33,7 @@ impl From<Measurement> for Outcome {
         Outcome {
             measurement,
             counters: BTreeMap::new(),
+            memory_curve: Vec::new(),
         }
     }
 }

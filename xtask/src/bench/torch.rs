@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::cases::Task;
 use super::plan::Plan;
-use super::report::ReferenceStatus;
+use super::report::{MemoryPoint, ReferenceStatus};
 
 /// The reference runner's source.
 const SCRIPT: &str = include_str!("../../python/reference.py");
@@ -38,6 +38,8 @@ struct Line {
     skipped: Option<String>,
     #[serde(default)]
     counters: BTreeMap<String, f64>,
+    #[serde(default)]
+    memory_curve: Vec<MemoryPoint>,
 }
 
 /// A reference measurement.
@@ -53,6 +55,8 @@ pub struct Measured {
     pub p90: f64,
     /// Case-specific counts the runner reported (its backward's peak memory…).
     pub counters: BTreeMap<String, f64>,
+    /// Memory at the phases of a few training steps (CUDA training cases).
+    pub memory_curve: Vec<MemoryPoint>,
 }
 
 /// The key that pairs a task with its reference line (ids repeat across sections).
@@ -182,6 +186,7 @@ impl Reference {
                                 p10: line.p10.unwrap_or(median),
                                 p90: line.p90.unwrap_or(median),
                                 counters: line.counters,
+                                memory_curve: line.memory_curve,
                             },
                         );
                     }

@@ -23,10 +23,12 @@
 //! names the device's kind: then it fails with the reason.
 
 pub mod attention;
+pub mod attention_backward;
 pub mod backward;
 pub mod buffers;
 pub mod checks;
 pub mod conv;
+pub mod conv_backward;
 pub mod convert;
 pub mod creation;
 pub mod cross_entropy;
@@ -49,6 +51,7 @@ pub mod skip;
 pub mod sort;
 pub mod unary_edges;
 pub mod update;
+pub mod update_many;
 pub mod views;
 
 pub use buffers::{DeviceBuffer, Operand, Spec};
@@ -191,8 +194,26 @@ macro_rules! conformance_tests {
                 suite::run(SUITE, "optimizer_update", $open, suite::update::update);
             }
             #[test]
+            fn optimizer_update_many() {
+                suite::run(
+                    SUITE,
+                    "optimizer_update_many",
+                    $open,
+                    suite::update_many::update_many,
+                );
+            }
+            #[test]
             fn attention() {
                 suite::run(SUITE, "attention", $open, suite::attention::attention);
+            }
+            #[test]
+            fn attention_backward() {
+                suite::run(
+                    SUITE,
+                    "attention_backward",
+                    $open,
+                    suite::attention_backward::attention_backward,
+                );
             }
             #[test]
             fn matmul() {
@@ -235,6 +256,10 @@ macro_rules! conformance_tests {
             #[test]
             fn conv2d() {
                 suite::run(SUITE, "conv2d", $open, suite::conv::conv2d);
+            }
+            #[test]
+            fn conv2d_backward() {
+                suite::run(SUITE, "conv2d_backward", $open, suite::conv_backward::conv2d_backward);
             }
             #[test]
             fn malformed_model_kernels() {

@@ -18,7 +18,7 @@ use super::views::ViewKind;
 
 const SIZES: [&[usize]; 5] = [&[0], &[1], &[7], &[1000], &[3, 4096]];
 
-fn rules() -> Vec<UpdateRule> {
+pub(super) fn rules() -> Vec<UpdateRule> {
     let adam = AdamUpdate {
         lr: 1e-2,
         beta1: 0.9,
@@ -129,65 +129,99 @@ fn update_case(h: &Harness, dtype: DType, rule: UpdateRule, shape: &[usize]) {
     if !h.launch(&what, &kernel) {
         return;
     }
-    let n = param.values.len();
-    let tol = Tolerance::of(dtype);
-    let acc = 16.0 * accumulation_eps(dtype);
-    let (mut want_p, mut want_1, mut want_2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    let (mut allow_p, mut allow_1, mut allow_2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    for i in 0..n {
-        let (p, g) = (param.values[i], grad.values[i]);
-        match rule {
-            UpdateRule::Adam(adam) => {
-                let c = adam.coefficients();
-                let g = g + c.l2 * p;
-                let decayed = p * c.decay;
-                let m = first.values[i] + c.one_minus_beta1 * (g - first.values[i]);
-                let v = second.values[i] + c.one_minus_beta2 * (g * g - second.values[i]);
-                let step = c.step_size * m / (v.sqrt() * c.inv_sqrt_bc2 + c.eps);
-                want_p[i] = decayed - step;
-                want_1[i] = m;
-                want_2[i] = v;
-                // The moments are rounded on store; the step is computed from the unrounded
-                // values in the compute type. A moment near zero makes the step sensitive to its
-                // rounding, relative to the step itself.
-                allow_1[i] = tol.allowed(m) + acc * (first.values[i].abs() + g.abs());
-                allow_2[i] = tol.allowed(v) + acc * (second.values[i] + g * g);
-                allow_p[i] = tol.allowed(want_p[i]) + acc * (p.abs() + 4.0 * step.abs()) + 1e-3 * step.abs();
-            }
-            UpdateRule::Sgd(sgd) => {
-                let c = sgd.coefficients();
-                let g = g + c.weight_decay * p;
-                let (g, slack) = if c.momentum != 0.0 {
-                    let b = if c.first_step {
-                        g
-                    } else {
-                        c.momentum * first.values[i] + c.grad_scale * g
-                    };
-                    want_1[i] = b;
-                    allow_1[i] = tol.allowed(b) + acc * (first.values[i].abs() + g.abs());
-                    // The buffer is read back as stored (rounded) for the step.
-                    let slack = c.lr * c.momentum.max(1.0) * allow_1[i];
-                    (if c.nesterov { g + c.momentum * b } else { b }, slack)
-                } else {
-                    (g, 0.0)
-                };
-                want_p[i] = p - c.lr * g;
-                allow_p[i] = tol.allowed(want_p[i]) + acc * (p.abs() + (c.lr * g).abs()) + slack;
-            }
-        }
-    }
-    h.check_with(&format!("{what}: param"), &param.buf, &param.layout, &want_p, |i, _| {
-        allow_p[i]
-    });
+    let e = Expected::of(rule, dtype, &param.values, &grad.values, &first.values, &second.values);
+    h.check_with(
+        &format!("{what}: param"),
+        &param.buf,
+        &param.layout,
+        &e.param,
+        |i, _| e.allow_param[i],
+    );
     if let Some(s) = states.first() {
-        h.check_with(&format!("{what}: first state"), &s.buf, &s.layout, &want_1, |i, _| {
-            allow_1[i]
+        h.check_with(&format!("{what}: first state"), &s.buf, &s.layout, &e.first, |i, _| {
+            e.allow_first[i]
         });
     }
     if let Some(s) = states.get(1) {
-        h.check_with(&format!("{what}: second state"), &s.buf, &s.layout, &want_2, |i, _| {
-            allow_2[i]
-        });
+        h.check_with(
+            &format!("{what}: second state"),
+            &s.buf,
+            &s.layout,
+            &e.second,
+            |i, _| e.allow_second[i],
+        );
+    }
+}
+
+/// The f64 reference of one update and the allowance of each element, for the parameter and
+/// both state slots (unused slots hold zeros).
+pub(super) struct Expected {
+    pub param: Vec<f64>,
+    pub first: Vec<f64>,
+    pub second: Vec<f64>,
+    pub allow_param: Vec<f64>,
+    pub allow_first: Vec<f64>,
+    pub allow_second: Vec<f64>,
+}
+
+impl Expected {
+    /// `rule` applied to the (already rounded) inputs.
+    pub fn of(rule: UpdateRule, dtype: DType, param: &[f64], grad: &[f64], first: &[f64], second: &[f64]) -> Self {
+        let n = param.len();
+        let tol = Tolerance::of(dtype);
+        let acc = 16.0 * accumulation_eps(dtype);
+        let (mut want_p, mut want_1, mut want_2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        let (mut allow_p, mut allow_1, mut allow_2) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        for i in 0..n {
+            let (p, g) = (param[i], grad[i]);
+            match rule {
+                UpdateRule::Adam(adam) => {
+                    let c = adam.coefficients();
+                    let g = g + c.l2 * p;
+                    let decayed = p * c.decay;
+                    let m = first[i] + c.one_minus_beta1 * (g - first[i]);
+                    let v = second[i] + c.one_minus_beta2 * (g * g - second[i]);
+                    let step = c.step_size * m / (v.sqrt() * c.inv_sqrt_bc2 + c.eps);
+                    want_p[i] = decayed - step;
+                    want_1[i] = m;
+                    want_2[i] = v;
+                    // The moments are rounded on store; the step is computed from the unrounded
+                    // values in the compute type. A moment near zero makes the step sensitive to
+                    // its rounding, relative to the step itself.
+                    allow_1[i] = tol.allowed(m) + acc * (first[i].abs() + g.abs());
+                    allow_2[i] = tol.allowed(v) + acc * (second[i] + g * g);
+                    allow_p[i] = tol.allowed(want_p[i]) + acc * (p.abs() + 4.0 * step.abs()) + 1e-3 * step.abs();
+                }
+                UpdateRule::Sgd(sgd) => {
+                    let c = sgd.coefficients();
+                    let g = g + c.weight_decay * p;
+                    let (g, slack) = if c.momentum != 0.0 {
+                        let b = if c.first_step {
+                            g
+                        } else {
+                            c.momentum * first[i] + c.grad_scale * g
+                        };
+                        want_1[i] = b;
+                        allow_1[i] = tol.allowed(b) + acc * (first[i].abs() + g.abs());
+                        // The buffer is read back as stored (rounded) for the step.
+                        let slack = c.lr * c.momentum.max(1.0) * allow_1[i];
+                        (if c.nesterov { g + c.momentum * b } else { b }, slack)
+                    } else {
+                        (g, 0.0)
+                    };
+                    want_p[i] = p - c.lr * g;
+                    allow_p[i] = tol.allowed(want_p[i]) + acc * (p.abs() + (c.lr * g).abs()) + slack;
+                }
+            }
+        }
+        Expected {
+            param: want_p,
+            first: want_1,
+            second: want_2,
+            allow_param: allow_p,
+            allow_first: allow_1,
+            allow_second: allow_2,
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 //! asks first, once per process ([`available`]): cudarc's own candidate names on the loader's
 //! path, else `libcudnn.so.9` opened by full path from `$CUDNN_PATH`, `$CUDNN_HOME`,
 //! `$CUDA_PATH`, `$CUDA_HOME` (each's `lib64`, `lib` or itself) or `/usr/local/cuda/lib64`;
-//! then every entry point called here, and version 9 or later.
+//! then every entry point the forward convolution calls, and version 9 or later. The backward
+//! passes' entry points are checked apart ([`backward_available`]), so a library without them
+//! still convolves forward and only the backward ops go unlisted.
 //!
 //! cuDNN 9's main library opens its sub-libraries (`libcudnn_cnn.so.9`, …) by name when first
 //! used, so another cuDNN earlier on the loader's path would be mixed in
@@ -19,7 +21,8 @@ use cartage_core::{Device, Error};
 use cudarc::cudnn::result::CudnnError;
 use cudarc::cudnn::sys;
 
-/// cuDNN entry points called by this module's parent; a library without one of them is refused at probe time.
+/// cuDNN entry points the forward convolution calls; a library without one of them is refused
+/// at probe time.
 const SYMBOLS: &[&str] = &[
     "cudnnGetVersion",
     "cudnnGetErrorString",
@@ -41,6 +44,16 @@ const SYMBOLS: &[&str] = &[
     "cudnnGetConvolutionForwardAlgorithm_v7",
     "cudnnGetConvolutionForwardWorkspaceSize",
     "cudnnConvolutionForward",
+];
+
+/// The entry points the backward passes call besides [`SYMBOLS`].
+const BACKWARD_SYMBOLS: &[&str] = &[
+    "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+    "cudnnGetConvolutionBackwardDataWorkspaceSize",
+    "cudnnConvolutionBackwardData",
+    "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+    "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+    "cudnnConvolutionBackwardFilter",
 ];
 
 /// Libraries opened by full path from a folder off the loader's path, kept for the process.
@@ -98,21 +111,7 @@ fn probe() -> std::result::Result<(), String> {
                 .into(),
         );
     }
-    // SAFETY: the library is present (checked above), so `culib` finds it and does not panic;
-    // `get` only looks up symbol addresses.
-    let lib = unsafe { sys::culib() };
-    let missing: Vec<&str> = SYMBOLS
-        .iter()
-        .copied()
-        // SAFETY: looking up a symbol's address; the pointer is not called here.
-        .filter(|name| unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err())
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "cuDNN (libcudnn.so) lacks {}: cartage needs cuDNN 9",
-            missing.join(", ")
-        ));
-    }
+    lacking(SYMBOLS)?;
     // SAFETY: the symbol exists (checked above); the call takes no arguments.
     let version = unsafe { sys::cudnnGetVersion() };
     if version < 90000 {
@@ -124,10 +123,43 @@ fn probe() -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// cuDNN loaded with every entry point needed, or why not (computed once per process).
+/// `Err` naming the entry points of `symbols` the loaded cuDNN lacks.
+///
+/// Call only once cuDNN is present (`probe` checked it).
+fn lacking(symbols: &[&str]) -> std::result::Result<(), String> {
+    // SAFETY: the library is present (the caller checked), so `culib` finds it and does not
+    // panic; `get` only looks up symbol addresses.
+    let lib = unsafe { sys::culib() };
+    let missing: Vec<&str> = symbols
+        .iter()
+        .copied()
+        // SAFETY: looking up a symbol's address; the pointer is not called here.
+        .filter(|name| unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cuDNN (libcudnn.so) lacks {}: cartage needs cuDNN 9",
+            missing.join(", ")
+        ))
+    }
+}
+
+/// cuDNN loaded with every entry point the forward convolution needs, or why not (computed
+/// once per process).
 pub(crate) fn available() -> std::result::Result<(), String> {
     static ANSWER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     ANSWER.get_or_init(probe).clone()
+}
+
+/// [`available`], and the backward passes' entry points present too, or why not (computed once
+/// per process).
+pub(crate) fn backward_available() -> std::result::Result<(), String> {
+    static ANSWER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| available().and_then(|()| lacking(BACKWARD_SYMBOLS)))
+        .clone()
 }
 
 /// A cuDNN error as core's driver error, with cuDNN's own words.

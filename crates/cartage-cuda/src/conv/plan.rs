@@ -1,6 +1,6 @@
 //! cuDNN's side of a convolution: the handle per device (on the compute stream), descriptors
-//! and the algorithms cuDNN's heuristics rank for one shape, cached per shape, strides, dtype and
-//! math, and the forward call itself.
+//! and the algorithms cuDNN's heuristics rank for one pass (forward, backward data, backward
+//! filter) and shape, cached per pass, shape, strides, dtype and math, and the calls themselves.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -10,7 +10,6 @@ use cartage_core::raw::Allocation;
 use cartage_core::{DType, Device, Error, Result, TensorArg};
 use cudarc::cudnn::sys;
 
-use super::OP;
 use super::library::{cudnn_error, load_sublibraries};
 use crate::backend::CudaBackend;
 use crate::launch::device_ptr;
@@ -30,24 +29,57 @@ pub(super) fn data_type(dtype: DType) -> Option<(sys::cudnnDataType_t, sys::cudn
     }
 }
 
-/// What a plan depends on.
+/// Which of cuDNN's three convolution calls a plan is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Pass {
+    /// `y = conv(x, w)` (`Kernel::Conv2d`).
+    Forward,
+    /// `dx` from `dy` and `w` (`Kernel::Conv2dBackwardInput`).
+    BackwardData,
+    /// `dw` from `x` and `dy` (`Kernel::Conv2dBackwardWeight`).
+    BackwardFilter,
+}
+
+impl Pass {
+    /// The op's name in errors.
+    pub(super) const fn op(self) -> &'static str {
+        match self {
+            Pass::Forward => "conv2d",
+            Pass::BackwardData => "conv2d_backward_input",
+            Pass::BackwardFilter => "conv2d_backward_weight",
+        }
+    }
+}
+
+/// What a plan depends on. `x` is the forward's input (the input gradient for backward data),
+/// `y` the forward's output (the output gradient for the backward passes); the filter is dense.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct PlanKey {
+    pub(super) pass: Pass,
     pub(super) dtype: DType,
     /// `cudnnMathType_t` as a number.
     pub(super) math: u32,
     pub(super) x_dims: [c_int; 4],
     pub(super) x_strides: [c_int; 4],
     pub(super) w_dims: [c_int; 4],
+    pub(super) y_strides: [c_int; 4],
     /// Padding, stride, dilation, each (height, width).
     pub(super) window: [c_int; 6],
     pub(super) groups: c_int,
 }
 
+/// An algorithm of one of the three passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Algo {
+    Forward(sys::cudnnConvolutionFwdAlgo_t),
+    Data(sys::cudnnConvolutionBwdDataAlgo_t),
+    Filter(sys::cudnnConvolutionBwdFilterAlgo_t),
+}
+
 /// One algorithm cuDNN proposed, with the math it runs under and its workspace.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Candidate {
-    pub(super) algo: sys::cudnnConvolutionFwdAlgo_t,
+    pub(super) algo: Algo,
     pub(super) math: sys::cudnnMathType_t,
     pub(super) workspace: usize,
 }
@@ -109,14 +141,14 @@ impl Drop for Cudnn {
 
 impl Cudnn {
     /// A handle whose work goes to `backend`'s compute stream (the context is bound).
-    fn new(backend: &CudaBackend, dtype: DType) -> Result<Self> {
+    fn new(backend: &CudaBackend, op: &'static str, dtype: DType) -> Result<Self> {
         let device = backend.device;
         let dir = load_sublibraries();
         // SAFETY: the library and symbol are present (`available`); no arguments.
         unsafe { sys::cudnnCnnVersionCheck() }.result().map_err(|e| {
             let dir = dir.as_deref().map_or("?".into(), |d| d.display().to_string());
             Error::unsupported(
-                OP,
+                op,
                 dtype,
                 device,
                 format!(
@@ -160,22 +192,23 @@ impl Cudnn {
         match self.plans.get_mut(key) {
             Some(Ok(plan)) => Ok(plan),
             Some(Err(reason)) => Err(Error::unsupported(
-                OP,
+                key.pass.op(),
                 key.dtype,
                 device,
                 format!(
-                    "cuDNN refused input {:?} with strides {:?}, weight {:?}, (padding, stride, dilation) {:?}, groups {}: {reason}",
-                    key.x_dims, key.x_strides, key.w_dims, key.window, key.groups
+                    "cuDNN refused input {:?} with strides {:?}, output strides {:?}, weight {:?}, (padding, stride, \
+                     dilation) {:?}, groups {}: {reason}",
+                    key.x_dims, key.x_strides, key.y_strides, key.w_dims, key.window, key.groups
                 ),
             )),
-            None => Err(Error::invalid(OP, "cuDNN plan cache lost an entry")),
+            None => Err(Error::invalid(key.pass.op(), "cuDNN plan cache lost an entry")),
         }
     }
 
     fn build(&self, device: Device, key: &PlanKey) -> Result<Plan> {
         let err = |op| cudnn_error(device, op);
-        let (storage, accumulation) =
-            data_type(key.dtype).ok_or_else(|| Error::unsupported(OP, key.dtype, device, "cuDNN convolves floats"))?;
+        let (storage, accumulation) = data_type(key.dtype)
+            .ok_or_else(|| Error::unsupported(key.pass.op(), key.dtype, device, "cuDNN convolves floats"))?;
         let [n, _, _, _] = key.x_dims;
         let [o, _, _, _] = key.w_dims;
         let [ph, pw, sh, sw, dh, dw] = key.window;
@@ -184,7 +217,6 @@ impl Cudnn {
         let oh = out_size(key.x_dims[2], key.w_dims[2], ph, sh, dh);
         let ow = out_size(key.x_dims[3], key.w_dims[3], pw, sw, dw);
         let y_dims = [n, o, oh, ow];
-        let y_strides = [o * oh * ow, oh * ow, ow, 1];
 
         let mut raw: sys::cudnnTensorDescriptor_t = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
@@ -203,7 +235,7 @@ impl Cudnn {
             .map_err(err("cudnnCreateTensorDescriptor"))?;
         let y = TensorDesc(raw);
         // SAFETY: a live descriptor; dims and strides are 4-element arrays.
-        unsafe { sys::cudnnSetTensorNdDescriptor(y.0, storage, 4, y_dims.as_ptr(), y_strides.as_ptr()) }
+        unsafe { sys::cudnnSetTensorNdDescriptor(y.0, storage, 4, y_dims.as_ptr(), key.y_strides.as_ptr()) }
             .result()
             .map_err(err("cudnnSetTensorNdDescriptor (output)"))?;
         let mut raw: sys::cudnnFilterDescriptor_t = std::ptr::null_mut();
@@ -251,28 +283,15 @@ impl Cudnn {
             .result()
             .map_err(err("cudnnSetConvolutionMathType"))?;
 
-        const COUNT: usize = sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_COUNT as usize;
-        // SAFETY: a plain C struct of enums and numbers, for which all-zero bytes are valid
-        // (status 0 is success, algorithm 0 implicit GEMM); cuDNN overwrites the ones it returns.
-        let mut perf: [sys::cudnnConvolutionFwdAlgoPerf_t; COUNT] = unsafe { std::mem::zeroed() };
-        let mut returned: c_int = 0;
-        // SAFETY: live handle and descriptors; `perf` holds COUNT results.
-        unsafe {
-            sys::cudnnGetConvolutionForwardAlgorithm_v7(
-                self.handle,
-                x.0,
-                w.0,
-                conv.0,
-                y.0,
-                COUNT as c_int,
-                &mut returned,
-                perf.as_mut_ptr(),
-            )
-        }
-        .result()
-        .map_err(err("cudnnGetConvolutionForwardAlgorithm_v7"))?;
+        let descriptors = Descriptors {
+            x: x.0,
+            w: w.0,
+            y: y.0,
+            conv: conv.0,
+        };
+        let ranked = self.rank(device, key.pass, &descriptors)?;
         let mut candidates = Vec::new();
-        for p in perf.iter().take((returned.max(0) as usize).min(COUNT)) {
+        for p in ranked {
             if p.status != sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
                 continue;
             }
@@ -280,24 +299,19 @@ impl Cudnn {
             // rest run under FMA math; otherwise each runs under the math cuDNN ranked it with.
             let fma = requested == sys::cudnnMathType_t::CUDNN_FMA_MATH;
             let tensor_ops = matches!(
-                p.mathType,
+                p.math_type,
                 sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
                     | sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
             );
             if fma && tensor_ops {
                 continue;
             }
-            let math = if fma { requested } else { p.mathType };
+            let math = if fma { requested } else { p.math_type };
             // SAFETY: a live descriptor.
             unsafe { sys::cudnnSetConvolutionMathType(conv.0, math) }
                 .result()
                 .map_err(err("cudnnSetConvolutionMathType"))?;
-            let mut workspace = 0usize;
-            // SAFETY: live handle and descriptors; valid out-pointer.
-            let sized = unsafe {
-                sys::cudnnGetConvolutionForwardWorkspaceSize(self.handle, x.0, w.0, conv.0, y.0, p.algo, &mut workspace)
-            };
-            if sized.result().is_ok() {
+            if let Some(workspace) = self.workspace(&descriptors, p.algo) {
                 candidates.push(Candidate {
                     algo: p.algo,
                     math,
@@ -307,12 +321,12 @@ impl Cudnn {
         }
         if candidates.is_empty() {
             return Err(Error::unsupported(
-                OP,
+                key.pass.op(),
                 key.dtype,
                 device,
                 format!(
-                    "cuDNN has no forward algorithm for input {:?} (strides {:?}), weight {:?}, window {:?}, groups {}",
-                    key.x_dims, key.x_strides, key.w_dims, key.window, key.groups
+                    "cuDNN has no {:?} algorithm for input {:?} (strides {:?}), weight {:?}, window {:?}, groups {}",
+                    key.pass, key.x_dims, key.x_strides, key.w_dims, key.window, key.groups
                 ),
             ));
         }
@@ -324,6 +338,129 @@ impl Cudnn {
             conv,
             candidates,
         })
+    }
+}
+
+/// The raw descriptors of a plan, as the ranking and sizing calls take them.
+struct Descriptors {
+    x: sys::cudnnTensorDescriptor_t,
+    w: sys::cudnnFilterDescriptor_t,
+    y: sys::cudnnTensorDescriptor_t,
+    conv: sys::cudnnConvolutionDescriptor_t,
+}
+
+/// One entry of cuDNN's ranking, whatever the pass.
+struct Ranked {
+    algo: Algo,
+    status: sys::cudnnStatus_t,
+    math_type: sys::cudnnMathType_t,
+}
+
+/// Every algorithm cuDNN ranks for one pass, best first, through the pass's `_v7` heuristic
+/// (`$get`) and its perf struct (`$perf`), each entry mapped into [`Algo`] by `$wrap`.
+macro_rules! rank_with {
+    ($handle:expr, $get:ident, $perf:ty, $count:expr, $wrap:path, $a:expr, $b:expr, $c:expr, $d:expr, $err:expr) => {{
+        const COUNT: usize = $count as usize;
+        // SAFETY: a plain C struct of enums and numbers, for which all-zero bytes are valid
+        // (status 0 is success, algorithm 0 exists in every pass); cuDNN overwrites the ones
+        // it returns.
+        let mut perf: [$perf; COUNT] = unsafe { std::mem::zeroed() };
+        let mut returned: c_int = 0;
+        // SAFETY: live handle and descriptors of this plan; `perf` holds COUNT results.
+        unsafe {
+            sys::$get(
+                $handle,
+                $a,
+                $b,
+                $c,
+                $d,
+                COUNT as c_int,
+                &mut returned,
+                perf.as_mut_ptr(),
+            )
+        }
+        .result()
+        .map_err($err(stringify!($get)))?;
+        perf.iter()
+            .take((returned.max(0) as usize).min(COUNT))
+            .map(|p| Ranked {
+                algo: $wrap(p.algo),
+                status: p.status,
+                math_type: p.mathType,
+            })
+            .collect::<Vec<Ranked>>()
+    }};
+}
+
+impl Cudnn {
+    /// cuDNN's ranking of the algorithms of `pass` for the descriptors.
+    fn rank(&self, device: Device, pass: Pass, d: &Descriptors) -> Result<Vec<Ranked>> {
+        let err = |op| cudnn_error(device, op);
+        Ok(match pass {
+            Pass::Forward => rank_with!(
+                self.handle,
+                cudnnGetConvolutionForwardAlgorithm_v7,
+                sys::cudnnConvolutionFwdAlgoPerf_t,
+                sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                Algo::Forward,
+                d.x,
+                d.w,
+                d.conv,
+                d.y,
+                err
+            ),
+            Pass::BackwardData => rank_with!(
+                self.handle,
+                cudnnGetConvolutionBackwardDataAlgorithm_v7,
+                sys::cudnnConvolutionBwdDataAlgoPerf_t,
+                sys::cudnnConvolutionBwdDataAlgo_t::CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                Algo::Data,
+                d.w,
+                d.y,
+                d.conv,
+                d.x,
+                err
+            ),
+            Pass::BackwardFilter => rank_with!(
+                self.handle,
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+                sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+                sys::cudnnConvolutionBwdFilterAlgo_t::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                Algo::Filter,
+                d.x,
+                d.y,
+                d.conv,
+                d.w,
+                err
+            ),
+        })
+    }
+
+    /// The workspace `algo` needs under the convolution descriptor's current math type, or
+    /// `None` when cuDNN will not size it (the algorithm is then left out).
+    fn workspace(&self, d: &Descriptors, algo: Algo) -> Option<usize> {
+        let mut bytes = 0usize;
+        // SAFETY: live handle and descriptors of this plan; `bytes` is a valid out-pointer.
+        let status = unsafe {
+            match algo {
+                Algo::Forward(a) => {
+                    sys::cudnnGetConvolutionForwardWorkspaceSize(self.handle, d.x, d.w, d.conv, d.y, a, &mut bytes)
+                }
+                Algo::Data(a) => {
+                    sys::cudnnGetConvolutionBackwardDataWorkspaceSize(self.handle, d.w, d.y, d.conv, d.x, a, &mut bytes)
+                }
+                Algo::Filter(a) => sys::cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                    self.handle,
+                    d.x,
+                    d.y,
+                    d.conv,
+                    d.w,
+                    a,
+                    &mut bytes,
+                ),
+            }
+        };
+        status.result().ok().map(|()| bytes)
     }
 }
 
@@ -339,7 +476,7 @@ fn math_from_u32(v: u32) -> sys::cudnnMathType_t {
 }
 
 /// The device's cuDNN handle, created on first use.
-pub(super) fn handle(backend: &CudaBackend, dtype: DType) -> Result<Arc<Mutex<Cudnn>>> {
+pub(super) fn handle(backend: &CudaBackend, op: &'static str, dtype: DType) -> Result<Arc<Mutex<Cudnn>>> {
     type Handles = Mutex<HashMap<Device, Arc<Mutex<Cudnn>>>>;
     static HANDLES: OnceLock<Handles> = OnceLock::new();
     let mut handles = HANDLES
@@ -349,14 +486,16 @@ pub(super) fn handle(backend: &CudaBackend, dtype: DType) -> Result<Arc<Mutex<Cu
     if let Some(h) = handles.get(&backend.device) {
         return Ok(h.clone());
     }
-    let h = Arc::new(Mutex::new(Cudnn::new(backend, dtype)?));
+    let h = Arc::new(Mutex::new(Cudnn::new(backend, op, dtype)?));
     handles.insert(backend.device, h.clone());
     Ok(h)
 }
 
-/// One `cudnnConvolutionForward` on the handle's stream.
+/// The candidate's call on the handle's stream: `cudnnConvolutionForward` (reads `x`, `w`,
+/// writes `y`), `cudnnConvolutionBackwardData` (reads `y` and `w`, writes `x`) or
+/// `cudnnConvolutionBackwardFilter` (reads `x` and `y`, writes `w`), overwriting (beta 0).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn forward(
+pub(super) fn execute(
     device: Device,
     handle: sys::cudnnHandle_t,
     plan: &Plan,
@@ -387,30 +526,76 @@ pub(super) fn forward(
     unsafe { sys::cudnnSetConvolutionMathType(plan.conv.0, candidate.math) }
         .result()
         .map_err(cudnn_error(device, "cudnnSetConvolutionMathType"))?;
-    // SAFETY: the descriptors describe `x` (its real strides, within its validated buffer), `w`
-    // (dense [O, C/g, kh, kw]) and `y` (dense [N, O, OH, OW]), all live blocks of this device;
+    let (xp, wp, yp) = (
+        device_ptr(x) as *mut c_void,
+        device_ptr(w) as *mut c_void,
+        device_ptr(y) as *mut c_void,
+    );
+    // SAFETY: (all three calls) the descriptors describe `x` and `y` (their real strides, within
+    // their validated buffers) and `w` (dense [O, C/g, kh, kw]), all live blocks of this device;
+    // only the pass's output is written, and it is dense and apart from the inputs (validated);
     // the workspace is a live block of the size cuDNN asked for; alpha/beta are host scalars of
     // the accumulation type that outlive the call; the call is queued on the compute stream (the
     // handle's) after the operands' earlier users (the caller ordered it).
-    unsafe {
-        sys::cudnnConvolutionForward(
-            handle,
-            alpha,
-            plan.x.0,
-            device_ptr(x) as *const c_void,
-            plan.w.0,
-            device_ptr(w) as *const c_void,
-            plan.conv.0,
-            candidate.algo,
-            ws_addr,
-            ws_bytes,
-            beta,
-            plan.y.0,
-            device_ptr(y) as *mut c_void,
-        )
-    }
-    .result()
-    .map_err(cudnn_error(device, "cudnnConvolutionForward"))
+    let (status, name) = unsafe {
+        match candidate.algo {
+            Algo::Forward(algo) => (
+                sys::cudnnConvolutionForward(
+                    handle,
+                    alpha,
+                    plan.x.0,
+                    xp,
+                    plan.w.0,
+                    wp,
+                    plan.conv.0,
+                    algo,
+                    ws_addr,
+                    ws_bytes,
+                    beta,
+                    plan.y.0,
+                    yp,
+                ),
+                "cudnnConvolutionForward",
+            ),
+            Algo::Data(algo) => (
+                sys::cudnnConvolutionBackwardData(
+                    handle,
+                    alpha,
+                    plan.w.0,
+                    wp,
+                    plan.y.0,
+                    yp,
+                    plan.conv.0,
+                    algo,
+                    ws_addr,
+                    ws_bytes,
+                    beta,
+                    plan.x.0,
+                    xp,
+                ),
+                "cudnnConvolutionBackwardData",
+            ),
+            Algo::Filter(algo) => (
+                sys::cudnnConvolutionBackwardFilter(
+                    handle,
+                    alpha,
+                    plan.x.0,
+                    xp,
+                    plan.y.0,
+                    yp,
+                    plan.conv.0,
+                    algo,
+                    ws_addr,
+                    ws_bytes,
+                    beta,
+                    plan.w.0,
+                    wp,
+                ),
+                "cudnnConvolutionBackwardFilter",
+            ),
+        }
+    };
+    status.result().map_err(cudnn_error(device, name))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use crate::modules::LoadedKernel;
 use crate::{conv, matmul};
 
 pub(crate) mod attention;
+pub(crate) mod attention_backward;
 pub(crate) mod backward;
 mod copy;
 mod cross_entropy_backward;
@@ -25,6 +26,7 @@ mod rows;
 mod scan;
 mod sort;
 pub(crate) mod update;
+mod update_many;
 
 /// Queue the [`crate::modules::LoadedKernel`] `$kernel` on the compute stream after ordering it
 /// behind the users of `$slices` (an array of the operands' buffers); the arguments must be
@@ -121,6 +123,7 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             causal,
             out,
         } => attention::attention(backend, q, k, v, *scale, *causal, out),
+        Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
         Kernel::Conv2d {
             input,
             weight,
@@ -130,8 +133,50 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             groups,
             out,
         } => {
+            let window = conv::Window {
+                stride: *stride,
+                padding: *padding,
+                dilation: *dilation,
+                groups: *groups,
+            };
             // SAFETY: validated operands in live blocks of this device (this function's contract).
-            unsafe { conv::conv2d(backend, input, weight, *stride, *padding, *dilation, *groups, out) }
+            unsafe { conv::conv2d(backend, input, weight, window, out) }
+        }
+        Kernel::Conv2dBackwardInput {
+            grad,
+            weight,
+            stride,
+            padding,
+            dilation,
+            groups,
+            out,
+        } => {
+            let window = conv::Window {
+                stride: *stride,
+                padding: *padding,
+                dilation: *dilation,
+                groups: *groups,
+            };
+            // SAFETY: validated operands in live blocks of this device (this function's contract).
+            unsafe { conv::conv2d_backward_input(backend, grad, weight, window, out) }
+        }
+        Kernel::Conv2dBackwardWeight {
+            input,
+            grad,
+            stride,
+            padding,
+            dilation,
+            groups,
+            out,
+        } => {
+            let window = conv::Window {
+                stride: *stride,
+                padding: *padding,
+                dilation: *dilation,
+                groups: *groups,
+            };
+            // SAFETY: validated operands in live blocks of this device (this function's contract).
+            unsafe { conv::conv2d_backward_weight(backend, input, grad, window, out) }
         }
         Kernel::SoftmaxBackward {
             output,
@@ -170,6 +215,7 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             state,
             param,
         } => update::update(backend, rule, grad, state, param),
+        Kernel::UpdateMany { rule, sets } => update_many::update_many(backend, rule, sets),
     }
 }
 

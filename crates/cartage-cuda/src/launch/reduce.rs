@@ -6,7 +6,10 @@
 //!   second launch — so a full reduction of 1 GiB keeps every multiprocessor busy;
 //! - shorter rows: a warp per row;
 //! - many short rows that lie side by side in memory (reducing a leading dimension): a thread
-//!   per row, so neighbouring threads read neighbouring addresses.
+//!   per row, so neighbouring threads read neighbouring addresses; when those threads would not
+//!   fill the GPU (a bias gradient, a few thousand outputs each summing tens of thousands of
+//!   rows), the reduced dimension is split into chunks as well, neighbouring threads still
+//!   taking neighbouring outputs of one chunk.
 //!
 //! Partial states come from the caching allocator and go back to it right after the launches
 //! are queued (stream order makes the reuse safe).
@@ -122,6 +125,14 @@ pub(super) fn reduce(
     if group == THREADS && rows < wave && cols >= 65536 {
         let wanted = wave.div_ceil(rows).clamp(1, cols / 16384);
         chunk = cols.div_ceil(wanted).div_ceil(16) * 16;
+        split = cols.div_ceil(chunk);
+    } else if group == 1 && cols >= 256 && rows < wave * THREADS as u64 {
+        // One thread per output leaves most of the GPU idle when the outputs are few and the
+        // reduced dim long (a bias gradient: [16384, 1152] summed over dim 0 ran on 5 blocks):
+        // split the reduced dim so that about one wave of threads runs, each summing a chunk of
+        // at least 32 elements, and combine the chunks in a second pass.
+        let wanted = (wave * THREADS as u64).div_ceil(rows).clamp(1, cols / 32);
+        chunk = cols.div_ceil(wanted);
         split = cols.div_ceil(chunk);
     }
     let mut geom = ReduceGeom {

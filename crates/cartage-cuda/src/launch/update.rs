@@ -17,7 +17,7 @@ use crate::modules::{KernelName, SourceFile};
 pub(crate) const DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
 /// A kernel's compute type: f32, or f64 for f64 operands.
-trait ComputeType: Copy {
+pub(super) trait ComputeType: Copy {
     fn of(value: f64) -> Self;
 }
 
@@ -36,7 +36,7 @@ impl ComputeType for f64 {
 /// `struct AdamArgs<C>` of update.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct AdamArgs<C> {
+pub(super) struct AdamArgs<C> {
     n: u64,
     vectors: u64,
     decay: C,
@@ -49,7 +49,7 @@ struct AdamArgs<C> {
 }
 
 impl<C: ComputeType> AdamArgs<C> {
-    fn new(c: &AdamCoefficients, n: u64, vectors: u64) -> Self {
+    pub(super) fn new(c: &AdamCoefficients, n: u64, vectors: u64) -> Self {
         AdamArgs {
             n,
             vectors,
@@ -67,7 +67,7 @@ impl<C: ComputeType> AdamArgs<C> {
 /// `struct SgdArgs<C>` of update.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-struct SgdArgs<C> {
+pub(super) struct SgdArgs<C> {
     n: u64,
     vectors: u64,
     lr: C,
@@ -86,7 +86,7 @@ const NESTEROV: i32 = 2;
 const FIRST_STEP: i32 = 4;
 
 impl<C: ComputeType> SgdArgs<C> {
-    fn new(c: &SgdCoefficients, n: u64, vectors: u64) -> Self {
+    pub(super) fn new(c: &SgdCoefficients, n: u64, vectors: u64) -> Self {
         let flags = if c.momentum != 0.0 { HAS_BUFFER } else { 0 }
             | if c.nesterov { NESTEROV } else { 0 }
             | if c.first_step { FIRST_STEP } else { 0 };

@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 
+use cartage::optim::{AdamSlot, StepReport, adam_step_many};
 use cartage::{AdamUpdate, Result, Tensor, VarId};
 
-use super::{Optimizer, OptimizerState, export, follow, import, same_store};
+use super::{Optimizer, OptimizerState, export, follow, group_by, import, same_store};
 use crate::{ParamStore, StoreId};
 
 /// The moments of one parameter.
@@ -24,6 +25,7 @@ struct Core {
     decoupled: bool,
     step: u64,
     moments: HashMap<VarId, Moments>,
+    last_step: StepReport,
 }
 
 impl Core {
@@ -63,11 +65,13 @@ impl Core {
             decoupled,
             step: 0,
             moments: HashMap::new(),
+            last_step: StepReport::default(),
         }
     }
 
-    /// One fused update per parameter (`Tensor::adam_step_`): the moments and the parameter
-    /// are written in place, so the step allocates nothing once the moments exist.
+    /// One multi-tensor update per group of parameters sharing a device and a dtype
+    /// (`cartage::optim::adam_step_many`): the moments and the parameters are written in place,
+    /// so the step allocates nothing once the moments exist.
     fn step(&mut self, op: &'static str, store: &ParamStore) -> Result<()> {
         same_store(op, self.store, store)?;
         let _plain = cartage::no_grad();
@@ -81,6 +85,7 @@ impl Core {
             decoupled: self.decoupled,
             step: self.step,
         };
+        let mut entries = Vec::new();
         for var in store.vars() {
             let Some(g) = var.grad() else { continue };
             let p = var.value();
@@ -94,8 +99,26 @@ impl Core {
                     v: p.zeros_like()?,
                 },
             };
-            p.adam_step_(&g, &moments.m, &moments.v, rule)?;
-            self.moments.insert(var.id(), moments);
+            entries.push((var.id(), p, g, moments));
+        }
+        self.last_step = StepReport::default();
+        for members in group_by(&entries, |(_, p, _, _)| (p.device(), p.dtype())).values() {
+            let slots: Vec<AdamSlot<'_>> = members
+                .iter()
+                .map(|&i| {
+                    let (_, p, g, moments) = &entries[i];
+                    AdamSlot {
+                        param: p,
+                        grad: g,
+                        exp_avg: &moments.m,
+                        exp_avg_sq: &moments.v,
+                    }
+                })
+                .collect();
+            self.last_step += adam_step_many(rule, &slots)?;
+        }
+        for (id, _, _, moments) in entries {
+            self.moments.insert(id, moments);
         }
         Ok(())
     }
@@ -105,6 +128,14 @@ impl Core {
 /// `Core` is configured.
 macro_rules! delegate_to_core {
     ($name:ident) => {
+        impl $name {
+            /// How the last [`Optimizer::step`] ran: one multi-tensor kernel per group of
+            /// parameters sharing a device and a dtype, where the device has one.
+            pub fn last_step(&self) -> StepReport {
+                self.core.last_step
+            }
+        }
+
         impl Optimizer for $name {
             fn step(&mut self, store: &ParamStore) -> Result<()> {
                 self.core.step(concat!(stringify!($name), "::step"), store)

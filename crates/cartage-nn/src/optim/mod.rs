@@ -9,7 +9,9 @@
 //! Gradient accumulation needs nothing special: gradients add up across `backward` calls until
 //! [`ParamStore::zero_grad`], which frees them.
 //!
-//! Each update is composed from cartage's element-wise ops, one parameter at a time.
+//! Each step updates the parameters of one device and dtype together, through
+//! [`cartage::optim`]: one multi-tensor kernel where the device has it (CPU, CUDA), else one
+//! fused kernel per parameter, else the formulas composed from element-wise ops.
 
 mod adam;
 mod clip;
@@ -96,6 +98,16 @@ pub(crate) fn import(store: &ParamStore, state: &OptimizerState, slot: &str) -> 
         }
     }
     Ok(out)
+}
+
+/// The indices of `items` grouped by `key`, in order of first appearance within each group
+/// (ordered by key, so that every run visits the groups in one order).
+pub(crate) fn group_by<T, K: Ord>(items: &[T], key: impl Fn(&T) -> K) -> std::collections::BTreeMap<K, Vec<usize>> {
+    let mut groups = std::collections::BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        groups.entry(key(item)).or_insert_with(Vec::new).push(i);
+    }
+    groups
 }
 
 /// Refuse a store other than the one the optimizer was built on.

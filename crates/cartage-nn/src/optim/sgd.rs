@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 
+use cartage::optim::{SgdSlot, StepReport, sgd_step_many};
 use cartage::{Result, SgdUpdate, Tensor, VarId};
 
-use super::{Optimizer, OptimizerState, export, follow, import, same_store};
+use super::{Optimizer, OptimizerState, export, follow, group_by, import, same_store};
 use crate::{ParamStore, StoreId};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g += wd·p`; with momentum `buf = μ·buf + (1-dampening)·g`
@@ -21,6 +22,7 @@ pub struct Sgd {
     /// Nesterov momentum.
     pub nesterov: bool,
     buffers: HashMap<VarId, Tensor>,
+    last_step: StepReport,
 }
 
 impl Sgd {
@@ -34,7 +36,15 @@ impl Sgd {
             weight_decay: 0.0,
             nesterov: false,
             buffers: HashMap::new(),
+            last_step: StepReport::default(),
         }
+    }
+
+    /// How the last [`Optimizer::step`] ran: one multi-tensor kernel per group of parameters
+    /// sharing a device and a dtype (and, with momentum, whether their buffer is new) where the
+    /// device has one.
+    pub fn last_step(&self) -> StepReport {
+        self.last_step
     }
 }
 
@@ -50,19 +60,39 @@ impl Optimizer for Sgd {
             nesterov: self.nesterov,
             first_step: false,
         };
+        // (id, parameter, gradient, buffer, first step) of every parameter with a gradient.
+        let mut entries = Vec::new();
         for var in store.vars() {
             let Some(g) = var.grad() else { continue };
             let p = var.value();
-            if !rule.has_momentum() {
-                p.sgd_step_(&g, None, rule)?;
-                continue;
-            }
             let (buf, first_step) = match self.buffers.remove(&var.id()) {
-                Some(b) => (follow(b, &p)?, false),
-                None => (p.zeros_like()?, true),
+                Some(b) if rule.has_momentum() => (Some(follow(b, &p)?), false),
+                _ if rule.has_momentum() => (Some(p.zeros_like()?), true),
+                _ => (None, false),
             };
-            p.sgd_step_(&g, Some(&buf), SgdUpdate { first_step, ..rule })?;
-            self.buffers.insert(var.id(), buf);
+            entries.push((var.id(), p, g, buf, first_step));
+        }
+        self.last_step = StepReport::default();
+        // A new buffer is written as the gradient: those parameters step apart from the others.
+        let groups = group_by(&entries, |(_, p, _, _, first)| (p.device(), p.dtype(), *first));
+        for (&(_, _, first_step), members) in &groups {
+            let slots: Vec<SgdSlot<'_>> = members
+                .iter()
+                .map(|&i| {
+                    let (_, p, g, buf, _) = &entries[i];
+                    SgdSlot {
+                        param: p,
+                        grad: g,
+                        momentum_buffer: buf.as_ref(),
+                    }
+                })
+                .collect();
+            self.last_step += sgd_step_many(SgdUpdate { first_step, ..rule }, &slots)?;
+        }
+        for (id, _, _, buf, _) in entries {
+            if let Some(buf) = buf {
+                self.buffers.insert(id, buf);
+            }
         }
         Ok(())
     }

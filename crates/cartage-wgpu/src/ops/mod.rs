@@ -120,7 +120,19 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             state,
             param,
         } => update::update(backend, rule, grad, state, param),
-        Kernel::Conv2d { .. } | Kernel::Attention { .. } => Err(cartage_core::Error::unsupported(
+        // Sets live in separate buffers: one dispatch would need a binding per set, so the
+        // frontend runs one fused `Update` per parameter here instead.
+        Kernel::UpdateMany { .. } => Err(cartage_core::Error::unsupported(
+            kernel.op().name(),
+            kernel.dtype(),
+            cartage_core::Backend::device(backend),
+            "no multi-tensor kernel here; the frontend runs one fused update per parameter",
+        )),
+        Kernel::Conv2d { .. }
+        | Kernel::Conv2dBackwardInput { .. }
+        | Kernel::Conv2dBackwardWeight { .. }
+        | Kernel::Attention { .. }
+        | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),
             cartage_core::Backend::device(backend),

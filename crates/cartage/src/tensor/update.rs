@@ -31,8 +31,20 @@ impl Tensor {
     pub fn adam_step_(&self, grad: &Tensor, exp_avg: &Tensor, exp_avg_sq: &Tensor, rule: AdamUpdate) -> Result<()> {
         let update = UpdateRule::Adam(rule);
         self.check_update(&update, grad, &[exp_avg, exp_avg_sq])?;
+        self.adam_step_checked(grad, exp_avg, exp_avg_sq, rule).map(|_| ())
+    }
+
+    /// [`Tensor::adam_step_`] after its checks; `true` when it ran as one fused kernel.
+    pub(crate) fn adam_step_checked(
+        &self,
+        grad: &Tensor,
+        exp_avg: &Tensor,
+        exp_avg_sq: &Tensor,
+        rule: AdamUpdate,
+    ) -> Result<bool> {
+        let update = UpdateRule::Adam(rule);
         if self.update_fused(&update, grad, [Some(exp_avg), Some(exp_avg_sq)])? {
-            return Ok(());
+            return Ok(true);
         }
         let c = rule.coefficients();
         let p = self.contiguous()?;
@@ -47,7 +59,8 @@ impl Tensor {
         let stepped = p.sub(&m.div(&denom)?.mul_scalar(c.step_size)?)?;
         exp_avg.copy_from(&m)?;
         exp_avg_sq.copy_from(&v)?;
-        self.copy_from(&stepped)
+        self.copy_from(&stepped)?;
+        Ok(false)
     }
 
     /// One SGD step ([`SgdUpdate`] has the formulas, PyTorch's), in place on this parameter and,
@@ -66,17 +79,32 @@ impl Tensor {
     /// # Ok::<(), cartage::Error>(())
     /// ```
     pub fn sgd_step_(&self, grad: &Tensor, momentum_buffer: Option<&Tensor>, rule: SgdUpdate) -> Result<()> {
+        self.check_sgd(grad, momentum_buffer, rule)?;
+        self.sgd_step_checked(grad, momentum_buffer, rule).map(|_| ())
+    }
+
+    /// The checks of [`Tensor::sgd_step_`].
+    pub(crate) fn check_sgd(&self, grad: &Tensor, momentum_buffer: Option<&Tensor>, rule: SgdUpdate) -> Result<()> {
         let states: Vec<&Tensor> = momentum_buffer.into_iter().collect();
-        let update = UpdateRule::Sgd(rule);
         if rule.has_momentum() != momentum_buffer.is_some() {
             return Err(Error::invalid(
                 "sgd_update",
                 "SGD with momentum needs a momentum buffer, and SGD without momentum takes none",
             ));
         }
-        self.check_update(&update, grad, &states)?;
+        self.check_update(&UpdateRule::Sgd(rule), grad, &states)
+    }
+
+    /// [`Tensor::sgd_step_`] after its checks; `true` when it ran as one fused kernel.
+    pub(crate) fn sgd_step_checked(
+        &self,
+        grad: &Tensor,
+        momentum_buffer: Option<&Tensor>,
+        rule: SgdUpdate,
+    ) -> Result<bool> {
+        let update = UpdateRule::Sgd(rule);
         if self.update_fused(&update, grad, [momentum_buffer, None])? {
-            return Ok(());
+            return Ok(true);
         }
         let c = rule.coefficients();
         let p = self.contiguous()?;
@@ -97,11 +125,12 @@ impl Tensor {
                 buf.clone()
             };
         }
-        self.copy_from(&p.sub(&g.mul_scalar(c.lr)?)?)
+        self.copy_from(&p.sub(&g.mul_scalar(c.lr)?)?)?;
+        Ok(false)
     }
 
     /// The checks every update makes: hyperparameters, devices, dtypes, shapes, no graph.
-    fn check_update(&self, rule: &UpdateRule, grad: &Tensor, states: &[&Tensor]) -> Result<()> {
+    pub(crate) fn check_update(&self, rule: &UpdateRule, grad: &Tensor, states: &[&Tensor]) -> Result<()> {
         let name = rule.kind().name();
         rule.check()?;
         check::float(name, self.dtype)?;
@@ -141,19 +170,10 @@ impl Tensor {
         if !self.backend().capabilities().supports(Op::Update(kind), self.dtype) {
             return Ok(false);
         }
-        let grad = grad.to_dtype(self.dtype)?;
-        let states: Vec<&Tensor> = state.iter().flatten().copied().collect();
-        let operands: Vec<&Tensor> = [self, &grad].into_iter().chain(states.iter().copied()).collect();
-        if operands.iter().any(|t| !t.is_contiguous()) {
+        let Some(grad) = self.fusable_grad(grad, state)? else {
             return Ok(false);
-        }
-        // Operands that share memory (a gradient that is the parameter, one buffer passed as both
-        // moments) would make the in-place kernel read what it wrote: compose instead.
-        for (i, a) in operands.iter().enumerate() {
-            if operands[i + 1..].iter().any(|b| a.shares_storage(b)) {
-                return Ok(false);
-            }
-        }
+        };
+        let states: Vec<&Tensor> = state.iter().flatten().copied().collect();
         let arg = |t: Option<&Tensor>| t.map(Tensor::as_arg);
         let args: [Option<TensorArg>; 2] = [arg(state[0]), arg(state[1])];
         let kernel = Kernel::Update {
@@ -165,5 +185,48 @@ impl Tensor {
         let inputs: Vec<&Tensor> = std::iter::once(&grad).chain(states.iter().copied()).collect();
         self.launch(&kernel, &inputs, self.numel())?;
         Ok(true)
+    }
+
+    /// The gradient in the parameter's dtype when a fused kernel can update this parameter:
+    /// every operand contiguous and none sharing storage with another (a gradient that is the
+    /// parameter, one buffer passed as both moments would make the in-place kernel read what it
+    /// wrote); `None` when the update must be composed.
+    pub(crate) fn fusable_grad(&self, grad: &Tensor, state: [Option<&Tensor>; 2]) -> Result<Option<Tensor>> {
+        let grad = grad.to_dtype(self.dtype)?;
+        let states: Vec<&Tensor> = state.iter().flatten().copied().collect();
+        let given: Vec<&Tensor> = [self, &grad].into_iter().chain(states.iter().copied()).collect();
+        if given.iter().any(|t| !t.is_contiguous()) {
+            return Ok(None);
+        }
+        for (i, a) in given.iter().enumerate() {
+            if given[i + 1..].iter().any(|b| a.shares_storage(b)) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(grad))
+    }
+}
+
+impl Tensor {
+    /// Refuse a tensor of another device or dtype than `self` in one multi-tensor step.
+    pub(crate) fn check_same_group(&self, op: &'static str, other: &Tensor) -> Result<()> {
+        check::same_device_and_dtype(op, self, other)
+    }
+
+    /// The bytes of the storage this view can touch, `[start, end)` (empty for no element), with
+    /// the storage's address as its identity: for overlap checks between parameters.
+    pub(crate) fn storage_span(&self) -> (usize, usize, usize) {
+        let size = self.dtype.size_in_bytes();
+        let id = std::sync::Arc::as_ptr(&self.storage) as usize;
+        if self.layout.numel() == 0 {
+            return (id, 0, 0);
+        }
+        (id, self.layout.offset() * size, self.layout.extent() * size)
+    }
+
+    /// Launch `kernel` borrowing the storages of `tensors` (which hold every operand).
+    pub(crate) fn run_on(kernel: &Kernel, tensors: &[&Tensor]) -> Result<()> {
+        let buffers: Vec<&cartage_core::DeviceBuffer> = tensors.iter().map(|t| t.storage.device_buffer()).collect();
+        kernel.run(&buffers)
     }
 }

@@ -150,5 +150,6 @@ pub fn mlp_step(
             ("activation_bytes".to_string(), activations as f64),
             ("backward_peak_bytes".to_string(), peak.saturating_sub(start) as f64),
         ]),
+        memory_curve: Vec::new(),
     })
 }

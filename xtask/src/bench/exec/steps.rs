@@ -39,6 +39,7 @@ pub fn loss_loop(steps: usize, n: usize, read_every_step: bool, device: &Device,
     Ok(Outcome {
         measurement,
         counters: BTreeMap::from([("host_syncs".to_string(), syncs as f64)]),
+        memory_curve: Vec::new(),
     })
 }
 
@@ -69,5 +70,6 @@ pub fn alloc_loop(steps: usize, numel: usize, empty_cache: bool, device: &Device
             ("segment_allocs_per_step".to_string(), per_step),
             ("reserved_bytes_after".to_string(), after.reserved_bytes as f64),
         ]),
+        memory_curve: Vec::new(),
     })
 }

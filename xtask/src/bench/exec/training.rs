@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use cartage::bench::Bench;
+use cartage::optim::{AdamSlot, adam_step_many};
 use cartage::tensor::nn::CrossEntropy;
 use cartage::{AdamUpdate, DType, Device, Result, Tensor, memory_stats, reset_peak_memory_stats, synchronize};
 use cartage_nn::layers::{Activation, Linear, Sequential};
@@ -13,6 +14,7 @@ use cartage_nn::optim::{AdamW, Optimizer};
 use cartage_nn::{Module, ParamStore};
 
 use super::{Outcome, random};
+use crate::bench::report::MemoryPoint;
 #[allow(unused_imports, reason = "named in the module docs")]
 use crate::bench::cases::ModelOp;
 
@@ -93,6 +95,7 @@ fn measure_step(mut step: impl FnMut() -> Result<()>, device: &Device, bench: &B
     Ok(Outcome {
         measurement,
         counters: BTreeMap::from([("step_peak_bytes".to_string(), peak as f64)]),
+        memory_curve: Vec::new(),
     })
 }
 
@@ -129,7 +132,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         Tensor::from_vec(v, &[batch, context], device)
     };
     let (x, y) = (ids(0)?, ids(1)?.reshape(&[batch * context])?);
-    let step = || -> Result<()> {
+    let mut step = |mark: &mut dyn FnMut(&'static str) -> Result<()>| -> Result<()> {
         let loss = {
             let _ac = if autocast {
                 Some(cartage::autocast(device, DType::BF16)?)
@@ -139,16 +142,57 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
             let logits = model.forward(&x)?.reshape(&[batch * context, vocab])?;
             logits.cross_entropy(&y, CrossEntropy::default())?
         };
+        mark("forward")?;
         loss.backward()?;
+        mark("backward")?;
         opt.step(&store)?;
+        mark("optimizer")?;
         store.zero_grad();
-        Ok(())
+        drop(loss);
+        mark("zero_grad")
     };
-    measure_step(step, device, bench)
+    let mut outcome = measure_step(|| step(&mut |_| Ok(())), device, bench)?;
+    outcome.memory_curve = memory_curve(device, CURVE_STEPS, &mut step)?;
+    Ok(outcome)
+}
+
+/// Steps sampled for a training case's memory curve.
+const CURVE_STEPS: u32 = 3;
+
+/// Run `steps` more training steps, sampling device memory before the first and after each phase
+/// the step marks (`forward`, `backward`, `optimizer`, `zero_grad`). Reading the allocator's
+/// statistics needs no synchronisation: they count blocks as the host hands them out and takes
+/// them back. Each point's `peak` is the highest allocated level since the previous point.
+fn memory_curve(
+    device: &Device,
+    steps: u32,
+    step: &mut dyn FnMut(&mut dyn FnMut(&'static str) -> Result<()>) -> Result<()>,
+) -> Result<Vec<MemoryPoint>> {
+    let mut points = Vec::new();
+    let sample = |points: &mut Vec<MemoryPoint>, step: u32, phase: &str| -> Result<()> {
+        let stats = memory_stats(device)?;
+        points.push(MemoryPoint {
+            step,
+            phase: phase.to_string(),
+            allocated: stats.allocated_bytes as f64,
+            reserved: stats.reserved_bytes as f64,
+            peak: stats.peak_allocated_bytes as f64,
+        });
+        reset_peak_memory_stats(device)
+    };
+    synchronize(device)?;
+    sample(&mut points, 0, "start")?;
+    for i in 0..steps {
+        step(&mut |phase| sample(&mut points, i, phase))?;
+    }
+    synchronize(device)?;
+    Ok(points)
 }
 
 /// One AdamW step over `tensors` parameters of `params / tensors` elements with their gradients
-/// given (see [`ModelOp::AdamW`]): one fused `adam_step_` per parameter.
+/// given (see [`ModelOp::AdamW`]): one multi-tensor step over all of them
+/// (`cartage::optim::adam_step_many`: one fused kernel per group of tensors where the backend has
+/// it, else one fused update per tensor).
 pub fn adamw(params: usize, tensors: usize, device: &Device, bench: &Bench) -> Result<Outcome> {
     let each = params / tensors.max(1);
     let make = |seed: u64| random(&[each], DType::F32, seed, device);
@@ -172,10 +216,18 @@ pub fn adamw(params: usize, tensors: usize, device: &Device, bench: &Bench) -> R
             decoupled: true,
             step,
         };
-        for ((w, g), (m, v)) in weights.iter().zip(&grads).zip(&moments) {
-            w.adam_step_(g, m, v, rule)?;
-        }
-        Ok(())
+        let slots: Vec<AdamSlot<'_>> = weights
+            .iter()
+            .zip(&grads)
+            .zip(&moments)
+            .map(|((param, grad), (exp_avg, exp_avg_sq))| AdamSlot {
+                param,
+                grad,
+                exp_avg,
+                exp_avg_sq,
+            })
+            .collect();
+        adam_step_many(rule, &slots).map(drop)
     };
     update()?;
     Ok(bench.run_on(device, &mut update)?.into())
@@ -291,5 +343,6 @@ pub fn train_pipeline(layers: usize, width: usize, batch: usize, device: &Device
             ("kernels_s".to_string(), (real.compute - launch).max(0.0)),
             ("sync_s".to_string(), real.sync.max(0.0)),
         ]),
+        memory_curve: Vec::new(),
     })
 }

@@ -19,6 +19,7 @@ mod section_steps;
 mod section_training;
 mod section_transfers;
 mod summary;
+mod training_memory;
 mod training_pipeline;
 
 /// How a cell reads at a glance (the HTML colours it).

@@ -157,6 +157,24 @@ pub struct ReferenceValue {
     /// The reference's case-specific counts (its backward's peak memory…).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub counters: BTreeMap<String, f64>,
+    /// The reference's memory at the phases of a few training steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_curve: Vec<MemoryPoint>,
+}
+
+/// Device memory at one phase of a training step (see `exec/training.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPoint {
+    /// The step, from 0.
+    pub step: u32,
+    /// The phase that just ended: `start`, `forward`, `backward`, `optimizer` or `zero_grad`.
+    pub phase: String,
+    /// Bytes held by live tensors.
+    pub allocated: f64,
+    /// Bytes held in the allocator's segments (allocated + cached).
+    pub reserved: f64,
+    /// The highest allocated level since the previous point.
+    pub peak: f64,
 }
 
 /// One measurement.
@@ -207,6 +225,9 @@ pub struct Row {
     /// Case-specific counts (host syncs, segment allocations, overlap…).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub counters: BTreeMap<String, f64>,
+    /// Memory sampled at the phases of a few training steps (training cases only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_curve: Vec<MemoryPoint>,
     /// The reference library's figure for the same task, with `--vs-torch`.
     pub reference: Option<ReferenceValue>,
     /// The case itself (for readers that want its parameters).

@@ -47,6 +47,7 @@ fn row(section: Section, device: &str, dtype: &str, case: Case, median: f64) -> 
         bound: None,
         fraction_of_ceiling: None,
         counters: Default::default(),
+        memory_curve: Vec::new(),
         reference: None,
         params: case,
     }
@@ -274,6 +275,7 @@ fn reference_ratios_and_a_missing_reference_are_shown() {
         p90: first.median * 3.0,
         ratio: 0.5,
         counters: Default::default(),
+        memory_curve: Vec::new(),
     });
     report.reference = ReferenceStatus::Ran {
         python: "python3".into(),
@@ -354,6 +356,7 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         p90: 2e-3,
         ratio: 0.5,
         counters: Default::default(),
+        memory_curve: Vec::new(),
     });
     let mut slow = row(Section::Ops, "cuda:0", "bf16", sdpa, 4e-3);
     slow.reference = Some(ReferenceValue {
@@ -363,6 +366,7 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         p90: 1e-3,
         ratio: 4.0,
         counters: Default::default(),
+        memory_curve: Vec::new(),
     });
     report.rows.extend([fast, slow]);
     report.finalize();
@@ -496,6 +500,7 @@ fn the_sweep_chart_draws_each_series_in_its_own_colour_with_the_legend_beside_it
             p90: r.median * 1.2,
             ratio: 1.0 / 1.1,
             counters: Default::default(),
+            memory_curve: Vec::new(),
         });
     }
     let blocks = build(&report);
@@ -625,4 +630,69 @@ fn the_committed_reports_render_by_the_rules() {
         let charts = blocks.iter().filter(|b| matches!(b, Block::Chart { .. })).count();
         assert!(charts >= 8, "{dir}: {charts} charts");
     }
+}
+
+#[test]
+fn the_training_section_draws_the_memory_curve_beside_the_reference() {
+    use crate::bench::cases::ModelOp;
+    let mut report = sample_report();
+    let gpt = Case::Model(ModelOp::GptTrain {
+        layers: 2,
+        dim: 64,
+        heads: 4,
+        context: 32,
+        batch: 4,
+        vocab: 128,
+        autocast: false,
+    });
+    let curve = |scale: f64| -> Vec<MemoryPoint> {
+        let phases = ["forward", "backward", "optimizer", "zero_grad"];
+        let mut points = vec![MemoryPoint {
+            step: 0,
+            phase: "start".into(),
+            allocated: 10e6 * scale,
+            reserved: 20e6,
+            peak: 10e6 * scale,
+        }];
+        for step in 0..2 {
+            for (i, phase) in phases.iter().enumerate() {
+                let allocated = [60e6, 30e6, 30e6, 20e6][i] * scale;
+                points.push(MemoryPoint {
+                    step,
+                    phase: (*phase).into(),
+                    allocated,
+                    reserved: 80e6,
+                    peak: allocated + 5e6,
+                });
+            }
+        }
+        points
+    };
+    let mut r = row(Section::Training, "cuda:0", "f32", gpt, 1e-2);
+    r.memory_curve = curve(1.0);
+    r.reference = Some(ReferenceValue {
+        library: "torch 2.11.0".into(),
+        median: 1e-2,
+        p10: 1e-2,
+        p90: 1e-2,
+        ratio: 1.0,
+        counters: Default::default(),
+        memory_curve: curve(0.5),
+    });
+    report.rows.push(r);
+    report.finalize();
+    let blocks = build(&report);
+    let text = format!("{blocks:?}");
+    let chart = blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Chart { name, svg, .. } if name == "training-memory-cuda0" => Some(svg.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no memory chart in {text}"));
+    let labels = svg_texts(&chart);
+    assert!(labels.iter().any(|t| t == "cartage f32"), "{labels:?}");
+    assert!(labels.iter().any(|t| t == "torch f32"), "{labels:?}");
+    // The table lists the second step's phases: 60 MB after cartage's forward, 30 MB for torch's.
+    assert!(text.contains("57.2 MiB") && text.contains("28.6 MiB"), "{text}");
 }

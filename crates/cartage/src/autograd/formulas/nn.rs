@@ -2,7 +2,8 @@
 //! Half-precision inputs are differentiated in f32 and the gradients cast back, as the forward
 //! kernels compute in f32.
 
-use cartage_core::{DType, NormKind, Result};
+use cartage_core::kernel::AttentionBackwardArgs;
+use cartage_core::{DType, Error, Kernel, NormKind, Op, Result};
 
 use super::when;
 use crate::Tensor;
@@ -128,9 +129,15 @@ pub(crate) fn cross_entropy(
 /// The backward of the fused `scaled_dot_product_attention(q, k, v, None, causal)`, with the
 /// probabilities recomputed from the saved inputs (the fused forward keeps none):
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ - rowsum(dO·Vᵀ ∘ P))`, `dQ = s·dS·K`, `dK = s·dSᵀ·Q`.
+/// One fused `Kernel::AttentionBackward` where the backend lists it for the dtype (it keeps no
+/// L × S matrix), else composed from matmuls and a softmax over the `[.., L, S]` scores.
 pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> (BackwardFn, usize) {
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
     saving(bytes(&[&q, &k, &v]), move |g, need| {
+        if let Some([gq, gk, gv]) = attention_fused(&q, &k, &v, g, causal, scale)? {
+            let keep = |t: Tensor, i: usize| need[i].then_some(t);
+            return Ok(vec![keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
+        }
         let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
         if causal {
             let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
@@ -153,4 +160,63 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale:
         };
         Ok(vec![gq, gk, gv])
     })
+}
+
+/// The three attention gradients from one `Kernel::AttentionBackward`, with the batch dimensions
+/// of q, k, v and `g` (the same for all four, as the fused forward requires) merged into one;
+/// `None` where the backend does not list the kernel for the dtype or refuses these sizes or
+/// strides with `Unsupported`.
+fn attention_fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    causal: bool,
+    scale: f64,
+) -> Result<Option<[Tensor; 3]>> {
+    let dtype = q.dtype();
+    if !q.backend().capabilities().supports(Op::AttentionBackward, dtype) {
+        return Ok(None);
+    }
+    let rank = q.rank();
+    let batch: usize = q.shape()[..rank - 2].iter().product();
+    let merged = |t: &Tensor| -> Result<Tensor> {
+        let (n, d) = (t.shape()[rank - 2], t.shape()[rank - 1]);
+        t.reshape(&[batch, n, d])
+    };
+    let g = g.to_dtype(dtype)?;
+    let inputs = [merged(q)?, merged(k)?, merged(v)?, merged(&g)?];
+    let device = q.device();
+    let grads = [
+        Tensor::empty(inputs[0].shape(), dtype, &device)?,
+        Tensor::empty(inputs[1].shape(), dtype, &device)?,
+        Tensor::empty(inputs[2].shape(), dtype, &device)?,
+    ];
+    let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: inputs[0].as_arg(),
+        k: inputs[1].as_arg(),
+        v: inputs[2].as_arg(),
+        grad: inputs[3].as_arg(),
+        scale,
+        causal,
+        grad_q: grads[0].as_arg(),
+        grad_k: grads[1].as_arg(),
+        grad_v: grads[2].as_arg(),
+    }));
+    let buffers: Vec<_> = inputs
+        .iter()
+        .chain(&grads)
+        .map(|t| t.storage().device_buffer())
+        .collect();
+    match kernel.run(&buffers) {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let [gq, gk, gv] = grads;
+    Ok(Some([
+        gq.reshape(q.shape())?,
+        gk.reshape(k.shape())?,
+        gv.reshape(v.shape())?,
+    ]))
 }

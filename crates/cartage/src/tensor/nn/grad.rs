@@ -1,11 +1,13 @@
-//! Backward passes of convolution and pooling, composed from cartage's own ops so that they
-//! run on every backend: the column matrix is rebuilt from the saved input (im2col), the weight
-//! gradient is one batched matmul against it, and the input gradient is the column gradient
-//! folded back onto the padded plane (the adjoint of the window view: one strided add per kernel
-//! tap). Max pooling sends each output's gradient to the first maximum of its window, as
-//! PyTorch does.
+//! Backward passes of convolution and pooling. Convolution's input and weight gradients are one
+//! fused kernel each (`Kernel::Conv2dBackwardInput`, `Kernel::Conv2dBackwardWeight`: cuDNN on
+//! CUDA) where the backend lists it for the dtype; elsewhere, and for pooling, they are composed
+//! from cartage's own ops so that they run on every backend: the column matrix is rebuilt from
+//! the saved input (im2col), the weight gradient is one batched matmul against it, and the input
+//! gradient is the column gradient folded back onto the padded plane (the adjoint of the window
+//! view: one strided add per kernel tap). The bias gradient is a sum either way. Max pooling
+//! sends each output's gradient to the first maximum of its window, as PyTorch does.
 
-use cartage_core::{Result, Scalar, Site};
+use cartage_core::{Kernel, Op, Result, Scalar, Site};
 
 use super::conv::Conv2d;
 use super::window::Window;
@@ -36,6 +38,71 @@ impl Tensor {
         Ok(out)
     }
 
+    /// The input gradient `[N, C, H, W]` (`input_shape`) of a batched convolution, from the
+    /// output gradient `self` `[N, O, OH, OW]` and the forward's `weight`, in one
+    /// `Kernel::Conv2dBackwardInput`; `None` where the backend lists no such kernel for the dtype.
+    fn conv2d_backward_input_fused(
+        &self,
+        weight: &Tensor,
+        input_shape: &[usize],
+        opts: &Conv2d,
+        site: Site,
+    ) -> Result<Option<Tensor>> {
+        if !self
+            .backend()
+            .capabilities()
+            .supports(Op::Conv2dBackwardInput, weight.dtype())
+        {
+            return Ok(None);
+        }
+        let grad = self.to_dtype(weight.dtype())?;
+        let out = grad.alloc_like(input_shape, weight.dtype(), site)?;
+        let kernel = Kernel::Conv2dBackwardInput {
+            grad: grad.as_arg(),
+            weight: weight.as_arg(),
+            stride: opts.stride,
+            padding: opts.padding,
+            dilation: opts.dilation,
+            groups: opts.groups,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[&grad, weight], out.numel())?;
+        Ok(Some(out))
+    }
+
+    /// The weight gradient `[O, C/groups, kh, kw]` (`weight_shape`) of a batched convolution,
+    /// from the output gradient `self` `[N, O, OH, OW]` and the forward's `input`, in one
+    /// `Kernel::Conv2dBackwardWeight`; `None` where the backend lists no such kernel for the
+    /// dtype.
+    fn conv2d_backward_weight_fused(
+        &self,
+        input: &Tensor,
+        weight_shape: &[usize],
+        opts: &Conv2d,
+        site: Site,
+    ) -> Result<Option<Tensor>> {
+        if !self
+            .backend()
+            .capabilities()
+            .supports(Op::Conv2dBackwardWeight, input.dtype())
+        {
+            return Ok(None);
+        }
+        let grad = self.to_dtype(input.dtype())?;
+        let out = grad.alloc_like(weight_shape, input.dtype(), site)?;
+        let kernel = Kernel::Conv2dBackwardWeight {
+            input: input.as_arg(),
+            grad: grad.as_arg(),
+            stride: opts.stride,
+            padding: opts.padding,
+            dilation: opts.dilation,
+            groups: opts.groups,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[input, &grad], out.numel())?;
+        Ok(Some(out))
+    }
+
     /// The interior of a padded plane (the inverse of `padded_2d`'s placement).
     fn unpadded(&self, padding: [usize; 2], spatial: [usize; 2]) -> Result<Tensor> {
         self.narrow(2, padding[0], spatial[0])?
@@ -44,14 +111,33 @@ impl Tensor {
     }
 }
 
-/// The backward of `x.conv2d(w, bias, opts)` for a batched `x` `[N, C, H, W]`; the node's
-/// inputs are `[x, w]` plus the bias when there is one.
+/// The backward of `x.conv2d(w, bias, opts)` for a batched `x` `[N, C, H, W]` (or unbatched
+/// `[C, H, W]`); the node's inputs are `[x, w]` plus the bias when there is one. Each of the
+/// input and weight gradients is one fused kernel where the backend lists it, else composed.
 pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (BackwardFn, usize) {
     let (x, w) = (x.detach(), w.detach());
     saving(bytes(&[&x, &w]), move |g, need| {
         let unbatched = x.rank() == 3;
         let (xb, gb) = batched(&x, g, unbatched)?;
         let (x, g) = (&xb, &gb);
+        let fused_gw = if need[1] {
+            g.conv2d_backward_weight_fused(x, w.shape(), &opts, site)?
+        } else {
+            None
+        };
+        let fused_gx = if need[0] {
+            g.conv2d_backward_input_fused(&w, x.shape(), &opts, site)?
+        } else {
+            None
+        };
+        let composed_gw = need[1] && fused_gw.is_none();
+        let composed_gx = need[0] && fused_gx.is_none();
+        if !composed_gw && !composed_gx {
+            let gx = fused_gx
+                .map(|gx| if unbatched { gx.squeeze(0) } else { Ok(gx) })
+                .transpose()?;
+            return bias_too(vec![gx, fused_gw], g, need);
+        }
         let [n, c, h, wd] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
         let [o, cg, kh, kw] = [w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]];
         let (groups, og) = (opts.groups, w.shape()[0] / opts.groups);
@@ -64,7 +150,7 @@ pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (Backw
             dilation: opts.dilation,
         };
         let g_r = g.contiguous()?.reshape(&[n, groups, og, l])?;
-        let gw = if need[1] {
+        let gw = if composed_gw {
             let cols = x
                 .padded_2d(opts.padding, Scalar::Int(0), site)?
                 .window_view(&window, [oh, ow])?
@@ -73,24 +159,31 @@ pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (Backw
             let per_sample = g_r.matmul(&cols.transpose(-1, -2)?)?;
             Some(per_sample.sum(&[0], false)?.reshape(&[o, cg, kh, kw])?)
         } else {
-            None
+            fused_gw
         };
-        let gx = if need[0] {
+        let gx = if composed_gx {
             let w_r = w.contiguous()?.reshape(&[groups, og, k])?;
             let gcols = w_r.transpose(-1, -2)?.matmul(&g_r)?.reshape(&[n, c, kh, kw, oh, ow])?;
             let [ph, pw] = opts.padding;
             let plane = [n, c, h + 2 * ph, wd + 2 * pw];
-            let gx = gcols.fold_windows(&window, plane)?.unpadded(opts.padding, [h, wd])?;
-            Some(if unbatched { gx.squeeze(0)? } else { gx })
+            Some(gcols.fold_windows(&window, plane)?.unpadded(opts.padding, [h, wd])?)
         } else {
-            None
+            fused_gx
         };
-        let mut grads = vec![gx, gw];
-        if need.len() > 2 {
-            grads.push(if need[2] { Some(g.sum(&[0, 2, 3], false)?) } else { None });
-        }
-        Ok(grads)
+        let gx = gx
+            .map(|gx| if unbatched { gx.squeeze(0) } else { Ok(gx) })
+            .transpose()?;
+        bias_too(vec![gx, gw], g, need)
     })
+}
+
+/// `grads` (input, weight) followed by the bias gradient, the sum of the batched output
+/// gradient `g` over batch and plane, when the node has a bias.
+fn bias_too(mut grads: Vec<Option<Tensor>>, g: &Tensor, need: &[bool]) -> Result<Vec<Option<Tensor>>> {
+    if need.len() > 2 {
+        grads.push(if need[2] { Some(g.sum(&[0, 2, 3], false)?) } else { None });
+    }
+    Ok(grads)
 }
 
 /// The backward of `x.max_pool2d(..)` for a batched `x`: each output's gradient goes to the

@@ -24,17 +24,19 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          (`cartage_nn::models::Gpt`; PyTorch: the same modules from `torch.nn`), in f32 and under \
          bf16 autocast; its rate counts 6 flop per parameter and token plus the causal attention \
          scores. `adamw_step`: one AdamW update of all \
-         parameters with their gradients given (cartage's fused `adam_step_` per tensor against \
+         parameters with their gradients given (cartage's multi-tensor `adam_step_many` against \
          `torch.optim.AdamW(fused=True)` on CUDA, the default implementation on the CPU, or numpy)."
             .into(),
     )];
     let all: Vec<_> = report.section_rows(Section::Training).collect();
     let pipeline = super::training_pipeline::blocks(&all);
+    let memory = super::training_memory::blocks(report, &all);
     let rows: Vec<_> = all
         .into_iter()
         .filter(|r| !matches!(r.params, Case::Model(ModelOp::TrainPipeline { .. })))
         .collect();
     if rows.is_empty() {
+        blocks.extend(memory);
         blocks.extend(pipeline);
         return blocks;
     }
@@ -61,6 +63,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
         table.push(cells);
     }
     blocks.push(Block::Table(table));
+    blocks.extend(memory);
     blocks.extend(pipeline);
     blocks
 }

@@ -1,0 +1,278 @@
+//! `AttentionBackward` (an optional fused kernel): where a backend lists it for a dtype, the
+//! gradients of q [B, L, E], k [B, S, E] and v [B, S, Ev] for an incoming gradient [B, L, Ev]
+//! against the f64 formula of `kernel.rs`'s module docs on the same (rounded) inputs, causal and
+//! not, with L < S (keys no causal query sees get zero gradients), L > S, Ev ≠ E, no keys at all
+//! (a zero query gradient), no queries at all (zero key and value gradients), heads interleaved
+//! in memory, a batch broadcast (stride 0) and padded rows. A fused kernel may refuse
+//! (`Unsupported`) head dims other than 64 and 128, E ≠ Ev, an unaligned offset or a transposed
+//! last dimension, so that the frontend composes the gradients, but what it accepts must be
+//! right. Dtypes not listed are refused.
+//!
+//! The allowed error is one rounding of each gradient plus the compute type's error in the
+//! probabilities (relative, growing with the size of the scores), in the two dot products and in
+//! the sums over keys or queries, each scaled by the magnitudes that enter the element's sum.
+
+use crate::dtype::DType;
+use crate::error::Error;
+use crate::kernel::AttentionBackwardArgs;
+use crate::kernel::{Kernel, Op};
+use crate::layout::{Layout, contiguous_strides};
+
+use super::harness::Harness;
+use super::reference::{Tolerance, accumulation_eps};
+use super::views::{View, ViewKind, view};
+use super::{Operand, Spec};
+
+/// How q, k, v or the incoming gradient is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lay {
+    /// Row-major [B, N, E].
+    Dense,
+    /// Heads interleaved: a [N, B, E] buffer seen as [B, N, E].
+    Heads,
+    /// One [1, N, E] block broadcast over the batch (stride 0).
+    Broadcast,
+    /// Rows padded to E + 8 elements.
+    Padded,
+    /// Dense, three elements into the buffer: may be refused.
+    Offset,
+    /// The last two dimensions swapped (last stride ≠ 1): may be refused.
+    Transposed,
+}
+
+impl Lay {
+    fn view(self, shape: [usize; 3]) -> View {
+        let [b, n, e] = shape;
+        let parts = |kind, base_len, strides: [usize; 3]| View {
+            kind,
+            base_len,
+            layout: Layout::from_parts(&shape, &strides, 0).expect("suite shapes are small"),
+        };
+        match self {
+            Lay::Dense => view(ViewKind::Contiguous, &shape),
+            Lay::Heads => parts(ViewKind::Permuted, n * b * e, [e, b * e, 1]),
+            Lay::Broadcast => parts(ViewKind::Broadcast, n * e, [0, e, 1]),
+            Lay::Padded => parts(ViewKind::Narrowed, b * n * (e + 8), [n * (e + 8), e + 8, 1]),
+            Lay::Offset => view(ViewKind::Offset, &shape),
+            Lay::Transposed => view(ViewKind::Transposed, &shape),
+        }
+    }
+
+    /// Layouts a fused kernel is expected to read.
+    fn expected(self) -> bool {
+        !matches!(self, Lay::Offset | Lay::Transposed)
+    }
+}
+
+/// One case: sizes, mask, and the layouts of (q, k, v, grad).
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    b: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    causal: bool,
+    lays: [Lay; 4],
+}
+
+/// The three gradients in f64 with the magnitude bounding each element's error.
+struct Reference {
+    grads: [Vec<f64>; 3],
+    bounds: [Vec<f64>; 3],
+}
+
+fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
+    a.iter()
+        .zip(b)
+        .fold((0.0, 0.0), |(s, m), (x, y)| (s + x * y, m + (x * y).abs()))
+}
+
+/// `kernel.rs`'s formula in f64, with a first-order bound of the error of a kernel computing in
+/// a type of unit error `u`: each probability is off by a relative `4u·(|s_ij| + max_j |s_ij| +
+/// 1)` (its score and the row's log-sum-exp, with `|s|` the magnitude `scale·Σ|q||k|`), each dP
+/// by `4u·Σ|dO||v|`, D by the sum of both over the row; sums over up to max(L, S) terms add
+/// `4u·sqrt(terms)` of the magnitudes they add up (`P·(|dP| + |D|)` for dS, so that forming
+/// `Σ P dP k − D Σ P k` is allowed too).
+fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Reference {
+    let (e, ev) = (c.e, c.ev);
+    let mut grads = [
+        vec![0.0; c.b * c.l * e],
+        vec![0.0; c.b * c.s * e],
+        vec![0.0; c.b * c.s * ev],
+    ];
+    let mut bounds = grads.clone();
+    let sum_err = 4.0 * u * (c.l.max(c.s).max(1) as f64).sqrt();
+    for b in 0..c.b {
+        let row = |n: usize, i: usize, w: usize| (b * n + i) * w..(b * n + i + 1) * w;
+        for i in 0..c.l {
+            let (qi, gi) = (&q[row(c.l, i, e)], &g[row(c.l, i, ev)]);
+            let seen = if c.causal { c.s.min(i + 1) } else { c.s };
+            // Scores with their magnitudes; dP with its magnitudes.
+            let (mut p, mut size, mut dp) = (Vec::new(), Vec::new(), Vec::new());
+            for j in 0..seen {
+                let (s, sm) = dot(qi, &k[row(c.s, j, e)]);
+                p.push(scale * s);
+                size.push(scale.abs() * sm);
+                dp.push(dot(gi, &v[row(c.s, j, ev)]));
+            }
+            let largest = size.iter().copied().fold(0.0, f64::max);
+            let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = p.iter().map(|s| (s - max).exp()).sum();
+            p.iter_mut().for_each(|s| *s = (*s - max).exp() / total);
+            let rel_p: Vec<f64> = size.iter().map(|a| 4.0 * u * (a + largest + 1.0)).collect();
+            let delta: f64 = p.iter().zip(&dp).map(|(p, (d, _))| p * d).sum();
+            let delta_err: f64 = (0..seen)
+                .map(|j| p[j] * (rel_p[j] * dp[j].0.abs() + 4.0 * u * dp[j].1))
+                .sum();
+            for (j, (&pj, &(d, dm))) in p.iter().zip(&dp).enumerate() {
+                let ds = pj * (d - delta);
+                let ds_err =
+                    pj * (rel_p[j] * (d - delta).abs() + 4.0 * u * dm + delta_err + sum_err * (d.abs() + delta.abs()));
+                let (kj, vj) = (row(c.s, j, e), row(c.s, j, ev));
+                for x in 0..e {
+                    let (qx, kx) = (qi[x], k[kj.start + x]);
+                    grads[0][(b * c.l + i) * e + x] += scale * ds * kx;
+                    bounds[0][(b * c.l + i) * e + x] += scale.abs() * ds_err * kx.abs();
+                    grads[1][(b * c.s + j) * e + x] += scale * ds * qx;
+                    bounds[1][(b * c.s + j) * e + x] += scale.abs() * ds_err * qx.abs();
+                }
+                for x in 0..ev {
+                    grads[2][vj.start + x] += pj * gi[x];
+                    bounds[2][vj.start + x] += (rel_p[j] + sum_err) * pj * gi[x].abs();
+                }
+            }
+        }
+    }
+    Reference { grads, bounds }
+}
+
+fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
+    let spec = Spec::new((-1.0, 1.0), (-1, 1));
+    let operand = |lay: Lay, shape: [usize; 3]| -> Operand {
+        let v = lay.view(shape);
+        let base = h.random_values(dtype, v.base_len, spec);
+        h.operand_from(dtype, v, &base)
+    };
+    let q = operand(c.lays[0], [c.b, c.l, c.e]);
+    let k = operand(c.lays[1], [c.b, c.s, c.e]);
+    let v = operand(c.lays[2], [c.b, c.s, c.ev]);
+    let g = operand(c.lays[3], [c.b, c.l, c.ev]);
+    let scale = 2.0 / (c.e.max(1) as f64).sqrt();
+    // Each gradient eight elements into a poisoned buffer with eight more after it: nothing
+    // outside the gradients may be written.
+    let out = |shape: [usize; 3]| {
+        let numel: usize = shape.iter().product();
+        let layout = Layout::from_parts(&shape, &contiguous_strides(&shape), 8).expect("suite shapes are small");
+        (h.poisoned(dtype, numel + 16), layout)
+    };
+    let outs = [out([c.b, c.l, c.e]), out([c.b, c.s, c.e]), out([c.b, c.s, c.ev])];
+    let what = format!(
+        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?}, grad {:?})",
+        c.b,
+        c.l,
+        c.s,
+        c.e,
+        c.ev,
+        if c.causal { "causal" } else { "full" },
+        c.lays[0],
+        c.lays[1],
+        c.lays[2],
+        c.lays[3]
+    );
+    let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: q.arg(),
+        k: k.arg(),
+        v: v.arg(),
+        grad: g.arg(),
+        scale,
+        causal: c.causal,
+        grad_q: outs[0].0.arg(&outs[0].1),
+        grad_k: outs[1].0.arg(&outs[1].1),
+        grad_v: outs[2].0.arg(&outs[2].1),
+    }));
+    let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
+    match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
+        Ok(()) => {}
+        Err(Error::Unsupported { .. }) if may_refuse => {
+            h.count_check();
+            return;
+        }
+        Err(e) => {
+            h.fail(format!("{what}: launch failed with {} error: {e}", e.kind_name()));
+            return;
+        }
+    }
+    let inputs = [&q.values[..], &k.values[..], &v.values[..], &g.values[..]];
+    let want = reference(&c, scale, accumulation_eps(dtype), inputs);
+    let tol = Tolerance::of(dtype);
+    for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
+        let (buf, layout) = &outs[n];
+        let bound = &want.bounds[n];
+        h.check_with(&format!("{what} {name}"), buf, layout, &want.grads[n], |i, w| {
+            tol.allowed(w) + bound[i]
+        });
+    }
+}
+
+/// `AttentionBackward`: every dtype the backend lists over the case table; the others are refused.
+pub fn attention_backward(h: &Harness) {
+    use Lay::*;
+    let case = |b, l, s, e, ev, causal, lays| Case {
+        b,
+        l,
+        s,
+        e,
+        ev,
+        causal,
+        lays,
+    };
+    let dense = [Dense; 4];
+    let mut cases = Vec::new();
+    for causal in [false, true] {
+        cases.extend([
+            case(2, 1, 1, 64, 64, causal, dense),
+            case(3, 17, 17, 64, 64, causal, dense),
+            case(2, 100, 37, 64, 64, causal, [Heads, Heads, Heads, Dense]),
+            case(2, 37, 100, 128, 128, causal, [Padded, Broadcast, Heads, Padded]),
+            case(1, 130, 129, 128, 128, causal, [Dense, Padded, Broadcast, Heads]),
+            case(2, 5, 0, 64, 64, causal, dense),
+            case(2, 0, 7, 64, 64, causal, dense),
+            case(1, 200, 300, 64, 64, causal, dense),
+            // May be refused (the frontend then composes), but must be right when accepted.
+            case(2, 33, 20, 40, 24, causal, dense),
+            case(2, 20, 45, 32, 48, causal, [Heads, Padded, Broadcast, Dense]),
+            case(2, 9, 11, 64, 64, causal, [Offset, Dense, Transposed, Dense]),
+            case(1, 6, 5, 300, 260, causal, dense),
+        ]);
+    }
+    for dtype in DType::ALL {
+        if !dtype.is_float() {
+            continue;
+        }
+        if !h.supports(Op::AttentionBackward, dtype) {
+            let (buf, outs) = (h.upload(dtype, &[0.5; 8]), h.poisoned(dtype, 24));
+            let arg = buf.contiguous(&[1, 2, 4]);
+            let grad = |n: usize| {
+                let layout = Layout::from_parts(&[1, 2, 4], &[8, 4, 1], 8 * n).expect("small");
+                outs.arg(&layout)
+            };
+            let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+                q: arg.clone(),
+                k: arg.clone(),
+                v: arg.clone(),
+                grad: arg,
+                scale: 0.5,
+                causal: false,
+                grad_q: grad(0),
+                grad_k: grad(1),
+                grad_v: grad(2),
+            }));
+            h.expect_unsupported(&format!("attention_backward {dtype}"), &kernel);
+            continue;
+        }
+        for c in &cases {
+            attention_backward_case(h, dtype, *c);
+        }
+    }
+}

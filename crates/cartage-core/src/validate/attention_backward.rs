@@ -1,0 +1,97 @@
+//! The structural rules of [`crate::Kernel::AttentionBackward`], in the terms of
+//! [`crate::validate`]: the forward's shapes (q [B, L, E], k [B, S, E], v [B, S, Ev]) with the
+//! incoming gradient [B, L, Ev], one float dtype, a finite scale, and three contiguous gradients
+//! shaped like q, k and v, apart from every input and from each other. The causal mask is
+//! top-left aligned as the forward's, so it is defined for every L and S.
+
+use super::{aligned, apart, mismatch, same_dtype, writable};
+use crate::error::{Error, Result};
+use crate::kernel::AttentionBackwardArgs;
+
+const NAME: &str = "attention_backward";
+
+/// `AttentionBackward`: shapes, dtypes, scale, contiguous outputs, no aliasing.
+pub(super) fn attention_backward(a: &AttentionBackwardArgs) -> Result<()> {
+    let (q, k, v, grad) = (&a.q, &a.k, &a.v, &a.grad);
+    let (grad_q, grad_k, grad_v) = (&a.grad_q, &a.grad_k, &a.grad_v);
+    let (qs, ks, vs, gs) = (
+        q.layout.shape(),
+        k.layout.shape(),
+        v.layout.shape(),
+        grad.layout.shape(),
+    );
+    let ranks = [qs, ks, vs, gs].iter().all(|s| s.len() == 3);
+    if !ranks || ks[0] != qs[0] || vs[0] != qs[0] || ks[2] != qs[2] || vs[1] != ks[1] {
+        return Err(mismatch(
+            NAME,
+            q,
+            k,
+            format!(
+                "the attention backward takes the forward's q [B, L, E], k [B, S, E] and \
+                 v [B, S, Ev]; the value is {vs:?}"
+            ),
+        ));
+    }
+    if gs != [qs[0], qs[1], vs[2]] {
+        return Err(mismatch(
+            NAME,
+            grad,
+            q,
+            format!(
+                "the incoming gradient must have the forward output's shape [B, L, Ev] = {:?}",
+                [qs[0], qs[1], vs[2]]
+            ),
+        ));
+    }
+    if !a.scale.is_finite() {
+        return Err(Error::invalid(
+            NAME,
+            format!("the scale must be finite, got {}", a.scale),
+        ));
+    }
+    if !q.dtype.is_float() {
+        return Err(Error::invalid(
+            NAME,
+            format!("the attention backward takes a float dtype, got {}", q.dtype),
+        ));
+    }
+    let inputs = [q, k, v, grad];
+    let outputs = [("grad_q", grad_q, q), ("grad_k", grad_k, k), ("grad_v", grad_v, v)];
+    for input in &inputs[1..] {
+        same_dtype(NAME, q, input)?;
+    }
+    for (name, out, like) in outputs {
+        if out.layout.shape() != like.layout.shape() {
+            return Err(mismatch(
+                NAME,
+                out,
+                like,
+                format!("{name} must have the shape of the operand it differentiates"),
+            ));
+        }
+        same_dtype(NAME, like, out)?;
+        if !out.layout.is_contiguous() {
+            return Err(Error::invalid(
+                NAME,
+                format!(
+                    "{name} must be contiguous {:?}; got strides {:?}",
+                    out.layout.shape(),
+                    out.layout.strides()
+                ),
+            ));
+        }
+        writable(NAME, out)?;
+    }
+    for arg in inputs.iter().chain(outputs.iter().map(|(_, out, _)| out)) {
+        aligned(NAME, arg)?;
+    }
+    for (i, (_, out, _)) in outputs.iter().enumerate() {
+        for input in inputs {
+            apart(NAME, input, out)?;
+        }
+        for (_, other, _) in &outputs[i + 1..] {
+            apart(NAME, other, out)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! The fused attention backward (`Kernel::AttentionBackward`) on `cuda:0` against the composed
+//! formula the frontend falls back to (scores and probabilities materialised as `[L, S]`
+//! matrices: `dV = Pᵀ dO`, `dS = P ∘ (dO Vᵀ − rowsum(dO Vᵀ ∘ P))`, `dQ = scale dS K`,
+//! `dK = scale dSᵀ Q`), evaluated on the host in f64 on the same rounded inputs: causal and not,
+//! L < S and L > S, Ev ≠ E, no keys and no queries at all, batches of several heads, heads
+//! interleaved in memory, in f32, f16 and bf16. Then the op is listed for every float dtype, a
+//! head dim past the kernel's registers is refused so that the frontend composes, and a long
+//! sequence runs without any memory of the size of the score matrix.
+//!
+//! Without a CUDA device every test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
+//! The kernel is listed only with `CARTAGE_CUDA_UNVERIFIED_KERNELS=1` until a GPU run has
+//! checked it; without it the tests print a SKIP line saying so.
+
+mod common;
+
+use cartage_core::kernel::AttentionBackwardArgs;
+use std::sync::Arc;
+
+use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op, TensorArg};
+use half::f16;
+
+/// `cuda:0` with the fused attention backward listed, or `None` after a SKIP line.
+fn backend(test: &str) -> Option<Arc<dyn Backend>> {
+    let b = common::backend(test)?;
+    if b.capabilities().supports(Op::AttentionBackward, DType::F32) {
+        return Some(b);
+    }
+    eprintln!(
+        "SKIP cuda/{test}: the fused attention backward is not listed; set {}=1 to run it",
+        cartage_cuda::UNVERIFIED_KERNELS_VAR
+    );
+    None
+}
+
+/// One case: batch, query and key lengths, head dims, mask, and whether q, k, v and the
+/// incoming gradient interleave their heads in memory (a `[N, B, E]` buffer seen as `[B, N, E]`).
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    b: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+    causal: bool,
+    heads: bool,
+}
+
+impl Case {
+    fn scale(&self) -> f64 {
+        1.0 / (self.e.max(1) as f64).sqrt()
+    }
+}
+
+/// `v` rounded to `dtype`.
+fn round(v: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => f16::from_f64(v).to_f64(),
+        other => common::round(v, other),
+    }
+}
+
+/// Deterministic values in [-1, 1), rounded to `dtype`.
+fn inputs(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
+    common::values(n, seed, DType::F64)
+        .into_iter()
+        .map(|v| round(v / 4.0, dtype))
+        .collect()
+}
+
+fn upload(b: &Arc<dyn Backend>, v: &[f64], dtype: DType) -> DeviceBuffer {
+    if dtype != DType::F16 {
+        return common::upload(b, v, dtype);
+    }
+    let bytes: Vec<u8> = v.iter().flat_map(|&x| f16::from_f64(x).to_le_bytes()).collect();
+    let buf = DeviceBuffer::new(b, bytes.len().max(1)).expect("alloc");
+    buf.write(0, &bytes).expect("write");
+    buf
+}
+
+fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
+    if dtype != DType::F16 {
+        return common::download(buf, n, dtype);
+    }
+    let mut bytes = vec![0u8; n * 2];
+    buf.read(0, &mut bytes).expect("read");
+    bytes
+        .chunks(2)
+        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
+        .collect()
+}
+
+/// NaN everywhere, so an element the kernel leaves unwritten fails.
+fn poisoned(b: &Arc<dyn Backend>, n: usize, dtype: DType) -> DeviceBuffer {
+    upload(b, &vec![f64::NAN; n], dtype)
+}
+
+/// The logical `[B, N, D]` values of a buffer laid out as `[N, B, D]` (interleaved heads).
+fn deinterleave(raw: &[f64], b: usize, n: usize, d: usize) -> Vec<f64> {
+    let mut out = vec![0.0; raw.len()];
+    for bi in 0..b {
+        for i in 0..n {
+            out[(bi * n + i) * d..][..d].copy_from_slice(&raw[(i * b + bi) * d..][..d]);
+        }
+    }
+    out
+}
+
+/// The operand `[B, N, D]` over `buf`: dense, or with interleaved heads.
+fn operand(buf: &DeviceBuffer, [b, n, d]: [usize; 3], heads: bool, dtype: DType) -> TensorArg {
+    let layout = if heads {
+        Layout::from_parts(&[b, n, d], &[d, b * d, 1], 0).expect("layout")
+    } else {
+        Layout::contiguous(&[b, n, d]).expect("layout")
+    };
+    buf.arg(layout, dtype)
+}
+
+/// The composed formula in f64: `[dq, dk, dv]`, each row-major.
+fn composed(c: &Case, [q, k, v, g]: [&[f64]; 4]) -> [Vec<f64>; 3] {
+    let (scale, e, ev) = (c.scale(), c.e, c.ev);
+    let (mut dq, mut dk, mut dv) = (
+        vec![0.0; c.b * c.l * e],
+        vec![0.0; c.b * c.s * e],
+        vec![0.0; c.b * c.s * ev],
+    );
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    for b in 0..c.b {
+        let qr = |i: usize| &q[(b * c.l + i) * e..][..e];
+        let gr = |i: usize| &g[(b * c.l + i) * ev..][..ev];
+        let kr = |j: usize| &k[(b * c.s + j) * e..][..e];
+        let vr = |j: usize| &v[(b * c.s + j) * ev..][..ev];
+        // P = softmax(scale q kᵀ) with the causal positions at -inf, and dP = dO vᵀ.
+        let mut p = vec![vec![0.0; c.s]; c.l];
+        let mut dp = vec![vec![0.0; c.s]; c.l];
+        for i in 0..c.l {
+            for j in 0..c.s {
+                p[i][j] = if c.causal && j > i {
+                    f64::NEG_INFINITY
+                } else {
+                    scale * dot(qr(i), kr(j))
+                };
+                dp[i][j] = dot(gr(i), vr(j));
+            }
+            let max = p[i].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = p[i].iter().map(|s| (s - max).exp()).sum();
+            p[i].iter_mut().for_each(|s| *s = (*s - max).exp() / total);
+        }
+        for i in 0..c.l {
+            let rowsum: f64 = (0..c.s).map(|j| dp[i][j] * p[i][j]).sum();
+            for j in 0..c.s {
+                let ds = p[i][j] * (dp[i][j] - rowsum);
+                for x in 0..e {
+                    dq[(b * c.l + i) * e + x] += scale * ds * kr(j)[x];
+                    dk[(b * c.s + j) * e + x] += scale * ds * qr(i)[x];
+                }
+                for x in 0..ev {
+                    dv[(b * c.s + j) * ev + x] += p[i][j] * gr(i)[x];
+                }
+            }
+        }
+    }
+    [dq, dk, dv]
+}
+
+/// Run the fused kernel on `cuda:0` for `c` and compare its three gradients with `composed`.
+fn check_case(b: &Arc<dyn Backend>, dtype: DType, c: Case, seed: u64) {
+    let shapes = [[c.b, c.l, c.e], [c.b, c.s, c.e], [c.b, c.s, c.ev], [c.b, c.l, c.ev]];
+    let raw: Vec<Vec<f64>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(n, s)| inputs(s.iter().product(), seed + n as u64, dtype))
+        .collect();
+    let logical: Vec<Vec<f64>> = raw
+        .iter()
+        .zip(&shapes)
+        .map(|(r, &[bb, n, d])| if c.heads { deinterleave(r, bb, n, d) } else { r.clone() })
+        .collect();
+    let bufs: Vec<DeviceBuffer> = raw.iter().map(|r| upload(b, r, dtype)).collect();
+    let outs: Vec<DeviceBuffer> = shapes[..3]
+        .iter()
+        .map(|s| poisoned(b, s.iter().product(), dtype))
+        .collect();
+    let contiguous = |buf: &DeviceBuffer, s: [usize; 3]| buf.arg(Layout::contiguous(&s).expect("layout"), dtype);
+    Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: operand(&bufs[0], shapes[0], c.heads, dtype),
+        k: operand(&bufs[1], shapes[1], c.heads, dtype),
+        v: operand(&bufs[2], shapes[2], c.heads, dtype),
+        grad: operand(&bufs[3], shapes[3], c.heads, dtype),
+        scale: c.scale(),
+        causal: c.causal,
+        grad_q: contiguous(&outs[0], shapes[0]),
+        grad_k: contiguous(&outs[1], shapes[1]),
+        grad_v: contiguous(&outs[2], shapes[2]),
+    }))
+    .run(&[&bufs[0], &bufs[1], &bufs[2], &bufs[3], &outs[0], &outs[1], &outs[2]])
+    .unwrap_or_else(|e| panic!("attention_backward {dtype} {c:?}: {e}"));
+    let want = composed(&c, [&logical[0], &logical[1], &logical[2], &logical[3]]);
+    let tolerance = match dtype {
+        DType::BF16 => 3e-2,
+        DType::F16 => 4e-3,
+        _ => 1e-4,
+    };
+    for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
+        let got = download(&outs[n], want[n].len(), dtype);
+        common::check_within(&format!("{name} {dtype} {c:?}"), &got, &want[n], tolerance);
+    }
+}
+
+/// Every case of the table, in f32, f16 and bf16.
+#[test]
+fn gradients_match_the_composed_formula() {
+    let Some(b) = backend("gradients_match_the_composed_formula") else {
+        return;
+    };
+    let case = |b, l, s, e, ev, causal, heads| Case {
+        b,
+        l,
+        s,
+        e,
+        ev,
+        causal,
+        heads,
+    };
+    let mut cases = Vec::new();
+    for causal in [false, true] {
+        cases.extend([
+            case(2, 64, 64, 64, 64, causal, false),
+            case(3, 33, 80, 64, 32, causal, false),
+            case(2, 100, 37, 128, 128, causal, true),
+            case(4, 1, 1, 64, 64, causal, false),
+            case(1, 300, 257, 16, 16, causal, false),
+            case(2, 40, 45, 256, 200, causal, true),
+            case(2, 17, 0, 64, 64, causal, false),
+            case(2, 0, 5, 32, 32, causal, false),
+        ]);
+    }
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (n, c) in cases.iter().enumerate() {
+            check_case(&b, dtype, *c, 10 * n as u64);
+        }
+    }
+}
+
+/// Listed for every float dtype (the fused path the frontend takes), refused for head dims
+/// past the kernel's registers with `Unsupported` (the frontend then composes).
+#[test]
+fn listed_for_floats_and_refuses_wide_heads() {
+    let Some(b) = backend("listed_for_floats_and_refuses_wide_heads") else {
+        return;
+    };
+    for dtype in DType::ALL {
+        assert_eq!(
+            b.capabilities().supports(Op::AttentionBackward, dtype),
+            dtype.is_float(),
+            "attention_backward listed for {dtype}"
+        );
+    }
+    let (e, dtype) = (300, DType::F32);
+    let input = upload(&b, &inputs(2 * e, 1, dtype), dtype);
+    let outs: Vec<DeviceBuffer> = (0..3).map(|_| poisoned(&b, 2 * e, dtype)).collect();
+    let arg = |buf: &DeviceBuffer| common::arg(buf, &[1, 2, e], dtype);
+    let result = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: arg(&input),
+        k: arg(&input),
+        v: arg(&input),
+        grad: arg(&input),
+        scale: 0.1,
+        causal: false,
+        grad_q: arg(&outs[0]),
+        grad_k: arg(&outs[1]),
+        grad_v: arg(&outs[2]),
+    }))
+    .run(&[&input, &outs[0], &outs[1], &outs[2]]);
+    assert!(
+        matches!(result, Err(Error::Unsupported { .. })),
+        "head dim {e}: {result:?}"
+    );
+}
+
+/// A long sequence (4 heads of 4096 queries and keys: a score matrix would take 256 MiB in f32)
+/// needs no memory beyond its operands but the two `[B, L]` scratch rows, and gives finite
+/// gradients.
+#[test]
+fn long_sequences_keep_no_score_matrix() {
+    let Some(b) = backend("long_sequences_keep_no_score_matrix") else {
+        return;
+    };
+    let (heads, n, e, dtype) = (4, 4096, 64, DType::F32);
+    let numel = heads * n * e;
+    let ins: Vec<DeviceBuffer> = (0..4).map(|i| upload(&b, &inputs(numel, i, dtype), dtype)).collect();
+    let outs: Vec<DeviceBuffer> = (0..3).map(|_| poisoned(&b, numel, dtype)).collect();
+    b.synchronize().expect("synchronize");
+    let before = b.memory_stats().allocated_bytes;
+    b.allocator().reset_peaks();
+    let arg = |buf: &DeviceBuffer| common::arg(buf, &[heads, n, e], dtype);
+    Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: arg(&ins[0]),
+        k: arg(&ins[1]),
+        v: arg(&ins[2]),
+        grad: arg(&ins[3]),
+        scale: 0.125,
+        causal: true,
+        grad_q: arg(&outs[0]),
+        grad_k: arg(&outs[1]),
+        grad_v: arg(&outs[2]),
+    }))
+    .run(&[&ins[0], &ins[1], &ins[2], &ins[3], &outs[0], &outs[1], &outs[2]])
+    .expect("attention_backward");
+    b.synchronize().expect("synchronize");
+    let extra = b.memory_stats().peak_allocated_bytes.saturating_sub(before);
+    let scratch = 2 * heads * n * 4;
+    assert!(
+        extra <= 2 * scratch,
+        "the backward allocated {extra} bytes beyond its operands; its scratch is {scratch} \
+         and a score matrix would be {}",
+        heads * n * n * 4
+    );
+    for (name, out) in ["grad_q", "grad_k", "grad_v"].iter().zip(&outs) {
+        let got = download(out, numel, dtype);
+        assert!(got.iter().all(|v| v.is_finite()), "{name} has a non-finite element");
+    }
+}
