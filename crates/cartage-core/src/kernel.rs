@@ -1156,7 +1156,12 @@ impl Op {
         ops.push(Op::Sort);
         ops.extend(ScatterMode::ALL.iter().map(|&m| Op::Scatter(m)));
         ops.extend([Op::Norm(NormKind::Layer), Op::Norm(NormKind::Rms), Op::CrossEntropy]);
-        ops.extend([Op::Conv2d, Op::Conv2dBackwardInput, Op::Conv2dBackwardWeight, Op::Attention]);
+        ops.extend([
+            Op::Conv2d,
+            Op::Conv2dBackwardInput,
+            Op::Conv2dBackwardWeight,
+            Op::Attention,
+        ]);
         ops.push(Op::AttentionBackward);
         ops.extend([Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]);
         ops.extend([Op::NormBackward(NormKind::Layer), Op::NormBackward(NormKind::Rms)]);

@@ -52,8 +52,7 @@ impl std::fmt::Debug for CudaBackend {
 
 /// The ops and dtypes that run on a device of compute capability `cc`: every defined op, with
 /// bf16 matmul from Ampere (8.0) on, and the optional fused kernels built here (attention from
-/// Ampere on; the backward kernels and the optimizer step for every float dtype only with
-/// [`UNVERIFIED_KERNELS_VAR`] set, until they have run on a GPU). The
+/// Ampere on; the backward kernels and the optimizer steps for every float dtype). The
 /// device-specific fields (memory, timing) are left at their defaults. This is what the ops
 /// table in the docs is generated from, without a GPU.
 ///
@@ -61,29 +60,12 @@ impl std::fmt::Debug for CudaBackend {
 /// use cartage_core::{DType, Op};
 /// assert!(cartage_cuda::capabilities_for((9, 0)).supports(Op::Matmul, DType::BF16));
 /// assert!(!cartage_cuda::capabilities_for((7, 5)).supports(Op::Matmul, DType::BF16));
+/// assert!(cartage_cuda::capabilities_for((9, 0)).supports(Op::AttentionBackward, DType::F32));
 /// ```
 pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
-    capabilities_with(cc, unverified_kernels_enabled())
-}
-
-/// The environment variable that lists the fused backward kernels and the optimizer step
-/// (`backward.cu`, `attention_backward.cu`, `update.cu`) before they have passed the conformance
-/// suite on a GPU. They compile to PTX and their launch geometry is unit-tested, but until a run
-/// on a GPU has checked them the frontend composes these ops from verified kernels unless this
-/// is set to `1`.
-pub const UNVERIFIED_KERNELS_VAR: &str = "CARTAGE_CUDA_UNVERIFIED_KERNELS";
-
-fn unverified_kernels_enabled() -> bool {
-    std::env::var(UNVERIFIED_KERNELS_VAR).is_ok_and(|v| v == "1")
-}
-
-/// [`capabilities_for`], listing the not yet GPU-verified fused kernels when `unverified`.
-pub(crate) fn capabilities_with(cc: (i32, i32), unverified: bool) -> Capabilities {
     let ampere = cc.0 >= 8;
     let mut caps = Capabilities::all_defined(|op, dtype| op == Op::Matmul && dtype == DType::BF16 && !ampere);
-    if unverified {
-        add_backward_and_update(&mut caps);
-    }
+    add_backward_and_update(&mut caps);
     if ampere {
         // The fused flash-attention kernel (mma.sync and cp.async: sm_80 and later).
         for dtype in crate::launch::attention::DTYPES {
@@ -454,16 +436,11 @@ mod tests {
             Op::UpdateMany(UpdateKind::Adam),
         ];
         for cc in [(7, 5), (9, 0)] {
-            let caps = capabilities_with(cc, true);
-            let default = capabilities_with(cc, false);
+            let caps = capabilities_for(cc);
             for op in fused {
                 assert!(op.optional(), "{op:?}");
                 for dtype in DType::ALL {
                     assert_eq!(caps.supports(op, dtype), dtype.is_float(), "{op:?} {dtype} on {cc:?}");
-                    assert!(
-                        !default.supports(op, dtype),
-                        "{op:?} {dtype} listed before a GPU run checked it"
-                    );
                 }
             }
         }

@@ -38,7 +38,7 @@ pub mod ordering;
 pub mod precompiled;
 mod staging;
 
-pub use backend::{CudaBackend, UNVERIFIED_KERNELS_VAR, capabilities_for};
+pub use backend::{CudaBackend, capabilities_for};
 pub use staging::TransferStats;
 
 /// The number of CUDA devices on this machine: 0 when there is no driver or no device.

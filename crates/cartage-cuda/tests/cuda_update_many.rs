@@ -6,8 +6,6 @@
 //! rounded inputs, as the CPU computes them, and with cuda:0's single-parameter `Update`.
 //!
 //! Without a CUDA device every test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
-//! The kernel is listed only with `CARTAGE_CUDA_UNVERIFIED_KERNELS=1` until a GPU run has
-//! checked it; without it the test prints a SKIP line saying so.
 
 mod common;
 
@@ -24,11 +22,7 @@ fn backend(test: &str) -> Option<Arc<dyn Backend>> {
     if b.capabilities().supports(Op::UpdateMany(UpdateKind::Adam), DType::F32) {
         return Some(b);
     }
-    eprintln!(
-        "SKIP cuda/{test}: the multi-tensor update is not listed; set {}=1 to run it",
-        cartage_cuda::UNVERIFIED_KERNELS_VAR
-    );
-    None
+    panic!("cuda/{test}: the multi-tensor update is not listed on cuda:0, which builds them for every float dtype");
 }
 
 /// (elements, element offset) of each set: offset 1 is not 16-byte aligned. With `long`, one

@@ -259,7 +259,12 @@ macro_rules! conformance_tests {
             }
             #[test]
             fn conv2d_backward() {
-                suite::run(SUITE, "conv2d_backward", $open, suite::conv_backward::conv2d_backward);
+                suite::run(
+                    SUITE,
+                    "conv2d_backward",
+                    $open,
+                    suite::conv_backward::conv2d_backward,
+                );
             }
             #[test]
             fn malformed_model_kernels() {

@@ -221,18 +221,16 @@ mod tests {
         }
     }
 
-    /// Listed for every float dtype only while the unverified kernels are asked for.
+    /// Listed for every float dtype it is built for.
     #[test]
-    fn listed_with_the_unverified_kernels() {
-        let listed = crate::backend::capabilities_with((9, 0), true);
-        let plain = crate::backend::capabilities_with((9, 0), false);
+    fn listed_for_its_dtypes() {
+        let caps = crate::backend::capabilities_for((9, 0));
         for dtype in DType::ALL {
             assert_eq!(
-                listed.supports(Op::AttentionBackward, dtype),
+                caps.supports(Op::AttentionBackward, dtype),
                 DTYPES.contains(&dtype),
                 "{dtype}"
             );
-            assert!(!plain.supports(Op::AttentionBackward, dtype), "{dtype}");
         }
     }
 }

@@ -40,13 +40,16 @@ impl Module for MultiHeadAttention {
         check_last("MultiHeadAttention", x, 3, self.dim)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let head = self.dim / self.heads;
-        // [B, T, 3, H, hd] → [3, B, H, T, hd]
-        let qkv = self
-            .qkv
-            .forward(x)?
-            .reshape(&[b, t, 3, self.heads, head])?
-            .permute(&[2, 0, 3, 1, 4])?;
-        let (q, k, v) = (qkv.select(0, 0)?, qkv.select(0, 1)?, qkv.select(0, 2)?);
+        // Each of q, k, v from its third of the projection ([B, T, D] → [B, H, T, hd], a view):
+        // selecting from one [B, T, 3D] output would make each backward build a gradient of
+        // the whole [B, T, 3D] from zeros and add the three.
+        let part = |i: usize| -> Result<Tensor> {
+            self.qkv
+                .forward_features(x, i * self.dim, self.dim)?
+                .reshape(&[b, t, self.heads, head])?
+                .transpose(1, 2)
+        };
+        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
         let y = Tensor::scaled_dot_product_attention(&q, &k, &v, None, self.causal, None)?;
         // [B, H, T, hd] → [B, T, D]
         let y = y.transpose(1, 2)?.reshape(&[b, t, self.dim])?;

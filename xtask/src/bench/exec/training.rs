@@ -14,9 +14,9 @@ use cartage_nn::optim::{AdamW, Optimizer};
 use cartage_nn::{Module, ParamStore};
 
 use super::{Outcome, random};
-use crate::bench::report::MemoryPoint;
 #[allow(unused_imports, reason = "named in the module docs")]
 use crate::bench::cases::ModelOp;
+use crate::bench::report::MemoryPoint;
 
 /// The classifier of [`ModelOp::MlpTrain`]: `layers - 1` hidden `Linear(width, width)` + ReLU
 /// and a `Linear(width, 10)` head, initialised from seed 0.

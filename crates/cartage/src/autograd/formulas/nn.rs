@@ -129,8 +129,9 @@ pub(crate) fn cross_entropy(
 /// The backward of the fused `scaled_dot_product_attention(q, k, v, None, causal)`, with the
 /// probabilities recomputed from the saved inputs (the fused forward keeps none):
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ - rowsum(dO·Vᵀ ∘ P))`, `dQ = s·dS·K`, `dK = s·dSᵀ·Q`.
-/// One fused `Kernel::AttentionBackward` where the backend lists it for the dtype (it keeps no
-/// L × S matrix), else composed from matmuls and a softmax over the `[.., L, S]` scores.
+/// One fused `Kernel::AttentionBackward` where the backend lists it for the dtype and the
+/// composed formula's score matrix would be large (see [`FUSED_BACKWARD_MIN_SCORE_BYTES`]),
+/// else composed from matmuls and a softmax over the `[.., L, S]` scores.
 pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> (BackwardFn, usize) {
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
     saving(bytes(&[&q, &k, &v]), move |g, need| {
@@ -162,6 +163,18 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale:
     })
 }
 
+/// The size of one f32 `[.., L, S]` score matrix from which the attention backward runs fused.
+///
+/// The fused kernels recompute the probabilities row by row and hold no L × S matrix, but they
+/// run on CUDA cores, not tensor cores: on an H200, one GPT layer's attention backward (64 × 6
+/// heads, L = S = 256, head size 64, bf16) took 7.3 ms fused, more than half of the whole
+/// training step's GPU time, while the composed formula's four products run on tensor cores
+/// and its scores, probabilities and their gradient (100 MiB each there) come and go within
+/// the backward. Below this size the composed formula is the faster and its memory passing;
+/// above it the matrices would crowd out the rest of training, and the fused kernels keep it
+/// running.
+pub(crate) const FUSED_BACKWARD_MIN_SCORE_BYTES: usize = 1 << 30;
+
 /// The three attention gradients from one `Kernel::AttentionBackward`, with the batch dimensions
 /// of q, k, v and `g` (the same for all four, as the fused forward requires) merged into one;
 /// `None` where the backend does not list the kernel for the dtype or refuses these sizes or
@@ -180,6 +193,11 @@ fn attention_fused(
     }
     let rank = q.rank();
     let batch: usize = q.shape()[..rank - 2].iter().product();
+    let (l, s) = (q.shape()[rank - 2], k.shape()[rank - 2]);
+    let score_bytes = batch.saturating_mul(l).saturating_mul(s).saturating_mul(4);
+    if score_bytes < FUSED_BACKWARD_MIN_SCORE_BYTES {
+        return Ok(None);
+    }
     let merged = |t: &Tensor| -> Result<Tensor> {
         let (n, d) = (t.shape()[rank - 2], t.shape()[rank - 1]);
         t.reshape(&[batch, n, d])

@@ -44,8 +44,12 @@ pub(super) fn blocks(report: &crate::bench::report::Report, rows: &[&Row]) -> Ve
         let points = here[0].memory_curve.len();
         let chart = LineChart {
             title: format!("GPT training memory on {device}"),
-            x: Axis::new("phase (start, then forward, backward, optimizer, zero_grad per step)", Scale::Linear, Unit::Count)
-                .ticks_at((0..points).map(|i| i as f64)),
+            x: Axis::new(
+                "phase (start, then forward, backward, optimizer, zero_grad per step)",
+                Scale::Linear,
+                Unit::Count,
+            )
+            .ticks_at((0..points).map(|i| i as f64)),
             y: Axis::new("allocated", Scale::Linear, Unit::Bytes),
             series,
             levels: Vec::new(),
@@ -91,10 +95,21 @@ fn library(name: &str) -> &str {
 /// The second step's phases (the first step creates the optimizer's state): allocated after
 /// each phase and the highest level during it, for cartage and the reference.
 fn phase_table(rows: &[&Row]) -> Table {
-    let mut table = Table::new(&["Device", "Precision", "Library", "Phase", "Allocated after", "Peak during"]);
+    let mut table = Table::new(&[
+        "Device",
+        "Precision",
+        "Library",
+        "Phase",
+        "Allocated after",
+        "Peak during",
+    ]);
     let second = |curve: &[MemoryPoint]| -> Vec<MemoryPoint> {
         let step = if curve.iter().any(|p| p.step == 1) { 1 } else { 0 };
-        curve.iter().filter(|p| p.step == step && p.phase != "start").cloned().collect()
+        curve
+            .iter()
+            .filter(|p| p.step == step && p.phase != "start")
+            .cloned()
+            .collect()
     };
     for r in rows {
         let mut lines = vec![("cartage".to_string(), second(&r.memory_curve))];
