@@ -13,7 +13,7 @@ fn main() {
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
     println!("cargo:rustc-env=CARTAGE_BUILD_COMMIT={commit}");
-    for path in ["../.git/HEAD", "../.git/refs/heads"] {
+    for path in ["../.git/HEAD", "../.git/refs/heads", "../.git/index"] {
         println!("cargo:rerun-if-changed={path}");
     }
 }

@@ -19,21 +19,22 @@ pub fn meta(quick: bool, started: SystemTime) -> Meta {
     }
 }
 
-/// `git describe` of the working tree, else the commit this binary was built from.
+/// The commit this binary was built from (`git describe` at build time, `-dirty` when the tree
+/// had changes), else `git describe` of the working tree. The build's commit comes first: a
+/// staged binary runs on a machine whose checkout need not be the one it was built from.
 fn commit() -> String {
-    let described = Command::new("git")
+    if let Some(built) = option_env!("CARTAGE_BUILD_COMMIT").filter(|c| !c.is_empty()) {
+        return built.to_string();
+    }
+    Command::new("git")
         .args(["describe", "--always", "--dirty", "--abbrev=12"])
         .output()
         .ok()
         .filter(|o| o.status.success())
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty());
-    match (described, option_env!("CARTAGE_BUILD_COMMIT")) {
-        (Some(now), _) => now,
-        (None, Some(built)) if !built.is_empty() => format!("{built} (the binary's build)"),
-        _ => "unknown".into(),
-    }
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn host_name() -> String {

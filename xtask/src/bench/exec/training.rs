@@ -132,7 +132,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         Tensor::from_vec(v, &[batch, context], device)
     };
     let (x, y) = (ids(0)?, ids(1)?.reshape(&[batch * context])?);
-    let mut step = |mark: &mut dyn FnMut(&'static str) -> Result<()>| -> Result<()> {
+    let mut step = |mark: Mark<'_>| -> Result<()> {
         let loss = {
             let _ac = if autocast {
                 Some(cartage::autocast(device, DType::BF16)?)
@@ -156,6 +156,9 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
     Ok(outcome)
 }
 
+/// Called by a training step at the end of each phase, with the phase's name.
+type Mark<'a> = &'a mut dyn FnMut(&'static str) -> Result<()>;
+
 /// Steps sampled for a training case's memory curve.
 const CURVE_STEPS: u32 = 3;
 
@@ -166,7 +169,7 @@ const CURVE_STEPS: u32 = 3;
 fn memory_curve(
     device: &Device,
     steps: u32,
-    step: &mut dyn FnMut(&mut dyn FnMut(&'static str) -> Result<()>) -> Result<()>,
+    step: &mut dyn FnMut(Mark<'_>) -> Result<()>,
 ) -> Result<Vec<MemoryPoint>> {
     let mut points = Vec::new();
     let sample = |points: &mut Vec<MemoryPoint>, step: u32, phase: &str| -> Result<()> {
