@@ -166,11 +166,7 @@ const CURVE_STEPS: u32 = 3;
 /// the step marks (`forward`, `backward`, `optimizer`, `zero_grad`). Reading the allocator's
 /// statistics needs no synchronisation: they count blocks as the host hands them out and takes
 /// them back. Each point's `peak` is the highest allocated level since the previous point.
-fn memory_curve(
-    device: &Device,
-    steps: u32,
-    step: &mut dyn FnMut(Mark<'_>) -> Result<()>,
-) -> Result<Vec<MemoryPoint>> {
+fn memory_curve(device: &Device, steps: u32, step: &mut dyn FnMut(Mark<'_>) -> Result<()>) -> Result<Vec<MemoryPoint>> {
     let mut points = Vec::new();
     let sample = |points: &mut Vec<MemoryPoint>, step: u32, phase: &str| -> Result<()> {
         let stats = memory_stats(device)?;
