@@ -73,6 +73,22 @@
 //!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
 //!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
+//!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
+//!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, so
+//!   every window has a tap inside the input; average pooling takes dilation 1 only). Max: the
+//!   largest tap inside the input, NaN when any of them is NaN; the optional `indices` (i64,
+//!   contiguous [N, C, OH, OW]) get the flat index `y·W + x` in the input plane of the first
+//!   NaN tap, else of the first largest tap, in row-major window order. Average: the sum of the
+//!   taps inside the input divided by `kh·kw` (`count_include_pad`) or by their number,
+//!   accumulated in f32 (f64 for f64) and rounded once.
+//!   `Pool2dBackward`: from the output gradient `grad` [N, C, OH, OW] (any strides) into the
+//!   contiguous input gradient `out` [N, C, H, W], whose shape fixes H and W (`[OH, OW]` must
+//!   be the window's output size for them). Max, with the forward's `indices` (i64, `grad`'s
+//!   shape, any strides): `out[n, c, p] = Σ grad[n, c, i, j]` over the windows `(i, j)` that
+//!   contain tap `p` and whose index is `p`; an index that names no tap of its window adds
+//!   nothing (it is compared, never used as an address). Average: `out[n, c, y, x] = Σ
+//!   grad[n, c, i, j] / divisor(i, j)` over the windows that contain `(y, x)`. Positions no
+//!   window reads get 0; sums are in f32 (f64 for f64), in an unspecified order, rounded once.
 //!   `AttentionBackward`: from the same q, k, v, scale and mask and the incoming `grad` dO
 //!   [B, L, Ev], with `P = softmax(scale · q kᵀ)` (masked as the forward) and `D_i = Σ_j P_ij ·
 //!   (dO_i · v_j)`, the contiguous gradients `grad_v = Pᵀ dO` [B, S, Ev], `grad_q = scale ·
@@ -120,6 +136,7 @@
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
 use crate::layout::{Dims, Layout};
+use crate::pool::{PoolKind, PoolMode, PoolWindow};
 use crate::update_rule::{UpdateKind, UpdateRule};
 
 /// One tensor operand of a kernel.
@@ -771,6 +788,33 @@ pub enum Kernel {
     /// kernel; see the module docs). Boxed: its seven operands would make every kernel value
     /// half as large again.
     AttentionBackward(Box<AttentionBackwardArgs>),
+    /// 2-D max or average pooling (an optional fused kernel; see the module docs).
+    Pool2d {
+        /// Max or average (and the average's divisor).
+        mode: PoolMode,
+        /// Taps, stride, padding and dilation.
+        window: PoolWindow,
+        /// Input [N, C, H, W].
+        input: TensorArg,
+        /// Destination [N, C, OH, OW], contiguous.
+        out: TensorArg,
+        /// Max only, optional: where each maximum was (i64, contiguous [N, C, OH, OW], flat
+        /// `y·W + x` in the input plane).
+        indices: Option<TensorArg>,
+    },
+    /// The input gradient of [`Kernel::Pool2d`] (an optional fused kernel; see the module docs).
+    Pool2dBackward {
+        /// The forward's mode.
+        mode: PoolMode,
+        /// The forward's window.
+        window: PoolWindow,
+        /// The gradient reaching the forward's output [N, C, OH, OW].
+        grad: TensorArg,
+        /// Max only, required: the forward's indices (i64, `grad`'s shape).
+        indices: Option<TensorArg>,
+        /// The input gradient [N, C, H, W] (the forward input's shape), contiguous.
+        out: TensorArg,
+    },
     /// Per-row cross-entropy of `logits` `[N, C]` against integer `target` `[N]`.
     CrossEntropy {
         /// Unnormalised scores [N, C] (float).
@@ -885,6 +929,8 @@ impl Kernel {
             Kernel::Conv2dBackwardWeight { .. } => Op::Conv2dBackwardWeight,
             Kernel::Attention { .. } => Op::Attention,
             Kernel::AttentionBackward(_) => Op::AttentionBackward,
+            Kernel::Pool2d { mode, .. } => Op::Pool2d(mode.kind()),
+            Kernel::Pool2dBackward { mode, .. } => Op::Pool2dBackward(mode.kind()),
             Kernel::SoftmaxBackward { log: false, .. } => Op::SoftmaxBackward,
             Kernel::SoftmaxBackward { log: true, .. } => Op::LogSoftmaxBackward,
             Kernel::NormBackward { kind, .. } => Op::NormBackward(*kind),
@@ -917,6 +963,8 @@ impl Kernel {
             Kernel::Conv2dBackwardWeight { input, .. } => input.dtype,
             Kernel::Attention { q, .. } => q.dtype,
             Kernel::AttentionBackward(a) => a.q.dtype,
+            Kernel::Pool2d { input, .. } => input.dtype,
+            Kernel::Pool2dBackward { grad, .. } => grad.dtype,
             Kernel::SoftmaxBackward { output, .. } => output.dtype,
             Kernel::NormBackward { input, .. } => input.dtype,
             Kernel::CrossEntropyBackward { logits, .. } => logits.dtype,
@@ -989,6 +1037,10 @@ impl Kernel {
             Kernel::Conv2dBackwardInput { grad, weight, out, .. } => [Some(grad), Some(weight), Some(out), None],
             Kernel::Conv2dBackwardWeight { input, grad, out, .. } => [Some(input), Some(grad), Some(out), None],
             Kernel::Attention { q, k, v, out, .. } => [Some(q), Some(k), Some(v), Some(out)],
+            Kernel::Pool2d {
+                input, out, indices, ..
+            } => [Some(input), Some(out), indices.as_ref(), None],
+            Kernel::Pool2dBackward { grad, indices, out, .. } => [Some(grad), indices.as_ref(), Some(out), None],
             Kernel::SoftmaxBackward { output, grad, out, .. } => [Some(output), Some(grad), Some(out), None],
             Kernel::NormBackward {
                 input,
@@ -1133,6 +1185,8 @@ pub enum Op {
     Conv2dBackwardWeight,
     Attention,
     AttentionBackward,
+    Pool2d(PoolKind),
+    Pool2dBackward(PoolKind),
     SoftmaxBackward,
     LogSoftmaxBackward,
     NormBackward(NormKind),
@@ -1163,6 +1217,8 @@ impl Op {
             Op::Attention,
         ]);
         ops.push(Op::AttentionBackward);
+        ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2d(k)));
+        ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2dBackward(k)));
         ops.extend([Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]);
         ops.extend([Op::NormBackward(NormKind::Layer), Op::NormBackward(NormKind::Rms)]);
         ops.extend(UpdateKind::ALL.iter().map(|&k| Op::Update(k)));
@@ -1199,6 +1255,8 @@ impl Op {
             Op::Conv2dBackwardWeight => "conv2d_backward_weight".into(),
             Op::Attention => "attention".into(),
             Op::AttentionBackward => "attention_backward".into(),
+            Op::Pool2d(k) => k.name().into(),
+            Op::Pool2dBackward(k) => k.backward_name().into(),
             Op::SoftmaxBackward => "softmax_backward".into(),
             Op::LogSoftmaxBackward => "log_softmax_backward".into(),
             Op::NormBackward(k) => format!("{}_backward", k.name()),
@@ -1220,6 +1278,8 @@ impl Op {
                 | Op::Conv2dBackwardWeight
                 | Op::Attention
                 | Op::AttentionBackward
+                | Op::Pool2d(_)
+                | Op::Pool2dBackward(_)
                 | Op::SoftmaxBackward
                 | Op::LogSoftmaxBackward
                 | Op::NormBackward(_)
@@ -1240,7 +1300,7 @@ impl Op {
             Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
             Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
             Op::Norm(_) | Op::CrossEntropy | Op::Conv2d | Op::Attention => float,
-            Op::AttentionBackward => float,
+            Op::AttentionBackward | Op::Pool2d(_) | Op::Pool2dBackward(_) => float,
             Op::Conv2dBackwardInput | Op::Conv2dBackwardWeight => float,
             Op::SoftmaxBackward | Op::LogSoftmaxBackward | Op::NormBackward(_) => float,
             Op::CrossEntropyBackward | Op::Update(_) | Op::UpdateMany(_) => float,

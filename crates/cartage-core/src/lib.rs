@@ -24,6 +24,7 @@ pub mod error;
 pub mod kernel;
 pub mod layout;
 pub mod pinned;
+mod pool;
 pub mod random;
 pub mod raw;
 #[cfg(feature = "testsuite")]
@@ -52,4 +53,5 @@ pub use layout::{Dims, Layout, broadcast_shapes};
 pub use pinned::{
     CopyCompletion, CopyHandle, HostStaging, PageableBuffer, PinnedBuffer, StagingBuffer, pinned_bytes_in_use,
 };
+pub use pool::{PoolKind, PoolMode, PoolWindow};
 pub use update_rule::{AdamCoefficients, AdamUpdate, SgdCoefficients, SgdUpdate, UpdateKind, UpdateRule};

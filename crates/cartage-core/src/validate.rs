@@ -23,6 +23,7 @@ use conv_backward::Window;
 
 mod attention_backward;
 mod conv_backward;
+mod pool;
 
 impl Kernel {
     /// Check every structural rule of this kernel (see the module docs). Backends call it
@@ -163,6 +164,20 @@ impl Kernel {
                 q, k, v, scale, out, ..
             } => attention(q, k, v, *scale, out),
             Kernel::AttentionBackward(args) => attention_backward::attention_backward(args),
+            Kernel::Pool2d {
+                mode,
+                window,
+                input,
+                out,
+                indices,
+            } => pool::forward(*mode, *window, input, out, indices.as_ref()),
+            Kernel::Pool2dBackward {
+                mode,
+                window,
+                grad,
+                indices,
+                out,
+            } => pool::backward(*mode, *window, grad, indices.as_ref(), out),
             Kernel::SoftmaxBackward {
                 output, grad, dim, out, ..
             } => backward::softmax(self.name(), output, grad, *dim, out),
@@ -220,6 +235,8 @@ impl Kernel {
             Kernel::Conv2dBackwardWeight { .. } => conv_backward::WEIGHT,
             Kernel::Attention { .. } => "attention",
             Kernel::AttentionBackward(_) => "attention_backward",
+            Kernel::Pool2d { mode, .. } => mode.kind().name(),
+            Kernel::Pool2dBackward { mode, .. } => mode.kind().backward_name(),
             Kernel::SoftmaxBackward { log: false, .. } => "softmax_backward",
             Kernel::SoftmaxBackward { log: true, .. } => "log_softmax_backward",
             Kernel::NormBackward {

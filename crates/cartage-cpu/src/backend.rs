@@ -206,7 +206,9 @@ impl CpuBackend {
             | Kernel::Conv2dBackwardInput { .. }
             | Kernel::Conv2dBackwardWeight { .. }
             | Kernel::Attention { .. }
-            | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
+            | Kernel::AttentionBackward(_)
+            | Kernel::Pool2d { .. }
+            | Kernel::Pool2dBackward { .. } => Err(cartage_core::Error::unsupported(
                 kernel.op().name(),
                 kernel.dtype(),
                 cartage_core::Device::cpu(),

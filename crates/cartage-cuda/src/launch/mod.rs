@@ -124,6 +124,12 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             out,
         } => attention::attention(backend, q, k, v, *scale, *causal, out),
         Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
+        Kernel::Pool2d { .. } | Kernel::Pool2dBackward { .. } => Err(cartage_core::Error::unsupported(
+            kernel.op().name(),
+            kernel.dtype(),
+            cartage_core::Backend::device(backend),
+            "no fused kernel here; the frontend composes it from other kernels",
+        )),
         Kernel::Conv2d {
             input,
             weight,

@@ -132,7 +132,9 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
         | Kernel::Conv2dBackwardInput { .. }
         | Kernel::Conv2dBackwardWeight { .. }
         | Kernel::Attention { .. }
-        | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
+        | Kernel::AttentionBackward(_)
+        | Kernel::Pool2d { .. }
+        | Kernel::Pool2dBackward { .. } => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),
             cartage_core::Backend::device(backend),
