@@ -74,8 +74,9 @@
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
 //!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
 //!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
-//!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, so
-//!   every window has a tap inside the input; average pooling takes dilation 1 only). Max: the
+//!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, and
+//!   every window must have a tap inside the input, which dilation can break; average pooling
+//!   takes dilation 1 only). Max: the
 //!   largest tap inside the input, NaN when any of them is NaN; the optional `indices` (i64,
 //!   contiguous [N, C, OH, OW]) get the flat index `y·W + x` in the input plane of the first
 //!   NaN tap, else of the first largest tap, in row-major window order. Average: the sum of the

@@ -21,14 +21,14 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use cartage_core::raw::BufferSlice;
 use cartage_core::{
     AllocatorConfig, Backend, CachingAllocator, Capabilities, DType, Device, DeviceInfo, Error, Event, Kernel,
-    NormKind, Op, Result, UpdateKind,
+    NormKind, Op, PoolKind, Result, UpdateKind,
 };
 
 use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
 use crate::{
-    backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, matmul, norm, reduce, scan,
-    scatter, softmax, sort, unary, update, update_many,
+    backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, matmul, norm, pool, reduce,
+    scan, scatter, softmax, sort, unary, update, update_many,
 };
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
@@ -61,6 +61,8 @@ impl CpuBackend {
         for op in [Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]
             .into_iter()
             .chain([NormKind::Layer, NormKind::Rms].map(Op::NormBackward))
+            .chain(PoolKind::ALL.map(Op::Pool2d))
+            .chain(PoolKind::ALL.map(Op::Pool2dBackward))
             .chain(UpdateKind::ALL.map(Op::Update))
             .chain(UpdateKind::ALL.map(Op::UpdateMany))
         {
@@ -202,13 +204,25 @@ impl CpuBackend {
                 param,
             } => update::update(rule, grad, state, param),
             Kernel::UpdateMany { rule, sets } => update_many::update_many(rule, sets),
+            Kernel::Pool2d {
+                mode,
+                window,
+                input,
+                out,
+                indices,
+            } => pool::pool2d(*mode, *window, input, out, indices.as_ref()),
+            Kernel::Pool2dBackward {
+                mode,
+                window,
+                grad,
+                indices,
+                out,
+            } => pool::pool2d_backward(*mode, *window, grad, indices.as_ref(), out),
             Kernel::Conv2d { .. }
             | Kernel::Conv2dBackwardInput { .. }
             | Kernel::Conv2dBackwardWeight { .. }
             | Kernel::Attention { .. }
-            | Kernel::AttentionBackward(_)
-            | Kernel::Pool2d { .. }
-            | Kernel::Pool2dBackward { .. } => Err(cartage_core::Error::unsupported(
+            | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
                 kernel.op().name(),
                 kernel.dtype(),
                 cartage_core::Device::cpu(),

@@ -11,6 +11,8 @@
 //!   the processor has them.
 //! - Reductions fold in a fixed tree, bit-identical run to run whatever the thread count.
 //! - Matmul through the `gemm` crate, chosen by measurement (see [`matmul`]).
+//! - Fused 2-D max and average pooling and their input gradients (a gather per input position,
+//!   deterministic); convolution and attention are composed by the frontend.
 //!
 //! Entry points for the frontend: [`device_count`] and [`open`].
 
@@ -34,6 +36,7 @@ mod map;
 pub mod matmul;
 pub mod memory;
 mod norm;
+mod pool;
 mod reduce;
 mod reduce_outer;
 mod rows;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use cartage_core::raw::BufferSlice;
 use cartage_core::{
     AllocatorConfig, Backend, CachingAllocator, Capabilities, CopyHandle, DType, Device, DeviceInfo, Error, Event,
-    HostStaging, Kernel, MatmulPrecision, NormKind, Op, PinnedBuffer, Result, StagingBuffer, UpdateKind,
+    HostStaging, Kernel, MatmulPrecision, NormKind, Op, PinnedBuffer, PoolKind, Result, StagingBuffer, UpdateKind,
 };
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -52,7 +52,7 @@ impl std::fmt::Debug for CudaBackend {
 
 /// The ops and dtypes that run on a device of compute capability `cc`: every defined op, with
 /// bf16 matmul from Ampere (8.0) on, and the optional fused kernels built here (attention from
-/// Ampere on; the backward kernels and the optimizer steps for every float dtype). The
+/// Ampere on; the backward kernels, pooling and the optimizer steps for every float dtype). The
 /// device-specific fields (memory, timing) are left at their defaults. This is what the ops
 /// table in the docs is generated from, without a GPU.
 ///
@@ -61,6 +61,7 @@ impl std::fmt::Debug for CudaBackend {
 /// assert!(cartage_cuda::capabilities_for((9, 0)).supports(Op::Matmul, DType::BF16));
 /// assert!(!cartage_cuda::capabilities_for((7, 5)).supports(Op::Matmul, DType::BF16));
 /// assert!(cartage_cuda::capabilities_for((9, 0)).supports(Op::AttentionBackward, DType::F32));
+/// assert!(cartage_cuda::capabilities_for((7, 5)).supports(Op::Pool2d(cartage_core::PoolKind::Max), DType::BF16));
 /// ```
 pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
     let ampere = cc.0 >= 8;
@@ -75,8 +76,9 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
     caps
 }
 
-/// List the fused backward kernels and the optimizer step (`backward.cu`, `update.cu`) for the
-/// dtypes they are built for.
+/// List the fused backward kernels, pooling and its backward, and the optimizer step
+/// (`backward.cu`, `attention_backward.cu`, `pool.cu`, `update.cu`) for the dtypes they are built
+/// for.
 fn add_backward_and_update(caps: &mut Capabilities) {
     let backward = [Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]
         .into_iter()
@@ -88,6 +90,12 @@ fn add_backward_and_update(caps: &mut Capabilities) {
     }
     for dtype in crate::launch::attention_backward::DTYPES {
         caps.add(Op::AttentionBackward, dtype);
+    }
+    for kind in PoolKind::ALL {
+        for dtype in crate::launch::pool::DTYPES {
+            caps.add(Op::Pool2d(kind), dtype);
+            caps.add(Op::Pool2dBackward(kind), dtype);
+        }
     }
     for op in UpdateKind::ALL
         .map(Op::Update)
@@ -420,8 +428,9 @@ mod tests {
         assert!(!caps.supports(Op::CrossEntropy, DType::I32));
     }
 
-    /// The fused backward kernels and the optimizer step are listed for the four float dtypes on
-    /// every device (they need nothing newer than the other kernels), and for nothing else.
+    /// The fused backward kernels, pooling and the optimizer step are listed for the four float
+    /// dtypes on every device (they need nothing newer than the other kernels), and for nothing
+    /// else.
     #[test]
     fn capabilities_list_the_fused_backward_and_update_kernels() {
         let fused = [
@@ -434,6 +443,10 @@ mod tests {
             Op::Update(UpdateKind::Adam),
             Op::UpdateMany(UpdateKind::Sgd),
             Op::UpdateMany(UpdateKind::Adam),
+            Op::Pool2d(PoolKind::Max),
+            Op::Pool2d(PoolKind::Avg),
+            Op::Pool2dBackward(PoolKind::Max),
+            Op::Pool2dBackward(PoolKind::Avg),
         ];
         for cc in [(7, 5), (9, 0)] {
             let caps = capabilities_for(cc);

@@ -63,6 +63,8 @@ pub enum SourceFile {
     Scan,
     /// `sort.cu` (stable sort).
     Sort,
+    /// `sort_radix.cu` (stable radix sort of long rows).
+    SortRadix,
     /// `norm.cu` (layer norm, RMS norm, cross-entropy).
     Norm,
     /// `attention.cu` (fused flash-attention forward).
@@ -73,11 +75,13 @@ pub enum SourceFile {
     Backward,
     /// `update.cu` (the fused optimizer step).
     Update,
+    /// `pool.cu` (2-D max and average pooling, forward and backward).
+    Pool,
 }
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 16] = [
+    pub const ALL: [SourceFile; 18] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -89,11 +93,13 @@ impl SourceFile {
         SourceFile::Index,
         SourceFile::Scan,
         SourceFile::Sort,
+        SourceFile::SortRadix,
         SourceFile::Norm,
         SourceFile::Attention,
         SourceFile::AttentionBackward,
         SourceFile::Backward,
         SourceFile::Update,
+        SourceFile::Pool,
     ];
 
     /// The file name.
@@ -110,11 +116,13 @@ impl SourceFile {
             SourceFile::Index => "index.cu",
             SourceFile::Scan => "scan.cu",
             SourceFile::Sort => "sort.cu",
+            SourceFile::SortRadix => "sort_radix.cu",
             SourceFile::Norm => "norm.cu",
             SourceFile::Attention => "attention.cu",
             SourceFile::AttentionBackward => "attention_backward.cu",
             SourceFile::Backward => "backward.cu",
             SourceFile::Update => "update.cu",
+            SourceFile::Pool => "pool.cu",
         }
     }
 
@@ -131,11 +139,13 @@ impl SourceFile {
             SourceFile::Index => include_str!("../kernels/index.cu"),
             SourceFile::Scan => include_str!("../kernels/scan.cu"),
             SourceFile::Sort => include_str!("../kernels/sort.cu"),
+            SourceFile::SortRadix => include_str!("../kernels/sort_radix.cu"),
             SourceFile::Norm => include_str!("../kernels/norm.cu"),
             SourceFile::Attention => include_str!("../kernels/attention.cu"),
             SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.cu"),
             SourceFile::Backward => include_str!("../kernels/backward.cu"),
             SourceFile::Update => include_str!("../kernels/update.cu"),
+            SourceFile::Pool => include_str!("../kernels/pool.cu"),
         }
     }
 

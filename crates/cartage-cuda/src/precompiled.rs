@@ -54,11 +54,13 @@ pub fn embedded(file: SourceFile) -> &'static str {
         SourceFile::Index => include_str!("../kernels/index.ptx"),
         SourceFile::Scan => include_str!("../kernels/scan.ptx"),
         SourceFile::Sort => include_str!("../kernels/sort.ptx"),
+        SourceFile::SortRadix => include_str!("../kernels/sort_radix.ptx"),
         SourceFile::Norm => include_str!("../kernels/norm.ptx"),
         SourceFile::Attention => include_str!("../kernels/attention.ptx"),
         SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.ptx"),
         SourceFile::Backward => include_str!("../kernels/backward.ptx"),
         SourceFile::Update => include_str!("../kernels/update.ptx"),
+        SourceFile::Pool => include_str!("../kernels/pool.ptx"),
     }
 }
 

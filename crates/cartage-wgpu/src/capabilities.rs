@@ -11,9 +11,11 @@
 //!   GLSL.std.450 does not define for 64-bit floats; no scatter-add (WGSL has no 64-bit
 //!   atomics, and a float sum cannot be split into word-wise atomic adds).
 //! - The optional fused kernels ([`Op::optional`]) listed are the backward kernels of softmax,
-//!   log-softmax, the norms and cross-entropy, and the optimizer updates, for every float dtype
-//!   the rules above allow (softmax's backward, the norms' and the updates need no more than
-//!   sqrt, so they run in f64 too). Conv2d and attention are composed by the frontend.
+//!   log-softmax, the norms and cross-entropy, the optimizer updates, and max and average
+//!   pooling with their backward kernels, for every float dtype the rules above allow
+//!   (softmax's backward, the norms' and the updates need no more than sqrt, and pooling only
+//!   compares, adds and divides, so they run in f64 too). Conv2d and attention are composed by
+//!   the frontend.
 //! - i64: every op defined for it. WGSL has no 64-bit integers, so i64 is stored as two 32-bit
 //!   words and computed exactly on `vec2<u32>` (low, high) in two's complement
 //!   (`shaders/i64_ops.wgsl`): add/sub with carries, the low 64 bits of products built from
@@ -22,12 +24,12 @@
 
 #[cfg(doc)]
 use cartage_core::UnaryOp;
-use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, ReduceOp, ScatterMode, UpdateKind};
+use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, PoolKind, ReduceOp, ScatterMode, UpdateKind};
 
 use crate::context::GpuContext;
 
 /// The optional fused kernels ([`Op::optional`]) this backend implements.
-const FUSED: [Op; 7] = [
+const FUSED: [Op; 11] = [
     Op::SoftmaxBackward,
     Op::LogSoftmaxBackward,
     Op::NormBackward(NormKind::Layer),
@@ -35,6 +37,10 @@ const FUSED: [Op; 7] = [
     Op::CrossEntropyBackward,
     Op::Update(UpdateKind::Sgd),
     Op::Update(UpdateKind::Adam),
+    Op::Pool2d(PoolKind::Max),
+    Op::Pool2d(PoolKind::Avg),
+    Op::Pool2dBackward(PoolKind::Max),
+    Op::Pool2dBackward(PoolKind::Avg),
 ];
 
 /// Why `op` does not run for `dtype` on an adapter (`has_f64`: it has SHADER_F64), or `None`.
@@ -72,7 +78,7 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// ops table in the docs is generated from, without a GPU.
 ///
 /// ```
-/// use cartage_core::{BinaryOp, DType, Op, ScanOp, UnaryOp};
+/// use cartage_core::{BinaryOp, DType, Op, PoolKind, ScanOp, UnaryOp};
 /// let caps = cartage_wgpu::capabilities_for(true);
 /// assert!(caps.supports(Op::Unary(UnaryOp::Sqrt), DType::F64));
 /// assert!(!caps.supports(Op::Unary(UnaryOp::Exp), DType::F64));
@@ -81,6 +87,15 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// assert!(caps.supports(Op::SoftmaxBackward, DType::F64));
 /// assert!(!caps.supports(Op::LogSoftmaxBackward, DType::F64));
 /// assert!(caps.supports(Op::CrossEntropyBackward, DType::BF16));
+/// for kind in PoolKind::ALL {
+///     for op in [Op::Pool2d(kind), Op::Pool2dBackward(kind)] {
+///         for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+///             assert!(caps.supports(op, dtype));
+///         }
+///         assert!(!caps.supports(op, DType::I64));
+///         assert!(!cartage_wgpu::capabilities_for(false).supports(op, DType::F64));
+///     }
+/// }
 /// ```
 pub fn capabilities_for(has_f64: bool) -> Capabilities {
     let refused = |op: Op, dtype: DType| refusal(op, dtype, has_f64).is_some();

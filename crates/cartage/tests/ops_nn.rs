@@ -609,6 +609,87 @@ fn pooling_matches_the_reference() -> Result<()> {
     Ok(())
 }
 
+/// The first NaN tap of each window, else its first largest tap, as `(value, y·W + x)`; padding
+/// never wins.
+fn max_pool_with_indices_reference(
+    x: &[f32],
+    [n, c, h, w]: [usize; 4],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+) -> (Vec<f32>, Vec<i64>) {
+    let oh = (h + 2 * padding[0] - kernel[0]) / stride[0] + 1;
+    let ow = (w + 2 * padding[1] - kernel[1]) / stride[1] + 1;
+    let (mut values, mut indices) = (Vec::new(), Vec::new());
+    for plane in 0..n * c {
+        for i in 0..oh {
+            for j in 0..ow {
+                let mut best: Option<(f32, i64)> = None;
+                for a in 0..kernel[0] {
+                    for b in 0..kernel[1] {
+                        let y = (i * stride[0] + a) as i64 - padding[0] as i64;
+                        let xx = (j * stride[1] + b) as i64 - padding[1] as i64;
+                        if y < 0 || xx < 0 || y >= h as i64 || xx >= w as i64 {
+                            continue;
+                        }
+                        let v = x[plane * h * w + (y as usize) * w + xx as usize];
+                        let better = match best {
+                            None => true,
+                            Some((m, _)) => !m.is_nan() && (v.is_nan() || v > m),
+                        };
+                        if better {
+                            best = Some((v, y * w as i64 + xx));
+                        }
+                    }
+                }
+                let (v, at) = best.expect("padding is at most half the kernel");
+                values.push(v);
+                indices.push(at);
+            }
+        }
+    }
+    (values, indices)
+}
+
+#[test]
+fn max_pool2d_with_indices_names_the_first_maximum() -> Result<()> {
+    let shape = [2, 3, 7, 6];
+    let numel: usize = shape.iter().product();
+    for device in devices("ops_nn/max_pool2d_with_indices") {
+        // Few distinct values, so windows hold ties; some NaN and -inf; one plane all -inf.
+        let mut xd: Vec<f32> = values(numel, 77).iter().map(|v| (v * 4.0).round()).collect();
+        for k in (5..numel).step_by(23) {
+            xd[k] = f32::NAN;
+        }
+        for k in (9..numel).step_by(17) {
+            xd[k] = f32::NEG_INFINITY;
+        }
+        for v in &mut xd[42..84] {
+            *v = f32::NEG_INFINITY;
+        }
+        let x = tensor(&xd, &shape, &device)?;
+        for (kernel, stride, padding) in [
+            ([3, 3], [2, 2], [1, 1]),
+            ([2, 3], [1, 2], [1, 1]),
+            ([2, 2], [2, 2], [0, 0]),
+        ] {
+            let what = format!("{device} kernel {kernel:?} stride {stride:?} padding {padding:?}");
+            let (want_v, want_i) = max_pool_with_indices_reference(&xd, shape, kernel, stride, padding);
+            let (got_v, got_i) = x.max_pool2d_with_indices(kernel, stride, padding)?;
+            assert_eq!(got_i.dtype(), DType::I64, "{what}");
+            assert_eq!(got_i.to_vec::<i64>()?, want_i, "indices, {what}");
+            let got_v: Vec<f32> = got_v.to_vec()?;
+            for (k, (g, w)) in got_v.iter().zip(&want_v).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{what} at {k}: {g} vs {w}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn pooling_refuses_bad_windows() -> Result<()> {
     let x = Tensor::zeros(&[1, 1, 4, 4], DType::F32, &Device::cpu())?;

@@ -387,16 +387,21 @@ pub fn all() -> Vec<Composed> {
                 )
             },
         ),
-        op(NN, "max_pool2d", "max over a window view of the padded input", |d| {
-            when(
-                float(d),
-                vec![(Op::Fill, d), (Op::Copy, d), (Op::Reduce(ReduceOp::Max), d)],
-            )
-        }),
+        op(
+            NN,
+            "max_pool2d",
+            "the fused `max_pool2d` kernel where listed (every backend), else max over a window view of the padded input; `max_pool2d_with_indices` needs the fused kernel",
+            |d| {
+                when(
+                    float(d),
+                    vec![(Op::Fill, d), (Op::Copy, d), (Op::Reduce(ReduceOp::Max), d)],
+                )
+            },
+        ),
         op(
             NN,
             "avg_pool2d",
-            "mean (or sum ÷ taps) over a window view of the padded input",
+            "the fused `avg_pool2d` kernel where listed (every backend), else mean (or sum ÷ taps) over a window view of the padded input",
             |d| {
                 when(
                     float(d),

@@ -41,6 +41,7 @@ pub mod layout_props;
 pub mod matmul;
 pub mod memory;
 pub mod norm;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod reference;
@@ -265,6 +266,14 @@ macro_rules! conformance_tests {
                     $open,
                     suite::conv_backward::conv2d_backward,
                 );
+            }
+            #[test]
+            fn pool2d() {
+                suite::run(SUITE, "pool2d", $open, suite::pool::pool2d);
+            }
+            #[test]
+            fn pool2d_backward() {
+                suite::run(SUITE, "pool2d_backward", $open, suite::pool::pool2d_backward);
             }
             #[test]
             fn malformed_model_kernels() {

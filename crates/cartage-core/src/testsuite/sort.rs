@@ -3,7 +3,8 @@
 //! sit on a coarse grid (many duplicates) with NaN and ±inf sprinkled into floats, so values
 //! AND indices are checked exactly: the sort must be stable in both directions and put NaN
 //! above +inf. A broadcast input (every key of a line equal) must give the identity
-//! permutation; a large sort has 2^20 + 1 elements.
+//! permutation; rows of 2049 and 2500 elements run in every dtype, and a large sort has
+//! 2^20 + 1 elements.
 
 use crate::dtype::DType;
 use crate::kernel::{Kernel, Op};
@@ -82,6 +83,9 @@ pub fn sort(h: &Harness) {
         (vec![2, 33], 1, Offset, Narrowed),
         (vec![3, 1000], 1, Contiguous, Contiguous),
         (vec![1025, 2], 0, Contiguous, Contiguous),
+        // Rows longer than one GPU block sorts in shared memory (2048).
+        (vec![3, 2500], 1, Transposed, Narrowed),
+        (vec![2049, 2], 0, Contiguous, Offset),
     ];
     for dtype in DType::ALL {
         if !h.supports(Op::Sort, dtype) {

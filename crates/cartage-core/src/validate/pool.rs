@@ -117,15 +117,40 @@ fn geometry(name: &'static str, mode: PoolMode, window: PoolWindow, plane: &Tens
             format!("pooling takes a 4-D [N, C, H, W] input plane; this one is {shape:?}"),
         ));
     }
-    window.output_size([shape[2], shape[3]]).ok_or_else(|| {
+    let plane = [shape[2], shape[3]];
+    let out = window.output_size(plane).ok_or_else(|| {
         Error::invalid(
             name,
             format!(
-                "no window fits the input plane {:?} with kernel {kernel:?}, padding {padding:?} and dilation \
-                 {dilation:?}",
-                [shape[2], shape[3]]
+                "no window fits the input plane {plane:?} with kernel {kernel:?}, padding {padding:?} and dilation \
+                 {dilation:?}"
             ),
         )
+    })?;
+    // With dilation, padding of at most half the kernel no longer keeps every window in touch
+    // with the input: a window whose taps all fall in the padding has no maximum and no
+    // divisor, so it is refused.
+    for axis in 0..2 {
+        if let Some(i) = (0..out[axis]).find(|&i| !touches_plane(window, axis, i, plane[axis])) {
+            return Err(Error::invalid(
+                name,
+                format!(
+                    "window {i} along the {} reads only padding (plane {plane:?}, kernel {kernel:?}, stride \
+                     {stride:?}, padding {padding:?}, dilation {dilation:?}); reduce the padding or the dilation",
+                    ["height", "width"][axis]
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether window `i` along `axis` has a tap inside a plane of `size` on that axis.
+fn touches_plane(window: PoolWindow, axis: usize, i: usize, size: usize) -> bool {
+    let start = i * window.stride[axis];
+    (0..window.kernel[axis]).any(|a| {
+        let pos = start + a * window.dilation[axis];
+        pos >= window.padding[axis] && pos - window.padding[axis] < size
     })
 }
 

@@ -21,10 +21,12 @@ mod cross_entropy_backward;
 mod elementwise;
 pub mod geometry;
 mod index;
+pub(crate) mod pool;
 mod reduce;
 mod rows;
 mod scan;
 mod sort;
+mod sort_radix;
 pub(crate) mod update;
 mod update_many;
 
@@ -124,12 +126,20 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             out,
         } => attention::attention(backend, q, k, v, *scale, *causal, out),
         Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
-        Kernel::Pool2d { .. } | Kernel::Pool2dBackward { .. } => Err(cartage_core::Error::unsupported(
-            kernel.op().name(),
-            kernel.dtype(),
-            cartage_core::Backend::device(backend),
-            "no fused kernel here; the frontend composes it from other kernels",
-        )),
+        Kernel::Pool2d {
+            mode,
+            window,
+            input,
+            out,
+            indices,
+        } => pool::pool2d(backend, *mode, *window, input, out, indices.as_ref()),
+        Kernel::Pool2dBackward {
+            mode,
+            window,
+            grad,
+            indices,
+            out,
+        } => pool::pool2d_backward(backend, *mode, *window, grad, indices.as_ref(), out),
         Kernel::Conv2d {
             input,
             weight,

@@ -1,9 +1,11 @@
 //! Stable sort along one dimension, on (key, position) pairs (sort.cu).
 //!
 //! A row of up to [`TILE`] elements is sorted by one block in shared memory and written out
-//! directly. A longer row is cut into tiles sorted the same way into scratch, then merged by
-//! passes of a merge sort in global memory (each element placed by a binary search in the other
-//! run; runs double each pass), and finally the values are gathered through the positions.
+//! directly. A longer row goes to the radix sort ([`radix`], sort_radix.cu) where it covers it;
+//! otherwise (rows of 2^30 elements or more) it is cut into tiles sorted the same way into
+//! scratch, then merged by passes of a merge sort in global memory (each element placed by a
+//! binary search in the other run; runs double each pass), and finally the values are gathered
+//! through the positions.
 
 use cartage_core::{Error, Result, TensorArg};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
@@ -67,6 +69,9 @@ pub(super) fn sort(
             "sort",
             format!("the CUDA sort takes rows of fewer than 2^32 - 1 elements, not {cols}; sort a reshaped tensor"),
         ));
+    }
+    if super::sort_radix::covers(rows, cols, TILE) {
+        return super::sort_radix::sort(backend, input, dim, descending, values, indices, &rows_c);
     }
     let tiles = cols.div_ceil(TILE);
     let mut geom = SortGeom {

@@ -11,6 +11,7 @@ pub(crate) mod matmul_coop;
 pub(crate) mod norm;
 pub(crate) mod norm_backward;
 pub(crate) mod patch;
+pub(crate) mod pool;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod rows;
@@ -128,13 +129,25 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             cartage_core::Backend::device(backend),
             "no multi-tensor kernel here; the frontend runs one fused update per parameter",
         )),
+        Kernel::Pool2d {
+            mode,
+            window,
+            input,
+            out,
+            indices,
+        } => pool::pool2d(backend, *mode, *window, input, out, indices.as_ref()),
+        Kernel::Pool2dBackward {
+            mode,
+            window,
+            grad,
+            indices,
+            out,
+        } => pool::pool2d_backward(backend, *mode, *window, grad, indices.as_ref(), out),
         Kernel::Conv2d { .. }
         | Kernel::Conv2dBackwardInput { .. }
         | Kernel::Conv2dBackwardWeight { .. }
         | Kernel::Attention { .. }
-        | Kernel::AttentionBackward(_)
-        | Kernel::Pool2d { .. }
-        | Kernel::Pool2dBackward { .. } => Err(cartage_core::Error::unsupported(
+        | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),
             cartage_core::Backend::device(backend),

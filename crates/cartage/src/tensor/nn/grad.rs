@@ -1,11 +1,11 @@
-//! Backward passes of convolution and pooling. Convolution's input and weight gradients are one
+//! Backward passes of convolution. Convolution's input and weight gradients are one
 //! fused kernel each (`Kernel::Conv2dBackwardInput`, `Kernel::Conv2dBackwardWeight`: cuDNN on
 //! CUDA) where the backend lists it for the dtype; elsewhere, and for pooling, they are composed
 //! from cartage's own ops so that they run on every backend: the column matrix is rebuilt from
 //! the saved input (im2col), the weight gradient is one batched matmul against it, and the input
 //! gradient is the column gradient folded back onto the padded plane (the adjoint of the window
-//! view: one strided add per kernel tap). The bias gradient is a sum either way. Max pooling
-//! sends each output's gradient to the first maximum of its window, as PyTorch does.
+//! view: one strided add per kernel tap). The bias gradient is a sum either way. Pooling's
+//! backward passes are in `pool_grad.rs`.
 
 use cartage_core::{Kernel, Op, Result, Scalar, Site};
 
@@ -104,7 +104,7 @@ impl Tensor {
     }
 
     /// The interior of a padded plane (the inverse of `padded_2d`'s placement).
-    fn unpadded(&self, padding: [usize; 2], spatial: [usize; 2]) -> Result<Tensor> {
+    pub(super) fn unpadded(&self, padding: [usize; 2], spatial: [usize; 2]) -> Result<Tensor> {
         self.narrow(2, padding[0], spatial[0])?
             .narrow(3, padding[1], spatial[1])?
             .contiguous()
@@ -186,37 +186,9 @@ fn bias_too(mut grads: Vec<Option<Tensor>>, g: &Tensor, need: &[bool]) -> Result
     Ok(grads)
 }
 
-/// The backward of `x.max_pool2d(..)` for a batched `x`: each output's gradient goes to the
-/// first maximum of its window (the argmax is recomputed from the saved input).
-pub(super) fn max_pool2d(x: &Tensor, window: Window, site: Site) -> (BackwardFn, usize) {
-    let x = x.detach();
-    saving(bytes(&[&x]), move |g, _| {
-        let unbatched = x.rank() == 3;
-        let (xb, gb) = batched(&x, g, unbatched)?;
-        let (x, g) = (&xb, &gb);
-        let [n, c, h, w] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
-        let [kh, kw] = window.kernel;
-        let [oh, ow] = [g.shape()[2], g.shape()[3]];
-        let taps = x
-            .padded_2d(window.padding, Scalar::Float(f64::NEG_INFINITY), site)?
-            .window_view(&window, [oh, ow])?
-            .contiguous()?
-            .reshape(&[n, c, kh * kw, oh, ow])?;
-        let first_max = taps.argmax(2, true)?;
-        let zeros = Tensor::zeros(&[n, c, kh * kw, oh, ow], x.dtype(), &x.device())?;
-        let per_tap = zeros
-            .scatter(2, &first_max, &g.unsqueeze(2)?.contiguous()?)?
-            .reshape(&[n, c, kh, kw, oh, ow])?;
-        let [ph, pw] = window.padding;
-        let plane = [n, c, h + 2 * ph, w + 2 * pw];
-        let gx = per_tap.fold_windows(&window, plane)?.unpadded(window.padding, [h, w])?;
-        Ok(vec![Some(if unbatched { gx.squeeze(0)? } else { gx })])
-    })
-}
-
 /// The input and the output gradient with a batch dimension of 1 added when the op ran on an
 /// unbatched `[C, H, W]` input.
-fn batched(x: &Tensor, g: &Tensor, unbatched: bool) -> Result<(Tensor, Tensor)> {
+pub(super) fn batched(x: &Tensor, g: &Tensor, unbatched: bool) -> Result<(Tensor, Tensor)> {
     if unbatched {
         Ok((x.unsqueeze(0)?, g.unsqueeze(0)?))
     } else {

@@ -4,7 +4,8 @@
 //! (cross-entropy through `Kernel::CrossEntropy`, NLL composed, reductions on the device),
 //! `dropout` (composed from a random draw), `window` (padding and the sliding-window view shared
 //! by convolution and pooling), `conv` (2-D convolution as im2col plus one batched matmul),
-//! `pool` (max and average pooling: one reduction over the window view) and `attention`
+//! `pool` (max and average pooling: one fused `Kernel::Pool2d`, or one reduction over the window
+//! view), `pool_grad` (their backward: one fused `Kernel::Pool2dBackward`, or composed) and `attention`
 //! (scaled dot-product attention, composed). The option types live here, in `tensor::nn`.
 
 mod attention;
@@ -15,6 +16,7 @@ mod grad;
 mod loss;
 mod norm;
 mod pool;
+mod pool_grad;
 mod window;
 
 pub use conv::Conv2d;
