@@ -263,6 +263,10 @@ def torch_model(case, gen, timer, cfg, device):
         x = gen(case["batch"], case["channels_in"], side, side)
         w = gen(case["channels_out"], case["channels_in"], k, k)
         return measure(timer, lambda: F.conv2d(x, w, None, 1, case["padding"]), cfg)
+    if op == "max_pool2d":
+        side, k = case["side"], case["kernel"]
+        x = gen(case["batch"], case["channels"], side, side)
+        return measure(timer, lambda: F.max_pool2d(x, k, case["stride"], case["padding"]), cfg)
     if op == "mlp_step":
         return torch_mlp_step(case, gen, timer, cfg, device)
     if op == "mlp_train":
@@ -713,6 +717,9 @@ def run(spec_path):
     if torch is not None:
         torch.manual_seed(0)
         torch.set_float32_matmul_precision("highest")
+        # cuDNN convolutions default to TF32 in PyTorch; cartage's f32 conv2d computes in full
+        # f32 at its default matmul precision, so the reference does too.
+        torch.backends.cudnn.allow_tf32 = False
     for task in spec["tasks"]:
         line = {"key": task["key"]}
         use_torch = torch is not None and (task["device"] == "cpu" or task["device"].startswith("cuda"))

@@ -89,6 +89,22 @@ pub enum ModelOp {
         /// Zero padding on every side.
         padding: usize,
     },
+    /// `x.max_pool2d([k, k], [stride, stride], [padding, padding])` of `[batch, channels, side,
+    /// side]` (`F.max_pool2d`).
+    MaxPool2d {
+        /// Batch.
+        batch: usize,
+        /// Channels.
+        channels: usize,
+        /// Height and width of the input.
+        side: usize,
+        /// Height and width of the window.
+        kernel: usize,
+        /// Step of the window.
+        stride: usize,
+        /// `-inf` padding on every side.
+        padding: usize,
+    },
     /// `Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, None)` with q, k, v of
     /// `[batch, heads, seq, head_dim]` (`F.scaled_dot_product_attention`).
     Sdpa {
@@ -189,6 +205,7 @@ impl ModelOp {
             ModelOp::Sort { .. } => "sort",
             ModelOp::Cumsum { .. } => "cumsum",
             ModelOp::Conv2d { .. } => "conv2d",
+            ModelOp::MaxPool2d { .. } => "max_pool2d",
             ModelOp::Sdpa { causal: true, .. } => "sdpa_causal",
             ModelOp::Sdpa { causal: false, .. } => "sdpa",
             ModelOp::MlpStep { .. } => "mlp_step",
@@ -219,6 +236,9 @@ impl ModelOp {
                 side,
                 ..
             } => batch * channels_in * side * side,
+            ModelOp::MaxPool2d {
+                batch, channels, side, ..
+            } => batch * channels * side * side,
             ModelOp::Sdpa {
                 batch,
                 heads,
@@ -256,6 +276,14 @@ impl ModelOp {
             } => format!(
                 "[{batch}, {channels_in}, {side}, {side}] ⊛ {kernel}×{kernel} → {channels_out}, padding {padding}"
             ),
+            ModelOp::MaxPool2d {
+                batch,
+                channels,
+                side,
+                kernel,
+                stride,
+                padding,
+            } => format!("[{batch}, {channels}, {side}, {side}], {kernel}×{kernel} stride {stride}, padding {padding}"),
             ModelOp::Sdpa {
                 batch,
                 heads,
@@ -313,7 +341,7 @@ impl ModelOp {
             | ModelOp::Exp { .. } => Some(1.0),
             ModelOp::Cat { .. } | ModelOp::Sort { .. } | ModelOp::Cumsum { .. } | ModelOp::Conv2d { .. } => Some(0.9),
             ModelOp::Sdpa { .. } => Some(0.8),
-            ModelOp::LogSoftmax { .. } => None,
+            ModelOp::LogSoftmax { .. } | ModelOp::MaxPool2d { .. } => None,
             // Launch-bound at small widths, where cartage's lower per-op cost must show.
             ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
             ModelOp::MlpTrain { .. } => Some(1.2),
@@ -369,6 +397,18 @@ impl ModelOp {
                 ..streamed(1.0, 1.0, 0.0, 8.0 * n)
             },
             ModelOp::Cumsum { .. } => streamed(1.0, 1.0, 1.0, 0.0),
+            // Read the input once, write the pooled output; a comparison per tap.
+            ModelOp::MaxPool2d {
+                side,
+                kernel,
+                stride,
+                padding,
+                ..
+            } => {
+                let out_side = ((side + 2 * padding).saturating_sub(kernel) / stride.max(1) + 1) as f64;
+                let shrink = out_side * out_side / (side * side).max(1) as f64;
+                streamed(1.0, shrink, shrink * (kernel * kernel) as f64, 0.0)
+            }
             ModelOp::Conv2d {
                 batch,
                 channels_in,

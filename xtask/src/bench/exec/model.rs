@@ -76,6 +76,20 @@ pub fn run(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) -> Result
             };
             bench.run_on(device, || x.conv2d(&w, None, opts).map(drop))
         }
+        ModelOp::MaxPool2d {
+            batch,
+            channels,
+            side,
+            kernel,
+            stride,
+            padding,
+        } => {
+            let x = random(&[batch, channels, side, side], dtype, 10, device)?;
+            bench.run_on(device, || {
+                x.max_pool2d([kernel, kernel], [stride, stride], [padding, padding])
+                    .map(drop)
+            })
+        }
         ModelOp::Sdpa {
             batch,
             heads,

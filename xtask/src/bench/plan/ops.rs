@@ -182,6 +182,18 @@ impl OpsSizes {
             };
             add(dtype, conv, &[Op::Matmul]);
         }
+        for dtype in [DType::F32, DType::BF16] {
+            // The stem pooling of a ResNet: 3×3, stride 2, padding 1, after the 7×7 convolution.
+            let pool = ModelOp::MaxPool2d {
+                batch,
+                channels,
+                side: 2 * side,
+                kernel: 3,
+                stride: 2,
+                padding: 1,
+            };
+            add(dtype, pool, &[Op::Reduce(ReduceOp::Max)]);
+        }
         let (batch, heads, seq, head_dim) = self.sdpa;
         let sdpa = ModelOp::Sdpa {
             batch,
