@@ -27,6 +27,7 @@ use crate::memory::{BufferSource, SegmentTable, allocator_config};
 use crate::ops;
 use crate::ops::index::IndexChecks;
 use crate::ops::matmul::MatmulTiling;
+use crate::ops::update_many::{self, TableBuffer};
 use crate::pipelines::{PARAM_BYTES, PipelineCache};
 use crate::readback::{StagingPool, map_and_copy};
 use crate::ring::{CHUNK, Rings};
@@ -41,6 +42,9 @@ pub struct WgpuBackend {
     pub(crate) recorder: Mutex<Recorder>,
     pub(crate) index_checks: Mutex<IndexChecks>,
     pub(crate) tiling: Mutex<Option<MatmulTiling>>,
+    /// The tables of the multi-tensor optimizer update.
+    pub(crate) many_table: Mutex<TableBuffer>,
+    update_many_bindings: std::sync::atomic::AtomicUsize,
     vec4_per_invocation: std::sync::atomic::AtomicU32,
     native_f16: std::sync::atomic::AtomicBool,
     coop: std::sync::atomic::AtomicBool,
@@ -65,6 +69,7 @@ impl WgpuBackend {
         let capabilities = capabilities(&ctx);
         let native_f16 = std::sync::atomic::AtomicBool::new(native_f16_default(&ctx));
         let coop = std::sync::atomic::AtomicBool::new(ctx.coop_f16_subgroup.is_some());
+        let update_many_bindings = std::sync::atomic::AtomicUsize::new(update_many::binding_cap(&ctx.limits));
         Ok(WgpuBackend {
             ctx,
             table,
@@ -73,6 +78,8 @@ impl WgpuBackend {
             recorder,
             index_checks,
             tiling: Mutex::new(None),
+            many_table: Mutex::default(),
+            update_many_bindings,
             vec4_per_invocation: std::sync::atomic::AtomicU32::new(4),
             native_f16,
             coop,
@@ -117,6 +124,29 @@ impl WgpuBackend {
     /// point: smaller batches let the device start earlier, larger ones cost fewer submits.
     pub fn set_submit_every(&self, ops: usize) {
         self.lock_recorder().set_submit_every(ops);
+    }
+
+    /// Storage buffers one dispatch of the multi-tensor optimizer update binds (the sets'
+    /// operand buffers and one table), clamped to 2..= what the adapter allows (at most 32);
+    /// returns the value in effect. The default is the most allowed: fewer bindings split a
+    /// step into more dispatches (same results).
+    ///
+    /// ```no_run
+    /// let backend = cartage_wgpu::open_wgpu(0)?;
+    /// assert_eq!(backend.set_update_many_bindings(1), 2);
+    /// # Ok::<(), cartage_core::Error>(())
+    /// ```
+    pub fn set_update_many_bindings(&self, bindings: usize) -> usize {
+        let value = bindings.clamp(2, update_many::binding_cap(&self.ctx.limits));
+        self.update_many_bindings
+            .store(value, std::sync::atomic::Ordering::Relaxed);
+        value
+    }
+
+    /// Storage buffers one dispatch of the multi-tensor update binds
+    /// ([`set_update_many_bindings`](Self::set_update_many_bindings)).
+    pub fn update_many_bindings(&self) -> usize {
+        self.update_many_bindings.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Vec4 elements each invocation of the vectorised element-wise kernels handles (1 or 4).

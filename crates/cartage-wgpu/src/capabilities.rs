@@ -11,7 +11,8 @@
 //!   GLSL.std.450 does not define for 64-bit floats; no scatter-add (WGSL has no 64-bit
 //!   atomics, and a float sum cannot be split into word-wise atomic adds).
 //! - The optional fused kernels ([`Op::optional`]) listed are the backward kernels of softmax,
-//!   log-softmax, the norms and cross-entropy, the optimizer updates, and max and average
+//!   log-softmax, the norms and cross-entropy, the optimizer updates (one parameter, and many
+//!   at once in as few dispatches as the adapter's binding limits allow), and max and average
 //!   pooling with their backward kernels, for every float dtype the rules above allow
 //!   (softmax's backward, the norms' and the updates need no more than sqrt, and pooling only
 //!   compares, adds and divides, so they run in f64 too). Conv2d and attention are composed by
@@ -29,7 +30,7 @@ use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, PoolKind, Reduce
 use crate::context::GpuContext;
 
 /// The optional fused kernels ([`Op::optional`]) this backend implements.
-const FUSED: [Op; 11] = [
+const FUSED: [Op; 13] = [
     Op::SoftmaxBackward,
     Op::LogSoftmaxBackward,
     Op::NormBackward(NormKind::Layer),
@@ -37,6 +38,8 @@ const FUSED: [Op; 11] = [
     Op::CrossEntropyBackward,
     Op::Update(UpdateKind::Sgd),
     Op::Update(UpdateKind::Adam),
+    Op::UpdateMany(UpdateKind::Sgd),
+    Op::UpdateMany(UpdateKind::Adam),
     Op::Pool2d(PoolKind::Max),
     Op::Pool2d(PoolKind::Avg),
     Op::Pool2dBackward(PoolKind::Max),
@@ -78,7 +81,7 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// ops table in the docs is generated from, without a GPU.
 ///
 /// ```
-/// use cartage_core::{BinaryOp, DType, Op, PoolKind, ScanOp, UnaryOp};
+/// use cartage_core::{BinaryOp, DType, Op, PoolKind, ScanOp, UnaryOp, UpdateKind};
 /// let caps = cartage_wgpu::capabilities_for(true);
 /// assert!(caps.supports(Op::Unary(UnaryOp::Sqrt), DType::F64));
 /// assert!(!caps.supports(Op::Unary(UnaryOp::Exp), DType::F64));
@@ -87,6 +90,15 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// assert!(caps.supports(Op::SoftmaxBackward, DType::F64));
 /// assert!(!caps.supports(Op::LogSoftmaxBackward, DType::F64));
 /// assert!(caps.supports(Op::CrossEntropyBackward, DType::BF16));
+/// for kind in UpdateKind::ALL {
+///     for op in [Op::Update(kind), Op::UpdateMany(kind)] {
+///         for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+///             assert!(caps.supports(op, dtype));
+///         }
+///         assert!(!caps.supports(op, DType::I32));
+///         assert!(!cartage_wgpu::capabilities_for(false).supports(op, DType::F64));
+///     }
+/// }
 /// for kind in PoolKind::ALL {
 ///     for op in [Op::Pool2d(kind), Op::Pool2dBackward(kind)] {
 ///         for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {

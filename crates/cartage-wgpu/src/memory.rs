@@ -51,7 +51,8 @@ impl SegmentTable {
         id
     }
 
-    fn remove(&self, id: u64) -> Option<wgpu::Buffer> {
+    /// Unregister buffer `id` (a released segment, or an internal buffer replaced).
+    pub fn remove(&self, id: u64) -> Option<wgpu::Buffer> {
         self.buffers.write().unwrap_or_else(|p| p.into_inner()).remove(&id)
     }
 }

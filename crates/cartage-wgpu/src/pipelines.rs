@@ -13,7 +13,8 @@ use cartage_core::{Error, Result};
 
 use crate::context::GpuContext;
 
-/// The most storage bindings a cartage kernel uses.
+/// The most storage bindings a cartage kernel uses, but the multi-tensor update (which binds
+/// what the adapter allows).
 pub(crate) const MAX_STORAGE_BINDINGS: usize = 6;
 
 /// Bytes of one op's parameter block.
@@ -29,11 +30,14 @@ pub(crate) struct PipelineCache {
 }
 
 impl PipelineCache {
-    /// Layouts for 1..=MAX_STORAGE_BINDINGS storage buffers on `ctx`.
+    /// Layouts for 1..=MAX_STORAGE_BINDINGS storage buffers on `ctx` (more for the
+    /// multi-tensor update, up to [`crate::ops::update_many::binding_cap`]).
     pub fn new(ctx: &GpuContext) -> Self {
         let mut layouts = Vec::new();
         let mut pipeline_layouts = Vec::new();
-        for storage in 0..=MAX_STORAGE_BINDINGS {
+        // The multi-tensor update binds as many buffers as the adapter allows (up to its cap).
+        let most = MAX_STORAGE_BINDINGS.max(crate::ops::update_many::binding_cap(&ctx.limits));
+        for storage in 0..=most {
             let mut entries = vec![wgpu::BindGroupLayoutEntry {
                 binding: 0,
                 visibility: wgpu::ShaderStages::COMPUTE,

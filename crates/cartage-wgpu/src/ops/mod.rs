@@ -21,6 +21,7 @@ pub(crate) mod softmax;
 pub(crate) mod softmax_backward;
 pub(crate) mod sort;
 pub(crate) mod update;
+pub(crate) mod update_many;
 
 use cartage_core::{Kernel, Result};
 
@@ -121,14 +122,7 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             state,
             param,
         } => update::update(backend, rule, grad, state, param),
-        // Sets live in separate buffers: one dispatch would need a binding per set, so the
-        // frontend runs one fused `Update` per parameter here instead.
-        Kernel::UpdateMany { .. } => Err(cartage_core::Error::unsupported(
-            kernel.op().name(),
-            kernel.dtype(),
-            cartage_core::Backend::device(backend),
-            "no multi-tensor kernel here; the frontend runs one fused update per parameter",
-        )),
+        Kernel::UpdateMany { rule, sets } => update_many::update_many(backend, rule, sets),
         Kernel::Pool2d {
             mode,
             window,

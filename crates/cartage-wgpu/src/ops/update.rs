@@ -19,11 +19,11 @@ use crate::encoder::ParamBlock;
 use crate::ops::geometry::{WORKGROUP, grid};
 use crate::wgsl;
 
-const UPDATE: &str = include_str!("../../shaders/update.wgsl");
+pub(crate) const UPDATE: &str = include_str!("../../shaders/update.wgsl");
 
 /// How elements map to invocations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Path {
+pub(crate) enum Path {
     /// One element per invocation, plain loads and stores (f32, f64, f16 as the adapter's `f16`).
     Element,
     /// One 32-bit word (two elements) of each packed operand per invocation.
@@ -33,7 +33,7 @@ enum Path {
 }
 
 impl Path {
-    fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Path::Element => "element",
             Path::Pairs => "pairs",
@@ -44,12 +44,12 @@ impl Path {
 
 /// The kernel's specialisation: the rule's kind and state count, the dtype, the path.
 #[derive(Clone, Copy)]
-struct Variant {
-    rule: UpdateRule,
-    dtype: DType,
-    states: usize,
-    native_f16: bool,
-    path: Path,
+pub(crate) struct Variant {
+    pub(crate) rule: UpdateRule,
+    pub(crate) dtype: DType,
+    pub(crate) states: usize,
+    pub(crate) native_f16: bool,
+    pub(crate) path: Path,
 }
 
 /// One optimizer step on `param` and `state` from `grad`, in place.
@@ -140,12 +140,8 @@ fn dispatch(
         _ => numel,
     };
     let mut params = ParamBlock::default();
-    let flags = match rule {
-        UpdateRule::Sgd(sgd) => u32::from(sgd.nesterov) | (u32::from(sgd.first_step) << 1),
-        UpdateRule::Adam(_) => 0,
-    };
     params.put_sizes(0, &[count, numel], "element count")?;
-    params.put(2, &[flags]);
+    params.put(2, &[flags(rule)]);
     for (k, &o) in offsets.iter().enumerate() {
         params.put_sizes(4 + k, &[o as usize], "element offset")?;
     }
@@ -176,8 +172,17 @@ fn dispatch(
     backend.record(&pipeline, &windows, &params, groups)
 }
 
+/// The shader's `P.flags`: bit 0 Nesterov momentum, bit 1 the step that creates the momentum
+/// buffer.
+pub(crate) fn flags(rule: &UpdateRule) -> u32 {
+    match rule {
+        UpdateRule::Sgd(sgd) => u32::from(sgd.nesterov) | (u32::from(sgd.first_step) << 1),
+        UpdateRule::Adam(_) => 0,
+    }
+}
+
 /// The rule's constants at words 8.. (`P.c`): f32 words, or f64 pairs for f64.
-fn put_coefficients(params: &mut ParamBlock, rule: &UpdateRule, dtype: DType) {
+pub(crate) fn put_coefficients(params: &mut ParamBlock, rule: &UpdateRule, dtype: DType) {
     let values: [f64; 8] = match rule {
         UpdateRule::Adam(adam) => {
             let c = adam.coefficients();
@@ -207,7 +212,7 @@ fn put_coefficients(params: &mut ParamBlock, rule: &UpdateRule, dtype: DType) {
 }
 
 /// The operand names in binding order (b1 ..).
-const SLOTS: [&str; 4] = ["p", "g", "first", "second"];
+pub(crate) const SLOTS: [&str; 4] = ["p", "g", "first", "second"];
 
 fn source(v: &Variant) -> Result<String> {
     let t = wgsl::compute_type(v.dtype);
@@ -234,12 +239,7 @@ fn source(v: &Variant) -> Result<String> {
         });
     }
     let pieces = wgsl::Pieces::parse("shaders/update.wgsl", UPDATE);
-    let rule = match v.rule {
-        UpdateRule::Adam(_) => "adam",
-        UpdateRule::Sgd(_) if v.states == 0 => "sgd",
-        UpdateRule::Sgd(_) => "sgd_momentum",
-    };
-    let rule = pieces.fill(rule, &[("T", t)])?;
+    let rule = pieces.fill(rule_piece(v), &[("T", t)])?;
     let main = pieces.fill(
         if v.path == Path::Pairs {
             "main_pairs"
@@ -259,9 +259,18 @@ fn source(v: &Variant) -> Result<String> {
     ])
 }
 
+/// The piece of `shaders/update.wgsl` holding the rule's per-element code.
+pub(crate) fn rule_piece(v: &Variant) -> &'static str {
+    match v.rule {
+        UpdateRule::Adam(_) => "adam",
+        UpdateRule::Sgd(_) if v.states == 0 => "sgd",
+        UpdateRule::Sgd(_) => "sgd_momentum",
+    }
+}
+
 /// The array element a binding is declared with (every operand of the atomic path is atomic, so
 /// that a word shared by a read and a written operand is only ever accessed atomically).
-fn element_type(v: &Variant) -> &'static str {
+pub(crate) fn element_type(v: &Variant) -> &'static str {
     match v.path {
         Path::Element if v.native_f16 => "f16",
         Path::Atomic => "atomic<u32>",
@@ -270,7 +279,7 @@ fn element_type(v: &Variant) -> &'static str {
 }
 
 /// `dec`/`enc` (the 16-bit codec of a packed dtype) and `rounded` (a value as stored).
-fn codec(v: &Variant) -> String {
+pub(crate) fn codec(v: &Variant) -> String {
     let t = wgsl::compute_type(v.dtype);
     match v.dtype {
         DType::F16 => "fn dec(h: u32) -> f32 { return f16_to_f32(h); }\n\
@@ -286,7 +295,7 @@ fn codec(v: &Variant) -> String {
 }
 
 /// `ld_SLOT(e)` and `st_SLOT(e, v)` for one element.
-fn element_accessors(v: &Variant, slot: &str, buf: &str, written: bool) -> String {
+pub(crate) fn element_accessors(v: &Variant, slot: &str, buf: &str, written: bool) -> String {
     let t = wgsl::compute_type(v.dtype);
     let (load, store) = if v.native_f16 {
         (format!("return f32({buf}[e]);"), format!("{buf}[e] = f16(v);"))
@@ -314,7 +323,7 @@ fn element_accessors(v: &Variant, slot: &str, buf: &str, written: bool) -> Strin
 
 /// `ld2_SLOT(w)` (the two elements of word `w`) and `st2_SLOT(w, a, b, both)` (`b` only when
 /// `both`; otherwise the word's upper half is kept).
-fn pair_accessors(slot: &str, buf: &str, written: bool) -> String {
+pub(crate) fn pair_accessors(slot: &str, buf: &str, written: bool) -> String {
     let store = if written {
         format!(
             "let lo = enc(a);
