@@ -14,8 +14,10 @@
 //   and the tile's offset among the row's earlier tiles comes from a decoupled look-back over
 //   `status` ([passes][rows * tiles][256] words: a flag and a count, zeroed by the host). The
 //   first pass reads `input` (position = column); the last writes `indices` and the values they
-//   point to; the others go through scratch pairs (row-major [rows, cols]). A pass whose digit
-//   is the same for a whole row (one histogram bin holds the row) keeps every element in place.
+//   point to; the others go through scratch pairs (row-major [rows, cols]). With 4-byte keys a
+//   tile is staged in shared memory in output order and written out run by run (coalesced);
+//   8-byte keys scatter directly. A pass whose digit is the same for a whole row (one histogram
+//   bin holds the row) keeps every element in place.
 
 #define RADIX_ITEMS 16
 #define RADIX_WARPS (THREADS / 32)
@@ -328,15 +330,45 @@ __device__ void radix_pass(const T* in, const typename RadixKey<T>::K* kin, cons
         st[unit * RADIX_BINS + tid] = RADIX_PREFIX | (earlier + tile_count);
     }
     s_base[tid] = row_first + earlier;
-    __syncthreads();
-
+    if constexpr (sizeof(K) == 4) {
+        // Staged: the tile's elements are placed in shared memory in their output order (digit
+        // by digit), then written out in that order, so the threads of a warp write neighbouring
+        // slots of one digit's run instead of scattering one element each.
+        __shared__ K s_key[RADIX_TILE];
+        __shared__ u32 s_pos[RADIX_TILE];
+        __shared__ u32 s_local[RADIX_BINS];  // the tile's first staged slot of each digit
+        const u32 local_first = radix_block_scan(tile_count, s_sums);  // its barriers publish s_base
+        s_local[tid] = local_first;
+        __syncthreads();
 #pragma unroll
-    for (int j = 0; j < RADIX_ITEMS; ++j) {
-        const u64 c = warp_c0 + (u64)j * 32 + lane;
-        if (c < g.cols) {
-            const u32 d = (u32)(key[j] >> shift) & 0xffu;
-            const u64 dest = (u64)s_base[d] + s_warp[warp][d] + rank[j];
-            radix_put<T, K>(last, dest, key[j], pos[j], ip, vp, xp, kr, ir, g);
+        for (int j = 0; j < RADIX_ITEMS; ++j) {
+            const u64 c = warp_c0 + (u64)j * 32 + lane;
+            if (c < g.cols) {
+                const u32 d = (u32)(key[j] >> shift) & 0xffu;
+                const u32 slot = s_local[d] + s_warp[warp][d] + rank[j];
+                s_key[slot] = key[j];
+                s_pos[slot] = pos[j];
+            }
+        }
+        __syncthreads();
+        const u32 count = (u32)(g.cols - c0 < RADIX_TILE ? g.cols - c0 : RADIX_TILE);
+        for (u32 i = tid; i < count; i += THREADS) {
+            const K k = s_key[i];
+            const u32 d = (u32)(k >> shift) & 0xffu;
+            const u64 dest = (u64)s_base[d] + (i - s_local[d]);
+            radix_put<T, K>(last, dest, k, s_pos[i], ip, vp, xp, kr, ir, g);
+        }
+    } else {
+        // 8-byte keys: the staging arrays would not fit the static shared memory; scatter.
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < RADIX_ITEMS; ++j) {
+            const u64 c = warp_c0 + (u64)j * 32 + lane;
+            if (c < g.cols) {
+                const u32 d = (u32)(key[j] >> shift) & 0xffu;
+                const u64 dest = (u64)s_base[d] + s_warp[warp][d] + rank[j];
+                radix_put<T, K>(last, dest, key[j], pos[j], ip, vp, xp, kr, ir, g);
+            }
         }
     }
 }
