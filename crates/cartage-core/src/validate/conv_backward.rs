@@ -104,9 +104,9 @@ fn geometry(name: &'static str, x: &TensorArg, w: &TensorArg, y: &TensorArg, win
     }
 }
 
-/// Shared by both kernels: one float dtype; `out` contiguous (`shape` names its layout in the
-/// error), aligned and apart from every operand in `read`.
-fn written(name: &'static str, read: &[&TensorArg], out: &TensorArg, shape: &str) -> Result<()> {
+/// Shared by both kernels and by pooling's: one float dtype; `out` contiguous (`shape` names its
+/// layout in the error), aligned and apart from every operand in `read`.
+pub(super) fn written(name: &'static str, read: &[&TensorArg], out: &TensorArg, shape: &str) -> Result<()> {
     for arg in read {
         same_dtype(name, arg, out)?;
     }
@@ -121,7 +121,7 @@ fn written(name: &'static str, read: &[&TensorArg], out: &TensorArg, shape: &str
         return Err(Error::invalid(
             name,
             format!(
-                "the gradient written must be contiguous {shape}, but its strides are {:?}",
+                "the result must be written contiguous {shape}, but its strides are {:?}",
                 out.layout.strides()
             ),
         ));

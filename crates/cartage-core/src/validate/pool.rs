@@ -3,7 +3,8 @@
 //! window is all padding), dilation 1 for averages, i64 indices exactly where max pooling
 //! needs them, and a contiguous written operand apart from everything read.
 
-use super::{aligned, apart, dtype_is, mismatch, same_dtype};
+use super::conv_backward::written;
+use super::{aligned, apart, dtype_is, mismatch};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::TensorArg;
@@ -167,33 +168,4 @@ fn planes(name: &'static str, plane: &TensorArg, pooled: &TensorArg, expected: [
         ));
     }
     Ok(())
-}
-
-/// One float dtype; `out` contiguous (`shape` names its layout in the error), aligned and
-/// apart from every operand in `read`.
-fn written(name: &'static str, read: &[&TensorArg], out: &TensorArg, shape: &str) -> Result<()> {
-    for arg in read {
-        same_dtype(name, arg, out)?;
-    }
-    if !out.dtype.is_float() {
-        return Err(Error::WrongDType {
-            op: name,
-            dtype: out.dtype,
-            expected: "a float dtype",
-        });
-    }
-    if !out.layout.is_contiguous() {
-        return Err(Error::invalid(
-            name,
-            format!(
-                "the result must be written contiguous {shape}, but its strides are {:?}",
-                out.layout.strides()
-            ),
-        ));
-    }
-    for arg in read {
-        aligned(name, arg)?;
-        apart(name, arg, out)?;
-    }
-    aligned(name, out)
 }
