@@ -1,6 +1,6 @@
 //! Shared helpers of the criterion benches: the devices of every compiled-in backend, the
 //! bench names (`<backend>/<device-name>/<op>_<dtype>_<size>`), and the device-timed region
-//! criterion's `iter_custom` reads (synchronised before the timer is read, ARTICLE R29).
+//! criterion's `iter_custom` reads (synchronised before the timer is read, LESSONS R29).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! `cargo xtask lint-devices [PATH]`: hard-coded devices outside the entry point (ARTICLE R17).
+//! `cargo xtask lint-devices [PATH]`: hard-coded devices outside the entry point (LESSONS R17).
 //!
-//! The article's code-review rule, automated: count hard-coded device literals; outside the one
+//! A code-review rule, automated: count hard-coded device literals; outside the one
 //! place that picks the device there should be none. Scans every `.rs` file under PATH (default:
 //! the current directory; `target*` folders and hidden folders such as `.git` are skipped) for
 //! device strings (`"cuda:0"`, `"wgpu:1"`, `"cpu"`, a bare `"cuda"`), device constructions

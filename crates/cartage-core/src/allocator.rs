@@ -1,4 +1,4 @@
-//! The caching allocator, written once for every backend (DESIGN "alloc"; ARTICLE R20–R22).
+//! The caching allocator, written once for every backend (DESIGN "alloc"; LESSONS R20–R22).
 //!
 //! A backend supplies a [`SegmentSource`] — raw device allocations (`cuMemAlloc`,
 //! `wgpu::Device::create_buffer`, aligned host memory). [`CachingAllocator`] carves blocks out of

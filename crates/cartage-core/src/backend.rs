@@ -76,7 +76,7 @@ impl Capabilities {
     }
 }
 
-/// How f32 matrix products may trade precision for speed (ARTICLE R32).
+/// How f32 matrix products may trade precision for speed (LESSONS R32).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MatmulPrecision {
     /// True f32 arithmetic (the default everywhere).

@@ -1,5 +1,5 @@
 //! [`Error`]: one variant per failure. Each message says what happened, the most likely cause and
-//! what to check first (ARTICLE R28), and carries the structured fields a program can match on.
+//! what to check first (LESSONS R28), and carries the structured fields a program can match on.
 
 use std::fmt;
 use std::panic::Location;

@@ -1,5 +1,5 @@
 //! Host memory for asynchronous copies: page-locked [`PinnedBuffer`], ordinary [`PageableBuffer`],
-//! either of them as a [`StagingBuffer`], and [`CopyHandle`] (ARTICLE R9; DESIGN invariant 7).
+//! either of them as a [`StagingBuffer`], and [`CopyHandle`] (LESSONS R9; DESIGN invariant 7).
 //!
 //! An asynchronous copy takes a buffer by reference and returns a [`CopyHandle`] that borrows it
 //! until [`CopyHandle::wait`]: the borrow checker forbids writing the source (or reading the

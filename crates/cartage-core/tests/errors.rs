@@ -1,4 +1,4 @@
-//! Every `Error` variant's message names what a user needs to find the cause (ARTICLE R16, R26,
+//! Every `Error` variant's message names what a user needs to find the cause (LESSONS R16, R26,
 //! R28): both devices and both sites of a mismatch, the feature that enables a missing backend,
 //! the ordinal a bare `cuda` lacks, dtype + device + op of an unsupported kernel, the element
 //! count of an overflowing shape, the fix for a host read of the wrong type, and so on; and

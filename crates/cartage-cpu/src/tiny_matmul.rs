@@ -1,7 +1,7 @@
 //! Register-tiled products for tiny matrices (at most [`TINY_MATMUL`] multiply-adds), where a
 //! matmul crate's per-call cost (dispatch, packing: about 0.2 µs) exceeds the arithmetic; the
 //! measured crossover with `gemm` lies between 24³ and 32³ on the development machine. This is
-//! what makes a batch of 1000 8×8 products cheap on the cpu (ARTICLE R3).
+//! what makes a batch of 1000 8×8 products cheap on the cpu (LESSONS R3).
 //!
 //! Tiles of 4 rows (then single rows) by 8, 4, 2 and 1 columns accumulate `a[i, p] · b[p, j]`
 //! over `p` in registers, vectorised along `j` when `b`'s rows are dense. Where the processor

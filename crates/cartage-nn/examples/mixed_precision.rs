@@ -1,4 +1,4 @@
-//! ARTICLE R25 on a real model: the same training run in f32, under bf16 autocast, and under
+//! LESSONS R25 on a real model: the same training run in f32, under bf16 autocast, and under
 //! f16 autocast with a `GradScaler`: peak memory, time per step and final loss of each.
 //!
 //! ```text

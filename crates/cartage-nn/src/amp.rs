@@ -1,4 +1,4 @@
-//! [`GradScaler`]: dynamic loss scaling for half-precision training (ARTICLE R25).
+//! [`GradScaler`]: dynamic loss scaling for half-precision training (LESSONS R25).
 //!
 //! f16 gradients below 6·10⁻⁸ flush to zero. The scaler multiplies the loss by a large factor
 //! before backward, so the half-precision gradients stay representable, then divides the f32

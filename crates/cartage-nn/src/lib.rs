@@ -5,7 +5,7 @@
 //!
 //! - [`ParamStore`]: owns the named parameters ([`cartage::Var`]s). [`ParamStore::to`] moves
 //!   every parameter in place, so modules and optimizers, which hold the variables (shared
-//!   cells) and their ids, never see a stale parameter (ARTICLE R13).
+//!   cells) and their ids, never see a stale parameter (LESSONS R13).
 //! - [`Module`] and the layers in [`layers`]: `Linear`, `Embedding`, `LayerNorm`, `RmsNorm`,
 //!   `Dropout`, `Conv2d`, pooling, `MultiHeadAttention`, `TransformerBlock`, `Sequential`, with
 //!   PyTorch's default initialisations drawn from an explicit [`cartage::Generator`].

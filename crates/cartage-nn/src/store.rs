@@ -2,7 +2,7 @@
 //!
 //! Parameters are [`Var`]s: shared cells whose value [`Var::set`] replaces in place. A module
 //! holds the `Var`s it made and reads `var.tensor()` on every forward; an optimizer keeps its
-//! state by [`cartage::VarId`] and takes the store at each step. So the article's bug (R13) —
+//! state by [`cartage::VarId`] and takes the store at each step. So the stale-handle bug (R13) —
 //! building the optimizer, then moving the model, and the optimizer updating the old tensors —
 //! cannot happen: there are no old tensors to update.
 

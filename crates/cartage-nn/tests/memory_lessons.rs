@@ -1,4 +1,4 @@
-//! The article's memory lessons on real training steps: R19, parameters, gradients and Adam's
+//! The memory lessons (docs/LESSONS.md) on real training steps: R19, parameters, gradients and Adam's
 //! two moments measured against the estimator, exactly, with the activations reported; R21,
 //! `empty_cache` every step against keeping the cache. One test function: the allocator's
 //! counters are per device, and tests run on parallel threads.

@@ -1,4 +1,4 @@
-//! Mixed precision (ARTICLE R25): autocast's op list, f32 master weights, and a GradScaler that
+//! Mixed precision (LESSONS R25): autocast's op list, f32 master weights, and a GradScaler that
 //! rescues f16 gradients which underflow without it and skips steps that overflow.
 
 use cartage::prelude::*;

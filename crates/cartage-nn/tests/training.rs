@@ -1,5 +1,5 @@
 //! The parameter store, the layers and the optimizers: moves in place after the optimizer is
-//! built (ARTICLE R13), optimizer updates against their formulas, typed errors, and a small
+//! built (LESSONS R13), optimizer updates against their formulas, typed errors, and a small
 //! model that learns.
 
 use cartage::ErrorKind;
@@ -58,7 +58,7 @@ fn train(steps: usize, move_after: usize, move_to: &Device) -> Result<Vec<Vec<f3
 
 #[test]
 fn moving_the_model_after_building_the_optimizer_trains_the_moved_parameters() -> Result<()> {
-    // The article's bug (R13) cannot happen: the optimizer holds variables, not tensors, and
+    // The stale-handle bug (R13) cannot happen: the optimizer holds variables, not tensors, and
     // its state follows them. Moving half-way gives what never moving gives.
     let straight = train(10, usize::MAX, &Device::cpu())?;
     let target = other_device().unwrap_or(Device::cpu());

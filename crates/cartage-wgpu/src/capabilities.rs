@@ -1,4 +1,4 @@
-//! What runs on a wgpu adapter, and why the rest does not (ARTICLE R26).
+//! What runs on a wgpu adapter, and why the rest does not (LESSONS R26).
 //!
 //! - f32, f16, bf16, i32, u8, bool: every op defined for them. f16 and bf16 are stored two to a
 //!   word and computed in f32 (rounded once on store) on every adapter: SHADER_F16 is not needed.

@@ -1,4 +1,4 @@
-//! Pinned memory, asynchronous copies and the prefetching loader (ARTICLE R9, R10).
+//! Pinned memory, asynchronous copies and the prefetching loader (LESSONS R9, R10).
 //!
 //! ```text
 //! CARTAGE_DEVICE=cuda:0 cargo run -p cartage --features cuda --release --example async_copies

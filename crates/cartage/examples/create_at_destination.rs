@@ -1,4 +1,4 @@
-//! Create at the destination instead of creating on the host and moving (ARTICLE R7, R11).
+//! Create at the destination instead of creating on the host and moving (LESSONS R7, R11).
 //!
 //! ```text
 //! CARTAGE_DEVICE=cuda:0 cargo run -p cartage --features cuda --example create_at_destination

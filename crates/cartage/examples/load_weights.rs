@@ -1,4 +1,4 @@
-//! Write a safetensors file, then load it straight onto the picked device (ARTICLE R2, R18, R19).
+//! Write a safetensors file, then load it straight onto the picked device (LESSONS R2, R18, R19).
 //!
 //! ```text
 //! CARTAGE_DEVICE=cuda:0 cargo run -p cartage --features cuda --example load_weights [FILE]

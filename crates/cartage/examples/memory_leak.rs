@@ -1,10 +1,10 @@
-//! A planted leak caught by `MemoryTracker`, then the fix (ARTICLE R5, R20, R21, R23).
+//! A planted leak caught by `MemoryTracker`, then the fix (LESSONS R5, R20, R21, R23).
 //!
 //! ```text
 //! CARTAGE_DEVICE=cuda:0 cargo run -p cartage --features cuda --example memory_leak [OUT_DIR]
 //! ```
 //!
-//! The leak is the article's: every step's loss kept in a list with its whole graph (the weights
+//! The leak of R23 (docs/LESSONS.md): every step's loss kept in a list with its whole graph (the weights
 //! are a `Var`, so each loss records the ops that made it and holds the batch and activations
 //! they saved), and read back with `.item()` every step. Allocated memory grows step after step;
 //! the tracker fits a line over the last steps, flags it and says the autograd graph is what

@@ -1,4 +1,4 @@
-//! Pick the device once, at the entry point, and pass it down (ARTICLE R6, R14, R15).
+//! Pick the device once, at the entry point, and pass it down (LESSONS R6, R14, R15).
 //!
 //! ```text
 //! cargo run -p cartage --example pick_device

@@ -1,5 +1,5 @@
 //! Mixed precision: `let _ac = cartage::autocast(&device, DType::BF16)?;` runs the ops that
-//! gain from half precision in it and keeps the ones that lose accuracy in f32 (ARTICLE R25).
+//! gain from half precision in it and keeps the ones that lose accuracy in f32 (LESSONS R25).
 //!
 //! While the guard lives, on its thread:
 //! - **in the autocast dtype** (f16 or bf16): `matmul` (and so `Linear`), `conv2d` and

@@ -1,4 +1,4 @@
-//! [`PrefetchLoader`]: while the device computes on batch N, batch N+1 is on its way (ARTICLE R10).
+//! [`PrefetchLoader`]: while the device computes on batch N, batch N+1 is on its way (LESSONS R10).
 //!
 //! The loader takes an iterator of host batches ([`HostBatch`]: bytes, shape, dtype) and yields
 //! device tensors in the same order. Pipelined, a worker thread stages each batch in one of two

@@ -1,4 +1,4 @@
-//! Safetensors straight onto a device (ARTICLE R18, PyTorch's `map_location`).
+//! Safetensors straight onto a device (LESSONS R18, PyTorch's `map_location`).
 //!
 //! [`load_safetensors`] reads a `.safetensors` file's header, then streams each tensor from the
 //! file through one pinned staging buffer into memory allocated on the target device: the file is

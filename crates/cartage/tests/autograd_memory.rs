@@ -77,7 +77,7 @@ fn backward_frees_the_graph_and_computes_nothing_off_the_path() -> Result<()> {
     assert_eq!(scale.grad().unwrap().to_vec::<f32>()?, vec![n as f32]);
     drop(loss);
 
-    // Keeping losses with their graphs (ARTICLE R23) keeps every activation alive; keeping
+    // Keeping losses with their graphs (LESSONS R23) keeps every activation alive; keeping
     // them detached keeps none.
     let mut kept = Vec::new();
     for _ in 0..5 {

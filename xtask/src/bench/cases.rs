@@ -73,7 +73,7 @@ impl Section {
         }
     }
 
-    /// The ARTICLE requirements the section shows.
+    /// The lessons (docs/LESSONS.md) the section shows.
     pub fn requirements(self) -> &'static str {
         match self {
             Section::Devices => "R1",

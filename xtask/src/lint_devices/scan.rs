@@ -1,4 +1,4 @@
-//! The device lint's rules over one file's tokens (ARTICLE R17): device strings, device
+//! The device lint's rules over one file's tokens (LESSONS R17): device strings, device
 //! constructions and `.cuda()`-style moves, except on lines and in items a user marked with
 //! `// cartage: device-entry` (the one place that picks the device).
 

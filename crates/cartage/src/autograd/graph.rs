@@ -2,7 +2,7 @@
 //! backward function (with the tensors that function needs, saved) and links to its inputs.
 //!
 //! The node holds its inputs alive, as in PyTorch: that is what makes keeping a loss with its
-//! graph grow memory (ARTICLE R23). Backward releases each node's saved tensors and links as it
+//! graph grow memory (LESSONS R23). Backward releases each node's saved tensors and links as it
 //! passes, unless asked to retain the graph. Nothing is recorded unless an input has a link and
 //! recording is on ([`super::is_grad_enabled`]); the check is a pointer test per input, so ops on
 //! plain tensors pay nothing more.
@@ -91,7 +91,7 @@ pub fn live_graph_nodes() -> usize {
 }
 
 /// Bytes saved for backward by the live graph, on every device. A graph kept alive by a stored
-/// loss shows here (ARTICLE R23).
+/// loss shows here (LESSONS R23).
 pub fn saved_activation_bytes() -> usize {
     let table = PER_DEVICE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     table.iter().map(|(_, m)| m.saved_bytes).sum()

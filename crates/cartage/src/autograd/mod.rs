@@ -5,7 +5,7 @@
 //!   holding the `Var` (or its [`VarId`]) never see a stale one.
 //! - Recording: an op records how its result was made only when an input has a link to a
 //!   variable and recording is on. The record holds its inputs (and the tensors its backward
-//!   needs) alive: a loss kept with its graph keeps every activation (ARTICLE R23); keep
+//!   needs) alive: a loss kept with its graph keeps every activation (LESSONS R23); keep
 //!   `loss.detach()` instead. [`no_grad`] turns recording off on the thread.
 //! - [`crate::Tensor::backward`]: gradients of the variables that lead to a one-element tensor,
 //!   accumulated into each variable and returned as [`Gradients`]. Only gradients on a path to

@@ -25,7 +25,7 @@ impl Tensor {
     }
 
     /// The same values, cut from the graph: ops on the result are not recorded, and it holds no
-    /// recorded op alive. Keep `loss.detach()`, not `loss`, to log a running loss (ARTICLE R23).
+    /// recorded op alive. Keep `loss.detach()`, not `loss`, to log a running loss (LESSONS R23).
     ///
     /// ```
     /// use cartage::{DType, Device, Tensor, Var};

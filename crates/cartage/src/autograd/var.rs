@@ -4,7 +4,7 @@
 //! [`Var::tensor`] records how its result was made, so [`Tensor::backward`] can find its way
 //! back. The cell, not the tensor, is the identity: [`Var::set`] replaces the value in place (a
 //! move to another device, a cast, an optimizer step), and every holder of the `Var`, a module
-//! or an optimizer keyed by [`VarId`], sees the new value. No handle goes stale (ARTICLE R13).
+//! or an optimizer keyed by [`VarId`], sees the new value. No handle goes stale (LESSONS R13).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! `cartage::bench`: measuring device work honestly (ARTICLE R29).
+//! `cartage::bench`: measuring device work honestly (LESSONS R29).
 //!
 //! A GPU runs asynchronously: a call that launches a kernel returns long before the kernel ends,
 //! so a host timer around the call measures the dispatch, not the work. [`Bench`] therefore

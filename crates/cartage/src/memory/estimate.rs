@@ -1,4 +1,4 @@
-//! Capacity first (ARTICLE R2, R19): the bytes a tensor or a training job needs, computed before
+//! Capacity first (LESSONS R2, R19): the bytes a tensor or a training job needs, computed before
 //! anything is allocated, and whether that fits the memory a device has free.
 //!
 //! A tensor takes numel × dtype size bytes (f32 4, f16/bf16 2, i64 8, i32 4, bool 1). Training

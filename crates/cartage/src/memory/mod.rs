@@ -1,4 +1,4 @@
-//! Memory you can read (ARTICLE R2, R19–R23).
+//! Memory you can read (LESSONS R2, R19–R23).
 //!
 //! - [`memory_summary`]: one device's allocator as a table (allocated, reserved, peaks, blocks,
 //!   segments, counts, cache hits, OOMs, fragmentation, pinned host memory, largest live blocks).

@@ -2,7 +2,7 @@
 //! copies the frontend had to make without being asked (with their bytes).
 //!
 //! A loop that reads a scalar back every step shows up here as one call site with a large count
-//! (ARTICLE R5).
+//! (LESSONS R5).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

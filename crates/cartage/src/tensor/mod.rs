@@ -96,7 +96,7 @@ impl fmt::Debug for Storage {
 /// An n-dimensional array on one device. See the module docs.
 ///
 /// `#[must_use]`: every op returns a new tensor, so `x.to(&device)?;` alone is a compiler warning
-/// (ARTICLE R8), not a silent no-op.
+/// (LESSONS R8), not a silent no-op.
 #[derive(Clone)]
 #[must_use = "tensor ops return a new tensor and leave their inputs unchanged"]
 pub struct Tensor {

@@ -177,7 +177,7 @@ pub enum ModelOp {
         /// Run under bf16 autocast (master weights f32).
         autocast: bool,
     },
-    /// ARTICLE R31: where one real training step's time goes. The `MlpTrain` model fed from host
+    /// LESSONS R31: where one real training step's time goes. The `MlpTrain` model fed from host
     /// batches: building the batch on the host, copying it to the device, the step's kernels and
     /// their launch overhead, and the host sync that reads the loss, each measured (see
     /// `exec::pipeline`). cartage only: the shares are the result.

@@ -311,7 +311,7 @@ fn measure_phases(layers: usize, width: usize, batch: usize, steps: usize, devic
     })
 }
 
-/// ARTICLE R31 (see [`ModelOp::TrainPipeline`]). Counters, each a median over the timed steps in
+/// LESSONS R31 (see [`ModelOp::TrainPipeline`]). Counters, each a median over the timed steps in
 /// seconds: `load_s` (building the host batch), `copy_s` (host→device, synchronised), `sync_s`
 /// (reading the loss once the device is idle), `launch_s` and `kernels_s` (the step's compute
 /// time split into the same step on 8-wide tensors, where kernels take next to nothing and what

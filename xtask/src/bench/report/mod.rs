@@ -1,7 +1,7 @@
 //! The benchmark report as data: what was measured ([`Row`]), what was skipped and why ([`Skip`]),
 //! the devices with their measured ceilings ([`DeviceEntry`], [`Ceilings`]), and the reference
 //! library's figures. [`Report::finalize`] places every row against its device's ceilings
-//! (the roofline of ARTICLE R1): the bound that applies and the fraction of the ceiling reached.
+//! (the roofline of LESSONS R1): the bound that applies and the fraction of the ceiling reached.
 //!
 //! Writers: [`json`] (`report.json`), [`markdown`] (`report.md`), [`html`] (`report.html`), all
 //! rendering the same [`blocks`]; [`charts`] draws the SVG charts, [`mod@format`] writes numbers
