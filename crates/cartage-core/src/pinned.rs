@@ -509,6 +509,17 @@ impl<'a> CopyHandle<'a> {
         }
     }
 
+    /// End the borrow without waiting, and let the copy finish on its own. This is as safe as
+    /// forgetting the handle: the host buffer remembers the copy ([`HostStaging::track`]) and
+    /// waits for it before it can be written, read through a slice or freed, and device work
+    /// queued afterwards on the copy's device memory runs after the copy (each backend orders
+    /// it: CUDA with an event its compute stream waits on, wgpu on its one queue, the CPU by
+    /// copying at once). An error of a detached copy is only logged when the buffer next
+    /// waits; keep the handle and [`CopyHandle::wait`] where the error must be seen.
+    pub fn detach(mut self) {
+        self.completion = None;
+    }
+
     /// True once the copy has finished.
     pub fn is_done(&self) -> bool {
         self.completion.as_ref().is_none_or(|c| c.is_done())

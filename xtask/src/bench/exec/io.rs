@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cartage::bench::{Bench, Measurement};
-use cartage::loader::{HostBatch, PrefetchLoader};
+use cartage::loader::PrefetchLoader;
 use cartage::{DType, Device, Result, StagingBuffer, Tensor};
 
 use super::super::cases::PipelineMode;
@@ -130,14 +130,16 @@ pub fn pipeline(
             Ok(())
         }),
         PipelineMode::Loader => {
-            // Each batch is produced on the host (one copy of its bytes, as `fill` is for the
-            // other modes) and handed to the loader.
-            let bytes: Arc<Vec<u8>> = Arc::new(bytemuck::cast_slice(&values).to_vec());
+            // Each batch is written on the host straight into the loader's staging buffer (one
+            // copy of its bytes, as `fill` is for the other modes).
+            let values: Arc<[f32]> = Arc::from(values.as_slice());
             bench.run_on(device, || {
-                let bytes = Arc::clone(&bytes);
-                let source =
-                    (0..batches).map(move |_| HostBatch::from_bytes(bytes.as_ref().clone(), &[rows, cols], DType::F32));
-                for batch in PrefetchLoader::new(source, device)? {
+                let values = Arc::clone(&values);
+                let loader = PrefetchLoader::from_fn(&[rows, cols], DType::F32, batches, device, move |_, bytes| {
+                    bytes.copy_from_slice(bytemuck::cast_slice(&values));
+                    Ok(())
+                })?;
+                for batch in loader {
                     drop(batch?.matmul(&weight)?);
                 }
                 Ok(())
