@@ -147,7 +147,7 @@ def torch_case(task, cfg):
                 torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
         return measure(timer, lambda: torch.matmul(a, b), cfg)
-    if kind in ("matmul_loop", "matmul_batched"):
+    if kind in ("matmul_loop", "matmul_batched", "matmul_graph"):
         count, n = case["count"], case["n"]
         a, b = gen(count, n, n), gen(count, n, n)
         if kind == "matmul_batched":
@@ -155,9 +155,19 @@ def torch_case(task, cfg):
         pairs = [(a[i], b[i]) for i in range(count)]
 
         def loop():
-            for x, y in pairs:
-                torch.matmul(x, y)
+            return [torch.matmul(x, y) for x, y in pairs]
 
+        if kind == "matmul_graph":
+            cuda_only(device, "a CUDA graph")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                loop()  # warm-up on a side stream, as torch.cuda.graphs recommends
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = loop()  # noqa: F841 (kept alive with the graph)
+            return measure(timer, graph.replay, cfg)
         return measure(timer, loop, cfg)
     if kind in ("host_to_device", "device_to_host"):
         cuda_only(device, "a host/device transfer")
@@ -587,6 +597,8 @@ def numpy_case(task, cfg):
         n = case["n"]
         a, b = gen(n, n), gen(n, n)
         return measure(timer, lambda: a @ b, cfg)
+    if kind == "matmul_graph":
+        raise Skip("numpy has no CUDA graphs")
     if kind in ("matmul_loop", "matmul_batched"):
         count, n = case["count"], case["n"]
         a, b = gen(count, n, n), gen(count, n, n)

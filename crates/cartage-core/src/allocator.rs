@@ -493,7 +493,39 @@ struct Segment {
     handle: SegmentHandle,
     size: usize,
     pool: Pool,
+    /// The private pool (a captured graph's) that owns the segment, or `None` for the shared
+    /// cache.
+    owner: Option<u64>,
     blocks: BTreeMap<usize, Block>,
+}
+
+/// Free blocks per size class, ordered by (size, segment id, offset) for best fit.
+type FreeSets = [BTreeSet<(usize, u64, usize)>; 2];
+
+/// A private pool: segments that only its owner (a captured graph) allocates from, so that no
+/// other tensor is ever placed in memory a graph replay writes.
+#[derive(Debug, Default)]
+struct PrivatePool {
+    id: u64,
+    free: FreeSets,
+}
+
+/// The free sets of `owner` (the shared cache for `None`) for `pool`.
+fn free_set<'a>(
+    shared: &'a mut FreeSets,
+    private: &'a mut [PrivatePool],
+    owner: Option<u64>,
+    pool: Pool,
+) -> &'a mut BTreeSet<(usize, u64, usize)> {
+    let sets = match owner {
+        None => shared,
+        Some(id) => match private.iter_mut().position(|p| p.id == id) {
+            Some(i) => &mut private[i].free,
+            // Unreachable: a segment's owner is cleared when its pool is released.
+            None => shared,
+        },
+    };
+    &mut sets[pool as usize]
 }
 
 /// Hashes segment ids (small unique integers) with one multiply: the allocator looks segments
@@ -520,8 +552,12 @@ impl Hasher for SegmentIdHasher {
 #[derive(Default)]
 struct State {
     segments: HashMap<u64, Segment, BuildHasherDefault<SegmentIdHasher>>,
-    /// Free blocks per pool, ordered by (size, segment id, offset) for best fit.
-    free: [BTreeSet<(usize, u64, usize)>; 2],
+    /// Free blocks of the shared cache per pool, ordered by (size, segment id, offset).
+    free: FreeSets,
+    /// Private pools, each owned by one captured graph.
+    private: Vec<PrivatePool>,
+    /// The private pool new allocations come from while a capture runs.
+    capture: Option<u64>,
     stats: MemoryStats,
 }
 
@@ -713,16 +749,19 @@ impl CachingAllocator {
                 live: None,
             },
         );
+        let owner = state.capture;
         state.segments.insert(
             handle.id,
             Segment {
                 handle,
                 size: segment_size,
                 pool,
+                owner,
                 blocks,
             },
         );
-        state.free[pool as usize].insert((segment_size, handle.id, 0));
+        let st = &mut *state;
+        free_set(&mut st.free, &mut st.private, owner, pool).insert((segment_size, handle.id, 0));
         state.stats.inactive_blocks += 1;
         state.stats.inactive_bytes += segment_size;
         let slice = Self::take_free(&mut state, pool, rounded, bytes, site, &config)
@@ -761,8 +800,10 @@ impl CachingAllocator {
         site: Site,
         config: &AllocatorConfig,
     ) -> Option<BufferSlice> {
-        let &(size, seg_id, offset) = state.free[pool as usize].range((rounded, 0, 0)..).next()?;
-        state.free[pool as usize].remove(&(size, seg_id, offset));
+        let owner = state.capture;
+        let set = free_set(&mut state.free, &mut state.private, owner, pool);
+        let &(size, seg_id, offset) = set.range((rounded, 0, 0)..).next()?;
+        set.remove(&(size, seg_id, offset));
         let segment = state.segments.get_mut(&seg_id)?;
         let remainder = size - rounded;
         let split = match pool {
@@ -782,7 +823,7 @@ impl CachingAllocator {
                     live: None,
                 },
             );
-            state.free[pool as usize].insert((remainder, seg_id, offset + rounded));
+            free_set(&mut state.free, &mut state.private, owner, pool).insert((remainder, seg_id, offset + rounded));
         } else {
             state.stats.inactive_blocks -= 1;
         }
@@ -813,7 +854,7 @@ impl CachingAllocator {
             tracing::error!(device = %self.device, segment = slice.segment.id, "free of a block from an unknown segment (ignored)");
             return;
         };
-        let pool = segment.pool as usize;
+        let (pool, owner) = (segment.pool, segment.owner);
         let Some(block) = segment.blocks.get_mut(&slice.offset).filter(|b| b.live.is_some()) else {
             tracing::error!(device = %self.device, offset = slice.offset, "free of a block that is not live (ignored)");
             return;
@@ -832,7 +873,11 @@ impl CachingAllocator {
             && next.live.is_none()
         {
             let next_size = next.size;
-            state.free[pool].remove(&(next_size, segment.handle.id, next_off));
+            free_set(&mut state.free, &mut state.private, owner, pool).remove(&(
+                next_size,
+                segment.handle.id,
+                next_off,
+            ));
             segment.blocks.remove(&next_off);
             size += next_size;
             state.stats.inactive_blocks -= 1;
@@ -843,7 +888,11 @@ impl CachingAllocator {
             && prev.live.is_none()
         {
             let prev_size = prev.size;
-            state.free[pool].remove(&(prev_size, segment.handle.id, prev_off));
+            free_set(&mut state.free, &mut state.private, owner, pool).remove(&(
+                prev_size,
+                segment.handle.id,
+                prev_off,
+            ));
             segment.blocks.remove(&offset);
             offset = prev_off;
             size += prev_size;
@@ -852,7 +901,7 @@ impl CachingAllocator {
         if let Some(block) = segment.blocks.get_mut(&offset) {
             block.size = size;
         }
-        state.free[pool].insert((size, segment.handle.id, offset));
+        free_set(&mut state.free, &mut state.private, owner, pool).insert((size, segment.handle.id, offset));
         state.stats.inactive_blocks += 1;
     }
 
@@ -861,7 +910,7 @@ impl CachingAllocator {
         let empty: Vec<u64> = state
             .segments
             .values()
-            .filter(|s| s.blocks.len() == 1 && s.blocks.values().all(|b| b.live.is_none()))
+            .filter(|s| s.owner.is_none() && s.blocks.len() == 1 && s.blocks.values().all(|b| b.live.is_none()))
             .map(|s| s.handle.id)
             .collect();
         let mut released = 0;
@@ -889,6 +938,85 @@ impl CachingAllocator {
         let released = self.release_free_segments(&mut state);
         tracing::debug!(device = %self.device, released, "empty_cache");
         released
+    }
+
+    /// Serve every allocation from now on from a new private pool, until
+    /// [`CachingAllocator::end_private_pool`]; returns its id. A CUDA graph capture uses it: the
+    /// blocks a graph's kernels read and write stay the graph's, even once their tensors are
+    /// dropped, so no other tensor is placed where a replay writes. Fails while another private
+    /// pool is active.
+    ///
+    /// ```
+    /// use cartage_core::allocator::testing::MockSource;
+    /// use cartage_core::{CachingAllocator, Device};
+    /// let alloc = CachingAllocator::new(Device::cpu(), Box::new(MockSource::new(64 << 20)), Default::default());
+    /// let pool = alloc.begin_private_pool().unwrap();
+    /// let inside = alloc.alloc(1000).unwrap();
+    /// alloc.end_private_pool();
+    /// let addr = inside.slice().addr();
+    /// alloc.free(inside); // back to the private pool, not to the shared cache
+    /// let outside = alloc.alloc(1000).unwrap();
+    /// assert_ne!(outside.slice().addr(), addr);
+    /// alloc.free(outside);
+    /// alloc.release_private_pool(pool); // the graph is gone: its memory is shared again
+    /// assert_eq!(alloc.private_pool_bytes(pool), 0);
+    /// ```
+    pub fn begin_private_pool(&self) -> Result<u64> {
+        static NEXT_POOL: AtomicUsize = AtomicUsize::new(1);
+        let mut state = self.lock();
+        if let Some(active) = state.capture {
+            return Err(Error::invalid(
+                "begin_private_pool",
+                format!(
+                    "private pool {active} of {} is still active: one capture at a time per device",
+                    self.device
+                ),
+            ));
+        }
+        let id = NEXT_POOL.fetch_add(1, Ordering::Relaxed) as u64;
+        state.private.push(PrivatePool {
+            id,
+            ..Default::default()
+        });
+        state.capture = Some(id);
+        Ok(id)
+    }
+
+    /// Stop serving allocations from the active private pool; its blocks stay reserved for it.
+    pub fn end_private_pool(&self) {
+        self.lock().capture = None;
+    }
+
+    /// Hand the private pool `id`'s segments back to the shared cache (its graph is gone).
+    /// Blocks still live there (a graph's output a caller still holds) are freed to the shared
+    /// cache as usual.
+    pub fn release_private_pool(&self, id: u64) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        if state.capture == Some(id) {
+            state.capture = None;
+        }
+        let Some(index) = state.private.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let pool = state.private.swap_remove(index);
+        for (set, shared) in pool.free.into_iter().zip(state.free.iter_mut()) {
+            shared.extend(set);
+        }
+        for segment in state.segments.values_mut().filter(|s| s.owner == Some(id)) {
+            segment.owner = None;
+        }
+    }
+
+    /// Bytes reserved by the private pool `id` (0 once released).
+    pub fn private_pool_bytes(&self, id: u64) -> usize {
+        let state = self.lock();
+        state
+            .segments
+            .values()
+            .filter(|s| s.owner == Some(id))
+            .map(|s| s.size)
+            .sum()
     }
 
     /// A snapshot of the counters.

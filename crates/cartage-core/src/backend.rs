@@ -17,6 +17,16 @@ use crate::error::{Error, Result, Site};
 use crate::kernel::{Kernel, Op};
 use crate::pinned::{CopyHandle, HostStaging, PageableBuffer, PinnedBuffer, StagingBuffer};
 
+/// Device work recorded once by [`Backend::begin_capture`]/[`Backend::end_capture`] and launched
+/// again as one unit: the same kernels on the same memory, so inputs are refreshed by writing
+/// into the tensors the capture read, and outputs are read from the tensors it wrote.
+pub trait CapturedGraph: Send + Sync {
+    /// Queue the captured work again on the device's stream (in stream order, asynchronous).
+    fn replay(&self) -> Result<()>;
+    /// How many nodes (kernels, copies, memsets) the graph holds.
+    fn nodes(&self) -> usize;
+}
+
 /// What a device can run, asked up front instead of failing later (R26).
 #[derive(Clone, Debug, Default)]
 pub struct Capabilities {
@@ -227,6 +237,33 @@ pub trait Backend: Send + Sync + 'static {
     /// is for tests only).
     fn collective_engine(&self) -> Option<std::sync::Arc<dyn crate::collective::CollectiveEngine>> {
         None
+    }
+
+    /// Start recording the device work this thread queues into a graph ([`CapturedGraph`]),
+    /// until [`Backend::end_capture`]. The device first finishes its queued work; while the
+    /// capture runs, allocations come from a private pool of the allocator (returned: its id),
+    /// and operations that wait on the host fail with [`Error::GraphCapture`]. Devices without
+    /// graphs refuse with [`Error::Unsupported`].
+    fn begin_capture(&self) -> Result<u64> {
+        Err(Error::unsupported(
+            "begin_capture",
+            crate::DType::U8,
+            self.device(),
+            "this device has no graph capture (CUDA graphs need a CUDA device)",
+        ))
+    }
+
+    /// End the capture begun by [`Backend::begin_capture`] and build its graph. It always ends
+    /// the capture, also when it fails (a capture that an operation invalidated); the private
+    /// pool stays reserved until the caller releases it ([`CachingAllocator::release_private_pool`])
+    /// once the graph is dropped.
+    fn end_capture(&self) -> Result<Box<dyn CapturedGraph>> {
+        Err(Error::unsupported(
+            "end_capture",
+            crate::DType::U8,
+            self.device(),
+            "this device has no graph capture",
+        ))
     }
 
     /// Host memory to stage copies with this device: pinned where the driver can lock memory,

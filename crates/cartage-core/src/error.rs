@@ -387,6 +387,22 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// An operation that a graph capture cannot record: it waits for the device on the host
+    /// (a synchronisation, a read-back, an upload from host memory, an event's time), or its
+    /// result would repeat on every replay (a random draw), or it came from another thread while
+    /// one thread captures the device's stream.
+    #[error(
+        "`{op}` cannot run while {device} captures a graph: {reason}. Do it before the capture (create and fill inputs first, warm up once) or after it (read outputs after `replay`)"
+    )]
+    GraphCapture {
+        /// The refused operation.
+        op: &'static str,
+        /// The capturing device.
+        device: Device,
+        /// Why it cannot be captured.
+        reason: &'static str,
+    },
+
     /// A file whose contents are not in the expected format.
     #[error("{path}: not a valid {format} file: {reason}")]
     Format {
@@ -444,6 +460,8 @@ pub enum ErrorKind {
     Autograd,
     /// [`Error::RanksMissing`].
     RanksMissing,
+    /// [`Error::GraphCapture`].
+    GraphCapture,
 }
 
 impl ErrorKind {
@@ -470,6 +488,7 @@ impl ErrorKind {
             ErrorKind::Format => "format",
             ErrorKind::Autograd => "autograd",
             ErrorKind::RanksMissing => "ranks-missing",
+            ErrorKind::GraphCapture => "graph-capture",
         }
     }
 }
@@ -510,6 +529,7 @@ impl Error {
             Error::Io { .. } => ErrorKind::Io,
             Error::Format { .. } => ErrorKind::Format,
             Error::Autograd { .. } => ErrorKind::Autograd,
+            Error::GraphCapture { .. } => ErrorKind::GraphCapture,
             Error::RanksMissing { .. } => ErrorKind::RanksMissing,
         }
     }

@@ -40,7 +40,7 @@ pub use layout::{checked_bytes, checked_numel, contiguous_strides, resolve_dim};
 pub use pinned::pinned_bytes_peak;
 
 pub use allocator::{AllocatorConfig, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport};
-pub use backend::{Backend, Capabilities, DeviceInfo, Event, MatmulPrecision};
+pub use backend::{Backend, Capabilities, CapturedGraph, DeviceInfo, Event, MatmulPrecision};
 pub use buffer::DeviceBuffer;
 pub use collective::{Collective, CollectiveArg, CollectiveEngine, CollectiveHandle, ReduceKind};
 pub use device::{Device, DeviceKind};

@@ -410,3 +410,60 @@ proptest! {
         prop_assert_eq!((s.reserved_bytes, s.segments, source.used()), (0, 0, 0));
     }
 }
+
+/// A private pool (a captured graph's) keeps its blocks to itself while it lives: blocks freed
+/// into it are reused only by allocations made while it is active, never by the shared cache,
+/// and `empty_cache` leaves its segments alone. Released, its segments become shared cache.
+#[test]
+fn private_pools_keep_their_blocks_until_released() {
+    let source = MockSource::new(256 << 20);
+    let alloc = CachingAllocator::new(Device::cpu(), Box::new(source), AllocatorConfig::default());
+    // A free block in the shared cache that the pool must not take.
+    let shared = alloc.alloc(4096).unwrap();
+    let shared_addr = shared.slice().addr();
+    alloc.free(shared);
+
+    let pool = alloc.begin_private_pool().unwrap();
+    assert!(alloc.begin_private_pool().is_err(), "one capture at a time");
+    let a = alloc.alloc(4096).unwrap();
+    let a_addr = a.slice().addr();
+    assert_ne!(a_addr, shared_addr, "the pool took a block of the shared cache");
+    alloc.free(a);
+    // Freed inside the capture: reused inside it.
+    let b = alloc.alloc(4096).unwrap();
+    assert_eq!(b.slice().addr(), a_addr);
+    let big = alloc.alloc(8 << 20).unwrap();
+    alloc.end_private_pool();
+    let reserved_by_pool = alloc.private_pool_bytes(pool);
+    assert!(reserved_by_pool >= (8 << 20) + 4096, "{reserved_by_pool}");
+
+    // After the capture: the pool's freed blocks are not handed to anyone else.
+    let b_addr = b.slice().addr();
+    let big_addr = big.slice().addr();
+    alloc.free(b);
+    alloc.free(big);
+    let outside = alloc.alloc(4096).unwrap();
+    let outside_big = alloc.alloc(8 << 20).unwrap();
+    assert_ne!(outside.slice().addr(), b_addr);
+    assert_ne!(outside_big.slice().addr(), big_addr);
+    alloc.free(outside);
+    alloc.free(outside_big);
+    // empty_cache frees shared segments only.
+    alloc.empty_cache();
+    assert_eq!(alloc.private_pool_bytes(pool), reserved_by_pool);
+    assert_eq!(alloc.stats().reserved_bytes, reserved_by_pool);
+
+    // Released: the segments are shared cache again, reused and freed like any other.
+    alloc.release_private_pool(pool);
+    assert_eq!(alloc.private_pool_bytes(pool), 0);
+    let again = alloc.alloc(8 << 20).unwrap();
+    assert_eq!(
+        again.slice().addr(),
+        big_addr,
+        "the released segment serves the shared cache"
+    );
+    alloc.free(again);
+    alloc.empty_cache();
+    assert_eq!(alloc.stats().reserved_bytes, 0);
+    assert_eq!(alloc.stats().allocated_bytes, 0);
+}

@@ -40,6 +40,8 @@ pub struct CudaBackend {
     pub(crate) sm_count: u32,
     pub(crate) compute_capability: (i32, i32),
     precision: Mutex<MatmulPrecision>,
+    /// The graph capture running on the compute stream, if any ([`crate::graph`]).
+    pub(crate) capture: crate::graph::CaptureSlot,
     capabilities: Capabilities,
     info: DeviceInfo,
 }
@@ -184,6 +186,7 @@ impl CudaBackend {
             sm_count,
             compute_capability,
             precision: Mutex::new(precision),
+            capture: Default::default(),
             capabilities,
             info,
         })
@@ -283,6 +286,7 @@ impl Backend for CudaBackend {
     /// # Safety
     /// `dst` lies in a live allocation of this backend (the trait's contract).
     unsafe fn write(&self, dst: BufferSlice, src: &[u8]) -> Result<()> {
+        self.refuse_in_capture("write", "an upload from host memory waits on the host")?;
         // SAFETY: the caller guarantees `dst` is a live block of this device.
         unsafe { copies::write(self, dst, src) }
     }
@@ -290,6 +294,7 @@ impl Backend for CudaBackend {
     /// # Safety
     /// `src` lies in a live allocation of this backend (the trait's contract).
     unsafe fn read(&self, src: BufferSlice, dst: &mut [u8]) -> Result<()> {
+        self.refuse_in_capture("read", "a read-back waits for the device on the host")?;
         // SAFETY: the caller guarantees `src` is a live block of this device.
         unsafe { copies::read(self, src, dst) }
     }
@@ -309,6 +314,15 @@ impl Backend for CudaBackend {
     /// afterwards (the trait's contract).
     #[inline]
     unsafe fn launch(&self, kernel: &Kernel) -> Result<()> {
+        if self.capture.active() {
+            self.check_capturing_thread("launch")?;
+            if matches!(kernel, Kernel::Random { .. }) {
+                self.refuse_in_capture(
+                    "random draw",
+                    "its seed would be frozen into the graph and every replay would draw the same numbers",
+                )?;
+            }
+        }
         self.check_supported(kernel)?;
         kernel.validate()?;
         // Kernel launches bind the context themselves (cudarc); the paths that call the driver
@@ -319,6 +333,7 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&self) -> Result<()> {
+        self.refuse_in_capture("synchronize", "a synchronisation waits for the device on the host")?;
         self.bind()?;
         self.compute
             .synchronize()
@@ -350,6 +365,10 @@ impl Backend for CudaBackend {
     /// `dst` lies in a live allocation of this backend, freed only in stream order (the trait's
     /// contract).
     unsafe fn write_async<'a>(&self, dst: BufferSlice, src: &'a dyn HostStaging) -> Result<CopyHandle<'a>> {
+        self.refuse_in_capture(
+            "write_async",
+            "copies run on the copy stream, which the graph does not record",
+        )?;
         // SAFETY: the caller guarantees `dst` is a live block of this device.
         unsafe { copies::write_async(self, dst, src) }
     }
@@ -359,6 +378,10 @@ impl Backend for CudaBackend {
     /// # Safety
     /// `src` lies in a live allocation of this backend (the trait's contract).
     unsafe fn read_async<'a>(&self, src: BufferSlice, dst: &'a mut dyn HostStaging) -> Result<CopyHandle<'a>> {
+        self.refuse_in_capture(
+            "read_async",
+            "copies run on the copy stream, which the graph does not record",
+        )?;
         // SAFETY: the caller guarantees `src` is a live block of this device.
         unsafe { copies::read_async(self, src, dst) }
     }
@@ -367,6 +390,10 @@ impl Backend for CudaBackend {
     /// `src` lies in a live allocation of this backend and `dst` in one of `dst_backend` (the
     /// trait's contract).
     unsafe fn copy_to_peer(&self, src: BufferSlice, dst_backend: &dyn Backend, dst: BufferSlice) -> Result<bool> {
+        self.refuse_in_capture(
+            "copy_to_peer",
+            "a copy between devices is ordered with events on the host",
+        )?;
         // SAFETY: the caller guarantees both ranges are live blocks of their backends.
         unsafe { copies::copy_to_peer(self, src, dst_backend, dst) }
     }
@@ -384,11 +411,23 @@ impl Backend for CudaBackend {
     }
 
     fn record_event(&self) -> Result<Event> {
+        self.refuse_in_capture("record_event", "timing events are read on the host")?;
         events::record(self)
     }
 
     fn elapsed(&self, start: &Event, end: &Event) -> Result<Duration> {
+        self.refuse_in_capture("elapsed", "reading an event's time waits for the device on the host")?;
         events::elapsed(self, start, end)
+    }
+
+    /// See [`crate::graph`].
+    fn begin_capture(&self) -> Result<u64> {
+        self.begin_graph_capture()
+    }
+
+    /// See [`crate::graph`].
+    fn end_capture(&self) -> Result<Box<dyn cartage_core::CapturedGraph>> {
+        self.end_graph_capture()
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -26,6 +26,7 @@ mod copies;
 mod disk_cache;
 mod driver;
 mod events;
+mod graph;
 mod launch;
 pub mod loader;
 pub mod matmul;

@@ -36,6 +36,9 @@ struct State {
     segments: Vec<SegmentUse>,
     /// An event on the compute stream and the submission number it was recorded after.
     marker: Option<(CudaEvent, u64)>,
+    /// The last compute submission whose segments are unknown (a graph replay): every later
+    /// copy waits for it, whatever segment it touches.
+    opaque: u64,
 }
 
 /// The per-segment bookkeeping of one device; see the module docs.
@@ -87,8 +90,24 @@ impl StreamOrder {
         Ok(())
     }
 
+    /// Call before queuing compute work whose segments are not known here (a graph replay): it
+    /// waits for every pending asynchronous copy, and every later copy waits for it.
+    pub fn before_opaque_compute(&self, compute: &CudaStream) -> Result<()> {
+        let mut state = self.lock();
+        state.submissions += 1;
+        state.opaque = state.submissions;
+        for entry in state.segments.iter_mut() {
+            if let Some(event) = entry.pending_copy.take() {
+                compute
+                    .wait(&event)
+                    .map_err(driver::error(self.device, "order compute after copy"))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Call before queuing a copy of `slice` on `copy`: the copy stream waits for the compute
-    /// work queued on the segment so far.
+    /// work queued on the segment so far (and for any graph replay queued so far).
     pub fn copy_after_compute(
         &self,
         ctx: &Arc<CudaContext>,
@@ -97,7 +116,7 @@ impl StreamOrder {
         slice: BufferSlice,
     ) -> Result<()> {
         let mut state = self.lock();
-        let needed = state.segment(slice.segment().id).last_compute;
+        let needed = state.segment(slice.segment().id).last_compute.max(state.opaque);
         if needed == 0 {
             return Ok(());
         }

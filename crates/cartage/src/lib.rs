@@ -32,6 +32,7 @@ pub mod autograd;
 pub mod bench;
 pub mod distributed;
 mod generator;
+pub mod graph;
 pub mod loader;
 pub mod memory;
 pub mod optim;
@@ -61,6 +62,7 @@ pub use cartage_core::{
 };
 pub use distributed::{DistEnv, ProcessGroup, ReduceKind};
 pub use generator::Generator;
+pub use graph::{CudaGraph, cuda_graph};
 pub use loader::{HostBatch, PrefetchLoader};
 pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use runtime::{DeviceExt, device_capabilities, device_info};

@@ -161,6 +161,13 @@ pub enum Case {
         /// The side.
         n: usize,
     },
+    /// The same `count` separate products captured once in a CUDA graph and replayed.
+    MatmulGraph {
+        /// How many products.
+        count: usize,
+        /// The side.
+        n: usize,
+    },
     /// The same `count` products as one batched `[count, n, n]` op.
     MatmulBatched {
         /// Batch size.
@@ -298,6 +305,7 @@ impl Case {
             Case::Matmul { tf32: false, .. } => "matmul".into(),
             Case::Matmul { tf32: true, .. } => "matmul_tf32".into(),
             Case::MatmulLoop { .. } => "matmul_loop".into(),
+            Case::MatmulGraph { .. } => "matmul_graph".into(),
             Case::MatmulBatched { .. } => "matmul_batched".into(),
             Case::HostToDevice { pinned, .. } => format!("h2d_{}", pinned_name(*pinned)),
             Case::DeviceToHost { pinned, .. } => format!("d2h_{}", pinned_name(*pinned)),
@@ -321,7 +329,9 @@ impl Case {
     pub fn size(&self) -> usize {
         match self {
             Case::Matmul { n, .. } => *n,
-            Case::MatmulLoop { count, .. } | Case::MatmulBatched { count, .. } => *count,
+            Case::MatmulLoop { count, .. } | Case::MatmulGraph { count, .. } | Case::MatmulBatched { count, .. } => {
+                *count
+            }
             Case::HostToDevice { bytes, .. } | Case::DeviceToHost { bytes, .. } => *bytes,
             Case::MoveBatch {
                 fields, field_bytes, ..
@@ -337,7 +347,7 @@ impl Case {
     pub fn size_unit(&self) -> &'static str {
         match self {
             Case::Matmul { .. } => "n",
-            Case::MatmulLoop { .. } | Case::MatmulBatched { .. } => "products",
+            Case::MatmulLoop { .. } | Case::MatmulGraph { .. } | Case::MatmulBatched { .. } => "products",
             Case::HostToDevice { .. } | Case::DeviceToHost { .. } | Case::MoveBatch { .. } | Case::Pipeline { .. } => {
                 "bytes"
             }
@@ -366,6 +376,11 @@ impl Case {
         match self {
             Case::Matmul { n, .. } => matmul(*n, 1),
             Case::MatmulLoop { count, n } => matmul(*n, *count),
+            // One launch replays every product.
+            Case::MatmulGraph { count, n } => Work {
+                ops: 1.0,
+                ..matmul(*n, *count)
+            },
             Case::MatmulBatched { count, n } => Work {
                 ops: 1.0,
                 ..matmul(*n, *count)

@@ -89,6 +89,7 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
         Case::Matmul { n, tf32: false } => Ok(matmul(n, dtype, device, bench)?.into()),
         Case::Matmul { n, tf32: true } => matmul_tf32(n, device, bench),
         Case::MatmulLoop { count, n } => Ok(matmul_loop(count, n, dtype, device, bench)?.into()),
+        Case::MatmulGraph { count, n } => Ok(matmul_graph(count, n, dtype, device, bench)?.into()),
         Case::MatmulBatched { count, n } => {
             let a = random(&[count, n, n], dtype, 1, device)?;
             let b = random(&[count, n, n], dtype, 2, device)?;
@@ -176,6 +177,27 @@ fn matmul_loop(count: usize, n: usize, dtype: DType, device: &Device, bench: &Be
         }
         Ok(())
     })
+}
+
+/// The products of [`matmul_loop`] captured once in a CUDA graph (outputs kept, so the graph
+/// holds them); each iteration is one replay.
+fn matmul_graph(count: usize, n: usize, dtype: DType, device: &Device, bench: &Bench) -> Result<Measurement> {
+    let a = random(&[count, n, n], dtype, 1, device)?;
+    let b = random(&[count, n, n], dtype, 2, device)?;
+    let view = |t: &Tensor, i: usize| t.narrow(0, i, 1)?.reshape(&[n, n]);
+    let lhs = (0..count).map(|i| view(&a, i)).collect::<Result<Vec<_>>>()?;
+    let rhs = (0..count).map(|i| view(&b, i)).collect::<Result<Vec<_>>>()?;
+    let products = || {
+        lhs.iter()
+            .zip(&rhs)
+            .map(|(l, r)| l.matmul(r))
+            .collect::<Result<Vec<_>>>()
+    };
+    drop(products()?); // warm-up: modules loaded, cache filled
+    let (graph, outputs) = cartage::cuda_graph(device, products)?;
+    let measured = bench.run_on(device, || graph.replay());
+    drop(outputs);
+    measured
 }
 
 fn vector(op: VectorOp, numel: usize, dtype: DType, device: &Device, bench: &Bench) -> Result<Measurement> {

@@ -153,6 +153,12 @@ impl Plan {
         add(
             Section::SmallTensors,
             DType::F32,
+            Case::MatmulGraph { count, n },
+            &[Op::Matmul],
+        );
+        add(
+            Section::SmallTensors,
+            DType::F32,
             Case::MatmulBatched { count, n },
             &[Op::Matmul],
         );

@@ -176,6 +176,10 @@ pub enum ModelOp {
         vocab: usize,
         /// Run under bf16 autocast (master weights f32).
         autocast: bool,
+        /// Capture forward and backward once in a CUDA graph and replay it each step (the
+        /// optimizer steps eagerly after the replay); PyTorch runs the same step eagerly.
+        #[serde(default)]
+        graph: bool,
     },
     /// LESSONS R31: where one real training step's time goes. The `MlpTrain` model fed from host
     /// batches: building the batch on the host, copying it to the device, the step's kernels and
@@ -212,8 +216,26 @@ impl ModelOp {
             ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
             ModelOp::MlpTrain { autocast: true, .. } => "mlp_train_bf16_autocast",
             ModelOp::AdamW { .. } => "adamw_step",
-            ModelOp::GptTrain { autocast: false, .. } => "gpt_train",
-            ModelOp::GptTrain { autocast: true, .. } => "gpt_train_bf16_autocast",
+            ModelOp::GptTrain {
+                autocast: false,
+                graph: false,
+                ..
+            } => "gpt_train",
+            ModelOp::GptTrain {
+                autocast: true,
+                graph: false,
+                ..
+            } => "gpt_train_bf16_autocast",
+            ModelOp::GptTrain {
+                autocast: false,
+                graph: true,
+                ..
+            } => "gpt_train_graph",
+            ModelOp::GptTrain {
+                autocast: true,
+                graph: true,
+                ..
+            } => "gpt_train_bf16_autocast_graph",
             ModelOp::TrainPipeline { .. } => "train_pipeline",
         }
     }
@@ -316,10 +338,16 @@ impl ModelOp {
                 batch,
                 vocab,
                 autocast,
+                graph,
             } => format!(
-                "{layers} layer{}, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}",
+                "{layers} layer{}, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}{}",
                 if layers == 1 { "" } else { "s" },
-                if autocast { ", bf16 autocast" } else { "" }
+                if autocast { ", bf16 autocast" } else { "" },
+                if graph {
+                    ", forward and backward replayed as a CUDA graph"
+                } else {
+                    ""
+                }
             ),
             ModelOp::TrainPipeline { layers, width, batch } => {
                 format!(
@@ -346,6 +374,7 @@ impl ModelOp {
             ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
             ModelOp::MlpTrain { .. } => Some(1.2),
             ModelOp::AdamW { .. } => Some(1.0),
+            ModelOp::GptTrain { graph: true, .. } => Some(1.2),
             ModelOp::GptTrain { .. } => Some(0.9),
             ModelOp::TrainPipeline { .. } => None,
         }

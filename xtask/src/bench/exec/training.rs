@@ -111,6 +111,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         batch,
         vocab,
         autocast,
+        graph,
     } = op
     else {
         return Err(cartage::Error::invalid("gpt_train", "internal: not a GPT case"));
@@ -151,6 +152,37 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         drop(loss);
         mark("zero_grad")
     };
+    if graph {
+        // One eager step first (modules loaded, moments created), then forward and backward
+        // captured with the gradients absent, so the graph writes them; each step replays it
+        // and the optimizer steps eagerly (its step count and learning rate change per step).
+        step(&mut |_| Ok(()))?;
+        let forward_backward = || -> Result<Tensor> {
+            let _ac = if autocast {
+                Some(cartage::autocast(device, DType::BF16)?)
+            } else {
+                None
+            };
+            let logits = model.forward(&x)?.reshape(&[batch * context, vocab])?;
+            let loss = logits.cross_entropy(&y, CrossEntropy::default())?;
+            drop(_ac);
+            loss.backward()?;
+            Ok(loss.detach())
+        };
+        let (captured, loss) = cartage::cuda_graph(device, forward_backward)?;
+        let measured = measure_step(
+            || {
+                captured.replay()?;
+                opt.step(&store)
+            },
+            device,
+            bench,
+        );
+        drop(loss);
+        store.zero_grad();
+        drop(captured);
+        return measured;
+    }
     let mut outcome = measure_step(|| step(&mut |_| Ok(())), device, bench)?;
     outcome.memory_curve = memory_curve(device, CURVE_STEPS, &mut step)?;
     Ok(outcome)

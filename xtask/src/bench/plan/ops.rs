@@ -112,8 +112,9 @@ impl OpsSizes {
             }
         }
         let (layers, dim, heads, context, batch) = self.gpt[usize::from(cpu)];
-        for autocast in [false, true] {
-            if cpu && autocast {
+        for (autocast, graph) in [(false, false), (true, false), (false, true), (true, true)] {
+            // The CPU runs f32 eagerly only (no bf16 matmul worth timing, no graphs).
+            if cpu && (autocast || graph) {
                 continue;
             }
             let op = ModelOp::GptTrain {
@@ -124,6 +125,7 @@ impl OpsSizes {
                 batch,
                 vocab: 128,
                 autocast,
+                graph,
             };
             let gpt_needs = vec![Op::Matmul, Op::Norm(NormKind::Layer), Op::CrossEntropy, Op::Softmax];
             out.push((DType::F32, Case::Model(op), gpt_needs));

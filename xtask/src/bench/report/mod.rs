@@ -405,7 +405,11 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
     ];
     let is_matmul = matches!(
         row.params,
-        Case::Matmul { .. } | Case::MatmulLoop { .. } | Case::MatmulBatched { .. } | Case::LossLoop { .. }
+        Case::Matmul { .. }
+            | Case::MatmulLoop { .. }
+            | Case::MatmulGraph { .. }
+            | Case::MatmulBatched { .. }
+            | Case::LossLoop { .. }
     ) || matches!(&row.params, Case::Model(op) if op.compute_bound());
     let rate_term = if w.link_bytes > 0.0 {
         Some((w.link_bytes, "GB/s"))

@@ -644,6 +644,7 @@ fn the_training_section_draws_the_memory_curve_beside_the_reference() {
         batch: 4,
         vocab: 128,
         autocast: false,
+        graph: false,
     });
     let curve = |scale: f64| -> Vec<MemoryPoint> {
         let phases = ["forward", "backward", "optimizer", "zero_grad"];

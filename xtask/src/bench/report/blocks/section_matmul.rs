@@ -261,11 +261,14 @@ pub(super) fn small_tensors(report: &Report) -> Vec<Block> {
         "one batched matmul",
         "bound",
         "batched against the loop",
+        "the loop as a CUDA graph",
+        "per product",
+        "graph against the loop",
     ]);
     let mut loops = Vec::new();
     for d in &devices {
         let find = |case: &str| findings::first(report, Section::SmallTensors, d, case);
-        let (separate, batched) = (find("matmul_loop"), find("matmul_batched"));
+        let (separate, batched, graph) = (find("matmul_loop"), find("matmul_batched"), find("matmul_graph"));
         let count = separate.or(batched).map(|r| r.size).unwrap_or(1).max(1);
         table.push(vec![
             format!("`{d}`").into(),
@@ -280,6 +283,14 @@ pub(super) fn small_tensors(report: &Report) -> Vec<Block> {
                 (Some(s), Some(b)) => speed(b.median, s.median),
                 _ => Cell::none(),
             },
+            graph.map(time_cell).unwrap_or_else(Cell::none),
+            graph
+                .map(|r| format_seconds(r.median / count as f64).into())
+                .unwrap_or_else(Cell::none),
+            match (separate, graph) {
+                (Some(s), Some(g)) => speed(g.median, s.median),
+                _ => Cell::none(),
+            },
         ]);
         if let Some(s) = separate {
             loops.push((d.clone(), s.median));
@@ -288,7 +299,9 @@ pub(super) fn small_tensors(report: &Report) -> Vec<Block> {
     let mut blocks = vec![
         Block::Paragraph(
             "1000 products of `[8, 8] × [8, 8]`: one op each in a loop, against one `[1000, 8, 8]` batched op. \
-             Each op pays a fixed cost (checks, allocation, a launch on a GPU) that an 8×8 product cannot hide."
+             Each op pays a fixed cost (checks, allocation, a launch on a GPU) that an 8×8 product cannot hide. \
+             On CUDA the same loop is also captured once in a CUDA graph (`cartage::cuda_graph`) and replayed: \
+             the host then launches the 1000 kernels as one, and \"per product\" is what each node costs on replay."
                 .into(),
         ),
         Block::Table(table),

@@ -1,0 +1,142 @@
+//! CUDA graphs from ordinary tensor code: [`cuda_graph`] records the kernels a closure queues on
+//! a device's stream, once, and [`CudaGraph::replay`] launches them again as one unit. A step
+//! of hundreds of small kernels then costs one launch on the host instead of hundreds of op
+//! calls, each with its checks, bookkeeping and launch (LESSONS R31: fixed per-op costs are what
+//! a faster kernel cannot remove).
+//!
+//! What a graph is, and what follows from it:
+//! - **Capturing records, it does not run.** The tensors the closure returns hold nothing
+//!   meaningful until the first replay.
+//! - **Static memory.** A replay runs the same kernels on the same memory. Inputs are tensors
+//!   created before the capture: refresh them in place ([`Tensor::copy_from`],
+//!   `copy_from_pinned_async`) between replays. Outputs are the tensors the closure returns (and
+//!   any it wrote in place, such as gradients): read them after a replay. Memory allocated while
+//!   capturing comes from a private pool that no other tensor is given while the graph lives.
+//! - **No host waits inside.** Reading a value back, synchronising, uploading from host memory,
+//!   asynchronous copies and device timing fail with [`crate::Error::GraphCapture`] during the
+//!   capture, and so do random draws, whose seeds would repeat on every replay. Index checks
+//!   (gather, embedding, cross-entropy targets) still skip an index out of range on the device,
+//!   so no memory is touched outside the tensors, but inside a graph it is not reported.
+//! - **Warm up first.** Run the closure once eagerly before capturing it, so that kernel modules
+//!   are loaded and the allocator's cache is warm.
+//! - **Host-side values are frozen.** Anything the closure computes on the host (a learning
+//!   rate, Adam's bias correction, a loop count) is baked into the graph. A training step is
+//!   therefore captured as forward and backward, and the optimizer steps eagerly after each
+//!   replay (one multi-tensor kernel).
+//!
+//! Only CUDA devices have graphs; elsewhere [`cuda_graph`] fails with
+//! [`crate::Error::Unsupported`].
+//!
+//! ```no_run
+//! use cartage::prelude::*;
+//! # fn main() -> cartage::Result<()> {
+//! let gpu = Device::cuda(0);
+//! let x = Tensor::zeros(&[64, 128], DType::F32, &gpu)?; // the static input
+//! let w = Tensor::rand(&[128, 32], DType::F32, 1, &gpu)?;
+//! x.matmul(&w)?.relu()?; // warm-up
+//! let (graph, y) = cartage::cuda_graph(&gpu, || x.matmul(&w)?.relu())?;
+//! for step in 0..3 {
+//!     x.copy_from(&Tensor::full(&[64, 128], step as f32, DType::F32, &gpu)?)?;
+//!     graph.replay()?;
+//!     println!("{}", y.sum_all()?.item::<f32>()?);
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
+
+use cartage_core::{Backend, CapturedGraph, Device, Result};
+
+use crate::runtime;
+
+/// A captured graph of one device's work; see the module docs.
+pub struct CudaGraph {
+    /// `Some` until dropped (the graph goes before its private pool is released).
+    graph: Option<Box<dyn CapturedGraph>>,
+    backend: Arc<dyn Backend>,
+    pool: u64,
+}
+
+impl std::fmt::Debug for CudaGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaGraph")
+            .field("device", &self.device())
+            .field("nodes", &self.nodes())
+            .finish()
+    }
+}
+
+impl CudaGraph {
+    /// Queue the captured work again (asynchronous, in stream order after everything queued
+    /// before it, including pending copies into its inputs).
+    pub fn replay(&self) -> Result<()> {
+        match &self.graph {
+            Some(graph) => graph.replay(),
+            None => Ok(()),
+        }
+    }
+
+    /// How many nodes (kernels, copies, memsets) the graph holds.
+    pub fn nodes(&self) -> usize {
+        self.graph.as_ref().map_or(0, |g| g.nodes())
+    }
+
+    /// The device the graph runs on.
+    pub fn device(&self) -> Device {
+        self.backend.device()
+    }
+
+    /// Bytes of device memory the graph's private pool holds (the memory its kernels use).
+    pub fn pool_bytes(&self) -> usize {
+        self.backend.allocator().private_pool_bytes(self.pool)
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        drop(self.graph.take());
+        // Replays already queued run before any later use of this memory (one stream).
+        self.backend.allocator().release_private_pool(self.pool);
+    }
+}
+
+/// Capture the device work of `capture` on `device` into a [`CudaGraph`]; returns the graph and
+/// what the closure returned (its output tensors, which a replay rewrites). The closure runs
+/// once, recording its kernels without running them. If it fails (or panics), the capture is
+/// ended and its memory released before the error is returned.
+pub fn cuda_graph<R>(device: &Device, capture: impl FnOnce() -> Result<R>) -> Result<(CudaGraph, R)> {
+    let backend = runtime::backend(device)?;
+    let pool = backend.begin_capture()?;
+    let outcome = catch_unwind(AssertUnwindSafe(capture));
+    let ended = backend.end_capture();
+    let release = |backend: &Arc<dyn Backend>| backend.allocator().release_private_pool(pool);
+    match (outcome, ended) {
+        (Ok(Ok(value)), Ok(graph)) => {
+            tracing::debug!(%device, nodes = graph.nodes(), "CUDA graph captured");
+            Ok((
+                CudaGraph {
+                    graph: Some(graph),
+                    backend,
+                    pool,
+                },
+                value,
+            ))
+        }
+        (Ok(Ok(value)), Err(e)) => {
+            drop(value);
+            release(&backend);
+            Err(e)
+        }
+        (Ok(Err(e)), graph) => {
+            drop(graph);
+            release(&backend);
+            Err(e)
+        }
+        (Err(panic), graph) => {
+            drop(graph);
+            release(&backend);
+            resume_unwind(panic)
+        }
+    }
+}
