@@ -6,7 +6,14 @@
 //! compute on batch k starts the moment the bytes have arrived, and the only host wait left is
 //! the one that must be there: before a staging buffer is rewritten, for the copy that read it
 //! two batches earlier.
+//!
+//! The thread also keeps the two tensors it handed out last. A caller typically drops batch k
+//! right after queuing its compute; without the thread's reference the allocator would hand
+//! that block to batch k+1 at once, and batch k+1's copy would have to wait for batch k's
+//! compute (the copy stream is ordered after the compute that used the memory). Held back, the
+//! block of batch k−2 is reused instead, whose compute finished long before.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
@@ -16,17 +23,28 @@ use super::source::{Source, Staged};
 use super::staging_pool;
 use crate::Tensor;
 
+/// How many handed-out tensors the thread keeps (see the module docs).
+const HELD_BACK: usize = 2;
+
 /// Run the pipeline until the batches end or the loader is dropped (the channel closes).
 pub(super) fn run(mut source: Source, backend: Arc<dyn Backend>, device: Device, sender: SyncSender<Result<Tensor>>) {
     let mut buffers: [Option<StagingBuffer>; 2] = [None, None];
     let mut current = 0;
+    let mut recent: VecDeque<Tensor> = VecDeque::with_capacity(HELD_BACK + 1);
     while let Some(staged) = source.stage(&backend, device, &mut buffers[current]) {
         let result = staged.and_then(|staged| start_copy(buffers[current].as_ref(), &device, &staged));
+        if let Ok(tensor) = &result {
+            recent.push_back(tensor.clone());
+            if recent.len() > HELD_BACK {
+                recent.pop_front();
+            }
+        }
         if sender.send(result).is_err() {
             break; // the loader was dropped
         }
         current ^= 1;
     }
+    drop(recent);
     // Kept for the next loader; a copy still reading one is waited for when it is next written.
     for buffer in buffers.into_iter().flatten() {
         staging_pool::give_back(device, buffer);
