@@ -230,6 +230,9 @@ def torch_case(task, cfg):
                     torch.cuda.empty_cache()
 
         return measure(timer, loop, cfg)
+    if kind == "matmul_shape":
+        a, b = gen(case["m"], case["k"]), gen(case["k"], case["n"])
+        return measure(timer, lambda: torch.matmul(a, b), cfg)
     if kind == "vector":
         return torch_vector(case["op"], case["numel"], gen, timer, cfg, device, dtype)
     if kind == "model":
@@ -705,6 +708,91 @@ def numpy_model(case, gen, timer, cfg):
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# The distributed section: dist.all_reduce over every local GPU, one process per GPU
+
+
+_DIST_RESULTS = {}
+
+
+def _dist_rank(rank, world, port, cases, cfg, queue):
+    """One rank of the all-reduce sweep: every size in `cases`, timed with CUDA events; rank 0
+    decides each size's schedule and broadcasts it, so every rank makes the same calls."""
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world, device_id=torch.device("cuda", rank))
+    for key, case in cases:
+        x = torch.zeros(case["bytes"] // 4, dtype=torch.float32, device="cuda")
+        for _ in range(max(cfg["min_warmup"], 5)):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        per_call = max((time.perf_counter() - t0) / 5, 1e-9)
+        iters = max(1, math.ceil(cfg["min_sample_time_s"] / per_call))
+        count = max(cfg["min_samples"], min(int(cfg["budget_s"] // (per_call * iters)), cfg["max_samples"]))
+        schedule = torch.tensor([iters, count], dtype=torch.int64, device="cuda")
+        dist.broadcast(schedule, 0)
+        iters, count = schedule.tolist()
+        samples = []
+        for _ in range(count):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                dist.all_reduce(x)
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3 / iters)
+        samples.sort()
+        if rank == 0:
+            queue.put((key, percentile(samples, 0.5), percentile(samples, 0.1), percentile(samples, 0.9)))
+        del x
+    dist.destroy_process_group()
+
+
+def torch_distributed(task, cfg, tasks):
+    """`dist.all_reduce` (sum, f32, NCCL) for the distributed section. The first all-reduce task
+    of a world size runs the whole sweep of that world size in one group of processes (starting
+    one per size would cost an NCCL start-up each); the others read the results."""
+    case = task["case"]
+    if case["op"] != "all_reduce":
+        raise Skip("no PyTorch counterpart for `%s` in this runner" % case["op"])
+    if task["key"] not in _DIST_RESULTS:
+        world = case["world"]
+        if torch.cuda.device_count() < world:
+            raise Skip("PyTorch sees %d CUDA GPUs; this case needs %d" % (torch.cuda.device_count(), world))
+        import socket
+        import torch.multiprocessing as mp
+        cases = [(t["key"], t["case"]) for t in tasks
+                 if t["case"]["kind"] == "distributed" and t["case"]["op"] == "all_reduce"
+                 and t["case"]["world"] == world]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ctx = mp.get_context("spawn")
+        queue = ctx.SimpleQueue()
+        ranks = [ctx.Process(target=_dist_rank, args=(r, world, port, cases, cfg, queue)) for r in range(world)]
+        for p in ranks:
+            p.start()
+        for p in ranks:
+            p.join(timeout=600)
+            if p.is_alive():
+                p.terminate()
+        while not queue.empty():
+            key, median, p10, p90 = queue.get()
+            _DIST_RESULTS[key] = (median, p10, p90)
+        for key, _ in cases:
+            _DIST_RESULTS.setdefault(key, "the PyTorch ranks stopped before this size (exit codes %s)"
+                                     % [p.exitcode for p in ranks])
+    result = _DIST_RESULTS[task["key"]]
+    if isinstance(result, str):
+        raise Skip(result)
+    return result
+
+
 def predicted_too_slow(task, history, cfg):
     """Skip a matmul whose time, scaled from the last smaller one, would pass the call limit."""
     case = task["case"]
@@ -743,7 +831,9 @@ def run(spec_path):
             reason = predicted_too_slow(task, history, cfg)
             if reason:
                 raise Skip(reason)
-            if use_torch and task["device"].startswith("cuda"):
+            if use_torch and task["case"]["kind"] == "distributed":
+                result = torch_distributed(task, cfg, spec["tasks"])
+            elif use_torch and task["device"].startswith("cuda"):
                 # Events record on the current device's stream: make the task's device current.
                 with torch.cuda.device(task["device"]):
                     result = torch_case(task, cfg)

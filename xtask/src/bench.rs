@@ -49,7 +49,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "python3")]
     python: String,
     /// Only these sections, comma-separated: devices, sweep, small-tensors, transfers, syncs,
-    /// memory, precision, elementwise, ops (all when omitted).
+    /// memory, precision, elementwise, ops, training, distributed (all when omitted).
     #[arg(long, value_delimiter = ',')]
     sections: Vec<String>,
 }
@@ -220,7 +220,7 @@ fn parse_sections(names: &[String]) -> anyhow::Result<Vec<Section>> {
             serde_json::from_value::<Section>(serde_json::Value::String(n.clone())).map_err(|_| {
                 anyhow::anyhow!(
                     "unknown section `{n}` in --sections; expected devices, sweep, small-tensors, transfers, \
-                     syncs, memory, precision, elementwise or ops"
+                     syncs, memory, precision, elementwise, ops, training or distributed"
                 )
             })
         })

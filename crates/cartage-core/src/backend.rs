@@ -320,6 +320,20 @@ pub trait Backend: Send + Sync + 'static {
         Ok(precision == MatmulPrecision::Highest)
     }
 
+    /// Whether matmul times its library's candidate algorithms before choosing one.
+    fn matmul_algo_search(&self) -> bool {
+        false
+    }
+
+    /// Turn the matmul algorithm search on or off (R32's "algorithm search" switch). When on, the
+    /// first product of each shape, layout, dtype and precision times the library's best few
+    /// candidates on the device and keeps the fastest for every later product of that kind;
+    /// when off, the library's heuristic picks without timing. Devices without a choice of
+    /// algorithms keep it off and return `Ok(false)`.
+    fn set_matmul_algo_search(&self, on: bool) -> Result<bool> {
+        Ok(!on)
+    }
+
     /// Record an event on the device's timeline.
     fn record_event(&self) -> Result<Event>;
 

@@ -97,6 +97,12 @@
 //!   D_i)`; a query row that sees no key (S = 0) has a zero `grad_q`, a key no query sees (L = 0,
 //!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
 //!   keeps no L × S matrix.
+//! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and
+//!   activation): `input` [M, K] and `weight` [N, K] (both any strides), the optional `bias`
+//!   [N] (any stride) give the contiguous `out` [M, N] = `act(input · weightᵀ + bias)` with
+//!   [`crate::Activation`]'s function, all of one float dtype. The product accumulates as
+//!   `Matmul`'s (f32 may use TF32 under [`crate::MatmulPrecision`]); a backend may round the
+//!   product to the dtype before adding the bias and applying the activation, or not.
 //! - The backward kernels and the optimizer update are optional fused kernels too; the frontend
 //!   composes the same result from other kernels where a backend lists none. They compute in f32
 //!   (f64 for f64) and round once on store:
@@ -134,6 +140,7 @@
 //!     may read one gradient. Each element is computed by `Update`'s per-element code, so a
 //!     backend gives it the value `Update` gives its set alone.
 
+use crate::activation::Activation;
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
 use crate::layout::{Dims, Layout};
@@ -785,6 +792,20 @@ pub enum Kernel {
         /// Destination [B, L, Ev], contiguous.
         out: TensorArg,
     },
+    /// `act(input · weightᵀ + bias)`: a matmul with its epilogue (an optional fused kernel; see
+    /// the module docs).
+    Linear {
+        /// Input [M, K].
+        input: TensorArg,
+        /// Weight [N, K] (PyTorch's `nn.Linear` layout).
+        weight: TensorArg,
+        /// Optional bias [N].
+        bias: Option<TensorArg>,
+        /// Applied after the bias.
+        activation: Activation,
+        /// Destination [M, N], contiguous.
+        out: TensorArg,
+    },
     /// The gradients of [`Kernel::Attention`] with respect to q, k and v (an optional fused
     /// kernel; see the module docs). Boxed: its seven operands would make every kernel value
     /// half as large again.
@@ -929,6 +950,7 @@ impl Kernel {
             Kernel::Conv2dBackwardInput { .. } => Op::Conv2dBackwardInput,
             Kernel::Conv2dBackwardWeight { .. } => Op::Conv2dBackwardWeight,
             Kernel::Attention { .. } => Op::Attention,
+            Kernel::Linear { .. } => Op::Linear,
             Kernel::AttentionBackward(_) => Op::AttentionBackward,
             Kernel::Pool2d { mode, .. } => Op::Pool2d(mode.kind()),
             Kernel::Pool2dBackward { mode, .. } => Op::Pool2dBackward(mode.kind()),
@@ -963,6 +985,7 @@ impl Kernel {
             Kernel::Conv2dBackwardInput { grad, .. } => grad.dtype,
             Kernel::Conv2dBackwardWeight { input, .. } => input.dtype,
             Kernel::Attention { q, .. } => q.dtype,
+            Kernel::Linear { input, .. } => input.dtype,
             Kernel::AttentionBackward(a) => a.q.dtype,
             Kernel::Pool2d { input, .. } => input.dtype,
             Kernel::Pool2dBackward { grad, .. } => grad.dtype,
@@ -1038,6 +1061,13 @@ impl Kernel {
             Kernel::Conv2dBackwardInput { grad, weight, out, .. } => [Some(grad), Some(weight), Some(out), None],
             Kernel::Conv2dBackwardWeight { input, grad, out, .. } => [Some(input), Some(grad), Some(out), None],
             Kernel::Attention { q, k, v, out, .. } => [Some(q), Some(k), Some(v), Some(out)],
+            Kernel::Linear {
+                input,
+                weight,
+                bias,
+                out,
+                ..
+            } => [Some(input), Some(weight), bias.as_ref(), Some(out)],
             Kernel::Pool2d {
                 input, out, indices, ..
             } => [Some(input), Some(out), indices.as_ref(), None],
@@ -1186,6 +1216,8 @@ pub enum Op {
     Conv2dBackwardWeight,
     Attention,
     AttentionBackward,
+    /// A matmul with a bias and activation epilogue.
+    Linear,
     Pool2d(PoolKind),
     Pool2dBackward(PoolKind),
     SoftmaxBackward,
@@ -1218,6 +1250,7 @@ impl Op {
             Op::Attention,
         ]);
         ops.push(Op::AttentionBackward);
+        ops.push(Op::Linear);
         ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2d(k)));
         ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2dBackward(k)));
         ops.extend([Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]);
@@ -1256,6 +1289,7 @@ impl Op {
             Op::Conv2dBackwardWeight => "conv2d_backward_weight".into(),
             Op::Attention => "attention".into(),
             Op::AttentionBackward => "attention_backward".into(),
+            Op::Linear => "linear".into(),
             Op::Pool2d(k) => k.name().into(),
             Op::Pool2dBackward(k) => k.backward_name().into(),
             Op::SoftmaxBackward => "softmax_backward".into(),
@@ -1279,6 +1313,7 @@ impl Op {
                 | Op::Conv2dBackwardWeight
                 | Op::Attention
                 | Op::AttentionBackward
+                | Op::Linear
                 | Op::Pool2d(_)
                 | Op::Pool2dBackward(_)
                 | Op::SoftmaxBackward
@@ -1301,7 +1336,7 @@ impl Op {
             Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
             Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
             Op::Norm(_) | Op::CrossEntropy | Op::Conv2d | Op::Attention => float,
-            Op::AttentionBackward | Op::Pool2d(_) | Op::Pool2dBackward(_) => float,
+            Op::AttentionBackward | Op::Pool2d(_) | Op::Pool2dBackward(_) | Op::Linear => float,
             Op::Conv2dBackwardInput | Op::Conv2dBackwardWeight => float,
             Op::SoftmaxBackward | Op::LogSoftmaxBackward | Op::NormBackward(_) => float,
             Op::CrossEntropyBackward | Op::Update(_) | Op::UpdateMany(_) => float,

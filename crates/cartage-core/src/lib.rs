@@ -14,6 +14,7 @@
 //!
 //! This crate depends on no GPU crate (an invariant checked by the workspace's tidy test).
 
+mod activation;
 pub mod allocator;
 pub mod backend;
 mod buffer;
@@ -39,6 +40,7 @@ pub use allocator::format_bytes;
 pub use layout::{checked_bytes, checked_numel, contiguous_strides, resolve_dim};
 pub use pinned::pinned_bytes_peak;
 
+pub use activation::Activation;
 pub use allocator::{AllocatorConfig, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport};
 pub use backend::{Backend, Capabilities, CapturedGraph, DeviceInfo, Event, MatmulPrecision};
 pub use buffer::DeviceBuffer;

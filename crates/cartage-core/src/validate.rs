@@ -23,6 +23,7 @@ use conv_backward::Window;
 
 mod attention_backward;
 mod conv_backward;
+mod linear;
 mod pool;
 
 impl Kernel {
@@ -163,6 +164,13 @@ impl Kernel {
             Kernel::Attention {
                 q, k, v, scale, out, ..
             } => attention(q, k, v, *scale, out),
+            Kernel::Linear {
+                input,
+                weight,
+                bias,
+                out,
+                ..
+            } => linear::linear(input, weight, bias.as_ref(), out),
             Kernel::AttentionBackward(args) => attention_backward::attention_backward(args),
             Kernel::Pool2d {
                 mode,
@@ -234,6 +242,7 @@ impl Kernel {
             Kernel::Conv2dBackwardInput { .. } => conv_backward::INPUT,
             Kernel::Conv2dBackwardWeight { .. } => conv_backward::WEIGHT,
             Kernel::Attention { .. } => "attention",
+            Kernel::Linear { .. } => "linear",
             Kernel::AttentionBackward(_) => "attention_backward",
             Kernel::Pool2d { mode, .. } => mode.kind().name(),
             Kernel::Pool2dBackward { mode, .. } => mode.kind().backward_name(),

@@ -27,8 +27,8 @@ use cartage_core::{
 use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
 use crate::{
-    backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, matmul, norm, pool, reduce,
-    scan, scatter, softmax, sort, unary, update, update_many,
+    backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, linear, matmul, norm, pool,
+    reduce, scan, scatter, softmax, sort, unary, update, update_many,
 };
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
@@ -65,6 +65,7 @@ impl CpuBackend {
             .chain(PoolKind::ALL.map(Op::Pool2dBackward))
             .chain(UpdateKind::ALL.map(Op::Update))
             .chain(UpdateKind::ALL.map(Op::UpdateMany))
+            .chain([Op::Linear])
         {
             for dtype in DType::ALL.into_iter().filter(|d| d.is_float()) {
                 capabilities.add(op, dtype);
@@ -218,6 +219,13 @@ impl CpuBackend {
                 indices,
                 out,
             } => pool::pool2d_backward(*mode, *window, grad, indices.as_ref(), out),
+            Kernel::Linear {
+                input,
+                weight,
+                bias,
+                activation,
+                out,
+            } => linear::linear(input, weight, bias.as_ref(), *activation, out),
             Kernel::Conv2d { .. }
             | Kernel::Conv2dBackwardInput { .. }
             | Kernel::Conv2dBackwardWeight { .. }
@@ -240,6 +248,12 @@ fn may_go_parallel(kernel: &Kernel) -> bool {
     match kernel {
         // Only products that will split across threads enter the pool (entering costs µs).
         Kernel::Matmul { lhs, rhs, .. } => matmul::may_use_threads(lhs, rhs),
+        // A linear layer is its product and one element-wise pass over the output.
+        Kernel::Linear { input, out, .. } => {
+            let (m, k) = (input.layout.shape()[0], input.layout.shape()[1]);
+            let n = out.layout.shape()[1];
+            m * n * k > matmul::SMALL_MATMUL || m * n >= CHUNK_MIN_ELEMENTS
+        }
         // Element-wise kernels: the output is as large as any operand.
         Kernel::Fill { out, .. }
         | Kernel::Arange { out, .. }

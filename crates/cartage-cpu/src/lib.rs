@@ -12,7 +12,8 @@
 //! - Reductions fold in a fixed tree, bit-identical run to run whatever the thread count.
 //! - Matmul through the `gemm` crate, chosen by measurement (see [`matmul`]).
 //! - Fused 2-D max and average pooling and their input gradients (a gather per input position,
-//!   deterministic); convolution and attention are composed by the frontend.
+//!   deterministic), and the fused linear layer (its matmul and one in-place pass for the bias
+//!   and activation); convolution and attention are composed by the frontend.
 //!
 //! Entry points for the frontend: [`device_count`] and [`open`].
 
@@ -32,6 +33,7 @@ mod elementwise;
 mod fast_math;
 mod host_copy;
 mod index;
+mod linear;
 mod map;
 pub mod matmul;
 pub mod memory;

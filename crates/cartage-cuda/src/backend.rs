@@ -18,6 +18,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::blas::Blas;
 use crate::copies;
+use crate::lt_route::{MatmulCounters, MatmulLibrary, MatmulRouting};
 use crate::memory::DeviceMemory;
 use crate::modules::KernelModules;
 use crate::ordering::StreamOrder;
@@ -36,6 +37,8 @@ pub struct CudaBackend {
     pub(crate) order: Arc<StreamOrder>,
     pub(crate) modules: KernelModules,
     pub(crate) blas: Mutex<Option<Blas>>,
+    /// cuBLASLt, its cached plans, the search switch and the counters.
+    pub(crate) routing: MatmulRouting,
     pub(crate) staging: StagingPool,
     pub(crate) sm_count: u32,
     pub(crate) compute_capability: (i32, i32),
@@ -74,6 +77,13 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
         for dtype in crate::launch::attention::DTYPES {
             caps.add(Op::Attention, dtype);
         }
+    }
+    // The fused linear layer: cuBLASLt's bias and activation epilogues, for the dtypes whose
+    // products run on cuBLASLt (f64 stays on GemmEx and is composed by the frontend).
+    caps.add(Op::Linear, DType::F32);
+    caps.add(Op::Linear, DType::F16);
+    if ampere {
+        caps.add(Op::Linear, DType::BF16);
     }
     caps
 }
@@ -182,6 +192,7 @@ impl CudaBackend {
             order,
             modules,
             blas: Mutex::new(None),
+            routing: MatmulRouting::default(),
             staging: StagingPool::default(),
             sm_count,
             compute_capability,
@@ -226,6 +237,29 @@ impl CudaBackend {
     /// Compute capability (major, minor).
     pub fn compute_capability(&self) -> (i32, i32) {
         self.compute_capability
+    }
+
+    /// Which library plain products run on (CUDA-specific, for A/B measurements; the default
+    /// [`MatmulLibrary::Auto`] picks per shape).
+    pub fn set_matmul_library(&self, library: MatmulLibrary) {
+        tracing::info!(device = %self.device, ?library, "matmul library set");
+        self.routing.set_library(library);
+    }
+
+    /// The library setting of [`CudaBackend::set_matmul_library`].
+    pub fn matmul_library(&self) -> MatmulLibrary {
+        self.routing.library()
+    }
+
+    /// How many products ran on cuBLASLt and on GemmEx, and how many algorithm searches ran.
+    pub fn matmul_counters(&self) -> MatmulCounters {
+        self.routing.counters()
+    }
+
+    /// Problems (shape, layouts, dtype, precision, epilogue) with a cached cuBLASLt plan or
+    /// decision.
+    pub fn matmul_cached_problems(&self) -> usize {
+        self.routing.cached_problems()
     }
 
     /// Bind this device's context to the calling thread (cheap when already bound).
@@ -408,6 +442,17 @@ impl Backend for CudaBackend {
         *self.precision.lock().unwrap_or_else(|p| p.into_inner()) = effective;
         tracing::info!(device = %self.device, requested = precision.name(), effective = effective.name(), "f32 matmul precision set");
         Ok(effective == precision)
+    }
+
+    fn matmul_algo_search(&self) -> bool {
+        self.routing.search()
+    }
+
+    /// cuBLASLt times its candidates once per problem while this is on ([`crate::lt_route`]).
+    fn set_matmul_algo_search(&self, on: bool) -> Result<bool> {
+        self.routing.set_search(on);
+        tracing::info!(device = %self.device, on, "matmul algorithm search set");
+        Ok(true)
     }
 
     fn record_event(&self) -> Result<Event> {

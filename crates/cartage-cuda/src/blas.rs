@@ -11,7 +11,7 @@ use cudarc::cublas::{CudaBlas, result};
 use cudarc::driver::CudaStream;
 
 /// Element type and arithmetic of a product.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum GemmKind {
     /// f32 in true f32 arithmetic.
     F32,

@@ -9,7 +9,9 @@
 //!   ([`modules`]).
 //! - Memory comes from `cuMemAlloc` segments under core's caching allocator ([`memory`]); work is
 //!   ordered across the compute and copy streams with events ([`ordering`]).
-//! - Matmul runs through cuBLAS ([`matmul`]) with an explicit f32 precision setting (R32).
+//! - Matmul runs through cuBLASLt or cuBLAS's GemmEx, chosen per shape, with an optional algorithm
+//!   search ([`matmul`], `lt_route`) and an explicit f32 precision setting (R32); the fused
+//!   linear layer runs cuBLASLt's bias and activation epilogues.
 //!
 //! Every device is `cuda:N` with an explicit ordinal; [`open`] returns the same backend for the
 //! same ordinal within a process.
@@ -28,7 +30,10 @@ mod driver;
 mod events;
 mod graph;
 mod launch;
+mod linear;
 pub mod loader;
+mod lt;
+mod lt_route;
 pub mod matmul;
 pub mod memory;
 pub mod modules;
@@ -40,6 +45,7 @@ pub mod precompiled;
 mod staging;
 
 pub use backend::{CudaBackend, capabilities_for};
+pub use lt_route::{MatmulCounters, MatmulLibrary, SEARCH_CANDIDATES, SEARCH_REPEATS};
 pub use staging::TransferStats;
 
 /// The number of CUDA devices on this machine: 0 when there is no driver or no device.

@@ -1,5 +1,6 @@
 //! Matmul through cuBLAS: row-major strided operands mapped onto column-major GEMM without copies
-//! wherever BLAS can address them.
+//! wherever BLAS can address them, run by cuBLASLt or `cublasGemmEx` ([`crate::lt_route`] says
+//! which, per shape).
 //!
 //! cartage computes `out[b] = lhs[b] · rhs[b]` with `lhs` [B, M, K], `rhs` [B, K, N], `out`
 //! [B, M, N] contiguous. Read column-major, a contiguous row-major `out` is `outᵀ` (N × M, ld N),
@@ -22,6 +23,7 @@ use cartage_core::{Backend, DType, Error, Layout, MatmulPrecision, Result, Tenso
 use crate::backend::CudaBackend;
 use crate::blas::{BlasOperand, Gemm, GemmKind};
 use crate::launch::{device_ptr, launch};
+use crate::lt::Epilogue;
 
 /// How a [R, C] matrix with strides (sr, sc) is seen by BLAS, or `None` when it must be copied.
 /// Returns (transpose flag in the `rhsᵀ · lhsᵀ` formulation, leading dimension).
@@ -106,40 +108,55 @@ unsafe fn prepare(backend: &CudaBackend, arg: &TensorArg) -> Result<Prepared> {
     })
 }
 
-/// Run Kernel::Matmul.
+/// A product mapped onto one GEMM, with the scratch copies it reads (returned in stream order
+/// by [`Product::release`] once the GEMM is queued).
+pub(crate) struct Product {
+    /// The GEMM in cuBLAS's column-major terms.
+    pub gemm: Gemm,
+    scratch: Vec<Allocation>,
+}
+
+impl Product {
+    /// Every scratch block, for stream ordering.
+    pub(crate) fn scratch_slices(&self) -> impl Iterator<Item = cartage_core::raw::BufferSlice> + '_ {
+        self.scratch.iter().map(|s| s.slice())
+    }
+
+    /// Return the scratch copies: later users are queued after the product.
+    pub(crate) fn release(self, backend: &CudaBackend) {
+        for scratch in self.scratch {
+            backend.allocator.free(scratch);
+        }
+    }
+}
+
+/// The GEMM kind of `dtype` under the device's precision.
+pub(crate) fn gemm_kind(backend: &CudaBackend, dtype: DType, op: &'static str) -> Result<GemmKind> {
+    match (dtype, backend.matmul_precision()) {
+        (DType::F32, MatmulPrecision::Highest) => Ok(GemmKind::F32),
+        (DType::F32, MatmulPrecision::High) => Ok(GemmKind::F32Tf32),
+        (DType::F64, _) => Ok(GemmKind::F64),
+        (DType::F16, _) => Ok(GemmKind::F16),
+        (DType::BF16, _) => Ok(GemmKind::BF16),
+        (dtype, _) => Err(Error::unsupported(op, dtype, backend.device, "matmul is float-only")),
+    }
+}
+
+/// Map `out[b] = lhs[b] · rhs[b]` (`lhs` [B, M, K], `rhs` [B, K, N], `out` dense [B, M, N], every
+/// size above 0) onto one GEMM, copying an operand to a scratch block only where BLAS cannot
+/// address its strides.
 ///
 /// # Safety
-/// The kernel passed [`cartage_core::Kernel::validate`] and every operand lies in a live block of
-/// `backend`, freed only in stream order afterwards.
-pub(crate) unsafe fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+/// Validated operands in live blocks of `backend`, freed only in stream order afterwards.
+pub(crate) unsafe fn product(
+    backend: &CudaBackend,
+    lhs: &TensorArg,
+    rhs: &TensorArg,
+    out: &TensorArg,
+) -> Result<Product> {
     let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
     let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
-    if batch == 0 || m == 0 || n == 0 {
-        return Ok(());
-    }
-    if k == 0 {
-        let zero = cartage_core::Kernel::Fill {
-            out: out.clone(),
-            value: cartage_core::Scalar::Float(0.0),
-        };
-        // SAFETY: `out` is a validated operand in a live block (this function's contract).
-        return unsafe { launch(backend, &zero) };
-    }
-    let kind = match (out.dtype, backend.matmul_precision()) {
-        (DType::F32, MatmulPrecision::Highest) => GemmKind::F32,
-        (DType::F32, MatmulPrecision::High) => GemmKind::F32Tf32,
-        (DType::F64, _) => GemmKind::F64,
-        (DType::F16, _) => GemmKind::F16,
-        (DType::BF16, _) => GemmKind::BF16,
-        (dtype, _) => {
-            return Err(Error::unsupported(
-                "matmul",
-                dtype,
-                backend.device,
-                "matmul is float-only",
-            ));
-        }
-    };
+    let kind = gemm_kind(backend, out.dtype, "matmul")?;
     // cuBLAS takes 32-bit sizes: checked before any scratch memory is taken.
     let (m32, n32, k32, batch32) = (
         to_i32("M", m)?,
@@ -171,28 +188,46 @@ pub(crate) unsafe fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &Tensor
         stride_c: (m * n) as i64,
         batch: batch32,
     };
+    Ok(Product {
+        gemm,
+        scratch: [a.scratch, b.scratch].into_iter().flatten().collect(),
+    })
+}
+
+/// Run Kernel::Matmul.
+///
+/// # Safety
+/// The kernel passed [`cartage_core::Kernel::validate`] and every operand lies in a live block of
+/// `backend`, freed only in stream order afterwards.
+pub(crate) unsafe fn matmul(backend: &CudaBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
+    let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
+    if batch == 0 || m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        gemm_kind(backend, out.dtype, "matmul")?;
+        let zero = cartage_core::Kernel::Fill {
+            out: out.clone(),
+            value: cartage_core::Scalar::Float(0.0),
+        };
+        // SAFETY: `out` is a validated operand in a live block (this function's contract).
+        return unsafe { launch(backend, &zero) };
+    }
+    // SAFETY: validated operands in live blocks (this function's contract).
+    let product = unsafe { product(backend, lhs, rhs, out) }?;
     let mut slices = vec![lhs.buffer, rhs.buffer, out.buffer];
-    slices.extend(a.scratch.iter().chain(b.scratch.iter()).map(|s| s.slice()));
+    slices.extend(product.scratch_slices());
     let outcome = backend
         .bind()
         .and_then(|()| backend.order.before_compute(&backend.compute, &slices))
         .and_then(|()| {
-            backend.with_blas(|blas| {
-                // SAFETY: every address is a live block of this device: `lhs`/`rhs` within their
-                // validated buffers under the strides `blas_view` accepted (or a dense scratch
-                // copy), `out` dense [B, M, N]; the call is queued on the compute stream (the
-                // handle's stream) after the operands' earlier users.
-                unsafe { blas.gemm(&gemm) }.map_err(|e| Error::Driver {
-                    device: backend.device,
-                    op: "cublasGemmEx",
-                    message: e.to_string(),
-                })
-            })
+            // SAFETY: every address is a live block of this device: `lhs`/`rhs` within their
+            // validated buffers under the strides `blas_view` accepted (or a dense scratch
+            // copy), `out` dense [B, M, N]; ordered on the compute stream above.
+            unsafe { crate::lt_route::queue(backend, &product.gemm, Epilogue::None, None) }.map(drop)
         });
-    // Scratch copies go back in stream order: later users are queued after the product.
-    for scratch in [a.scratch, b.scratch].into_iter().flatten() {
-        backend.allocator.free(scratch);
-    }
+    product.release(backend);
     outcome
 }
 

@@ -15,7 +15,8 @@
 //!   [`Error::RanksMissing`] instead of hanging.
 //! - **One thread at a time** per communicator (NCCL's rule): calls take a lock.
 //! - `ncclCommInitRank` blocks until every rank has joined, so join after a rendezvous (the
-//!   frontend's `ProcessGroup::init` does).
+//!   frontend's `ProcessGroup::init` does). A rank that never joins (it died after the
+//!   rendezvous) makes the others fail with [`Error::RanksMissing`] after the engine's timeout.
 //!
 //! Raw NCCL calls live in this file only, each through the `Nccl` table of entry points.
 
@@ -700,12 +701,40 @@ impl CollectiveEngine for NcclEngine {
         for (slot, &byte) in unique.internal.iter_mut().zip(id) {
             *slot = byte as c_char;
         }
-        cuda.bind()?;
-        let mut raw: ncclComm_t = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the id is the 128 bytes rank 0's NCCL made;
-        // the device's context is bound to this thread, so NCCL uses this device.
-        let code = unsafe { (lib.comm_init_rank)(&mut raw, world_size as c_int, unique, rank as c_int) };
-        lib.check(cuda.device, "ncclCommInitRank", code, None)?;
+        // `ncclCommInitRank` blocks until every rank has joined and has no timeout of its own:
+        // it runs on a helper thread, and a rank that never joins makes this one fail after the
+        // engine's timeout instead of hanging. The helper stays blocked in NCCL (its
+        // communicator, should the missing rank come late, is never used).
+        let (done, result) = std::sync::mpsc::channel::<Result<usize>>();
+        let helper = Arc::clone(&cuda);
+        let started = Instant::now();
+        std::thread::Builder::new()
+            .name(format!("nccl-join-{rank}"))
+            .spawn(move || {
+                let joined = helper.bind().and_then(|()| {
+                    let mut raw: ncclComm_t = std::ptr::null_mut();
+                    // SAFETY: `raw` is a valid out-pointer; the id is the 128 bytes rank 0's
+                    // NCCL made; the device's context is bound to this thread, so NCCL uses
+                    // this device.
+                    let code = unsafe { (lib.comm_init_rank)(&mut raw, world_size as c_int, unique, rank as c_int) };
+                    lib.check(helper.device, "ncclCommInitRank", code, None)?;
+                    Ok(raw as usize)
+                });
+                let _ = done.send(joined);
+            })
+            .map_err(|e| Error::invalid("nccl", format!("could not start a thread to join the group: {e}")))?;
+        let raw = match result.recv_timeout(self.timeout) {
+            Ok(joined) => joined? as ncclComm_t,
+            Err(_) => {
+                return Err(Error::RanksMissing {
+                    op: "ncclCommInitRank",
+                    rank,
+                    world_size,
+                    missing: Vec::new(),
+                    waited: started.elapsed(),
+                });
+            }
+        };
         Ok(Arc::new(self.member(cuda, Arc::clone(backend), raw, rank, world_size)))
     }
 }

@@ -4,6 +4,8 @@
 // that shared-memory reads and global stores are contiguous across neighbouring invocations).
 // K advances BK at a time through workgroup memory (A transposed, B as is), and the next
 // K-tile is fetched into registers while the current one is multiplied (double buffering).
+// With STAGES = 2 the next K-tile is deposited into a second workgroup buffer while the other
+// one is read, so that one barrier per K-tile suffices (`loop_two_stages`).
 // Fast path: K-contiguous A and N-contiguous B are read four elements at a time (vec4).
 // The register block is unrolled by the generator (ACC_DECL, INNER, STORE_ALL): one vec4
 // variable per four columns of a row, so that it lives in registers on every compiler.
@@ -51,8 +53,11 @@ const THREADS: u32 = WX * WY;
 const LA: u32 = {{LA}}u;
 const LB: u32 = {{LB}}u;
 
-var<workgroup> As: array<vec4<{{T}}>, BK * BM / 4u>;
-var<workgroup> Bs: array<vec4<{{T}}>, BK * BN / 4u>;
+const A_TILE: u32 = BK * BM / 4u;
+const B_TILE: u32 = BK * BN / 4u;
+
+var<workgroup> As: array<vec4<{{T}}>, {{STAGES}}u * A_TILE>;
+var<workgroup> Bs: array<vec4<{{T}}>, {{STAGES}}u * B_TILE>;
 var<private> ra: array<{{RA}}, LA>;
 var<private> rb: array<{{RB}}, LB>;
 
@@ -61,8 +66,8 @@ fn fetch(k0: u32, a_base: u32, b_base: u32, row0: u32, col0: u32, lid: u32) {
     {{FETCH}}
 }
 
-// Registers -> workgroup memory.
-fn deposit(lid: u32) {
+// Registers -> workgroup memory, the A tile at `sa` and the B tile at `sb` (in vec4s).
+fn deposit(lid: u32, sa: u32, sb: u32) {
     {{DEPOSIT}}
 }
 
@@ -76,23 +81,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let a_base = P.a_off + batch * P.a_sb;
     let b_base = P.b_off + batch * P.b_sb;
     {{ACC_DECL}}
-    fetch(0u, a_base, b_base, row0, col0, lid);
-    deposit(lid);
-    workgroupBarrier();
-    for (var k0 = 0u; k0 < P.k; k0 = k0 + BK) {
-        let next = k0 + BK < P.k;
-        if next {
-            fetch(k0 + BK, a_base, b_base, row0, col0, lid);
-        }
-        for (var kk = 0u; kk < BK; kk = kk + 1u) {
-            {{INNER}}
-        }
-        workgroupBarrier();
-        if next {
-            deposit(lid);
-            workgroupBarrier();
-        }
-    }
+    {{MAIN_LOOP}}
     let c_base = P.c_off + batch * P.c_sb;
     {{STORE_ALL}}
 }

@@ -22,7 +22,7 @@ for (var s = 0u; s < LA; s = s + 1u) {
         let m = v / (BK / 4u);
         let kq = v % (BK / 4u);
         for (var c = 0u; c < 4u; c = c + 1u) {
-            As[(kq * 4u + c) * (BM / 4u) + m / 4u][m % 4u] = ra[s][c];
+            As[sa + (kq * 4u + c) * (BM / 4u) + m / 4u][m % 4u] = ra[s][c];
         }
     }
 //# fetch_a_scalar
@@ -41,7 +41,7 @@ for (var s = 0u; s < LA; s = s + 1u) {
 for (var s = 0u; s < LA; s = s + 1u) {
         let v = lid + s * THREADS;
         {{INDEX}}
-        As[k * (BM / 4u) + m / 4u][m % 4u] = ra[s];
+        As[sa + k * (BM / 4u) + m / 4u][m % 4u] = ra[s];
     }
 //# index_a_inner_fast
 let m = v / BK;
@@ -66,7 +66,7 @@ for (var s = 0u; s < LB; s = s + 1u) {
 //# deposit_b_vec4
 for (var s = 0u; s < LB; s = s + 1u) {
         let v = lid + s * THREADS;
-        Bs[(v / (BN / 4u)) * (BN / 4u) + v % (BN / 4u)] = rb[s];
+        Bs[sb + (v / (BN / 4u)) * (BN / 4u) + v % (BN / 4u)] = rb[s];
     }
 //# fetch_b_scalar
 for (var s = 0u; s < LB; s = s + 1u) {
@@ -84,7 +84,7 @@ for (var s = 0u; s < LB; s = s + 1u) {
 for (var s = 0u; s < LB; s = s + 1u) {
         let v = lid + s * THREADS;
         {{INDEX}}
-        Bs[k * (BN / 4u) + n / 4u][n % 4u] = rb[s];
+        Bs[sb + k * (BN / 4u) + n / 4u][n % 4u] = rb[s];
     }
 //# index_b_inner_fast
 let k = v / BN;
@@ -106,10 +106,10 @@ for (var q = 0u; q < 4u; q = q + 1u) {
 var acc_{{I}}_{{J}} = vec4<{{T}}>();
     
 //# load_a
-let a{{G}} = As[kk * (BM / 4u) + {{G}}u * WY + ty];
+let a{{G}} = As[sa + kk * (BM / 4u) + {{G}}u * WY + ty];
             
 //# load_b
-let b{{J}} = Bs[kk * (BN / 4u) + {{J}}u * WX + tx];
+let b{{J}} = Bs[sb + kk * (BN / 4u) + {{J}}u * WX + tx];
             
 //# splat
 let s{{I}} = vec4<{{T}}>(a{{G}}.{{LANE}});
@@ -131,3 +131,46 @@ if row0 + {{G}}u * (WY * 4u) + ty * 4u + {{Q}}u < P.m {
 //# store_row_close
     }
     
+
+//# loop_one_stage
+let sa = 0u;
+    let sb = 0u;
+    fetch(0u, a_base, b_base, row0, col0, lid);
+    deposit(lid, 0u, 0u);
+    workgroupBarrier();
+    for (var k0 = 0u; k0 < P.k; k0 = k0 + BK) {
+        let next = k0 + BK < P.k;
+        if next {
+            fetch(k0 + BK, a_base, b_base, row0, col0, lid);
+        }
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            {{INNER}}
+        }
+        workgroupBarrier();
+        if next {
+            deposit(lid, 0u, 0u);
+            workgroupBarrier();
+        }
+    }
+//# loop_two_stages
+fetch(0u, a_base, b_base, row0, col0, lid);
+    deposit(lid, 0u, 0u);
+    workgroupBarrier();
+    var stage = 0u;
+    for (var k0 = 0u; k0 < P.k; k0 = k0 + BK) {
+        let next = k0 + BK < P.k;
+        if next {
+            fetch(k0 + BK, a_base, b_base, row0, col0, lid);
+        }
+        let sa = stage * A_TILE;
+        let sb = stage * B_TILE;
+        for (var kk = 0u; kk < BK; kk = kk + 1u) {
+            {{INNER}}
+        }
+        // The other buffer was last read before the previous barrier.
+        if next {
+            deposit(lid, (1u - stage) * A_TILE, (1u - stage) * B_TILE);
+        }
+        workgroupBarrier();
+        stage = 1u - stage;
+    }

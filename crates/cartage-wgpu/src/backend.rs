@@ -444,13 +444,7 @@ impl Backend for WgpuBackend {
                 ),
                 ("max buffer".into(), cartage_core::format_bytes(limits.max_buffer_size)),
                 ("features".into(), format!("{:?}", self.ctx.features)),
-                (
-                    "f16 matmul".into(),
-                    match self.ctx.coop_f16_subgroup {
-                        Some(size) => format!("cooperative matrices 16x16x16 f16->f32, subgroups of {size}"),
-                        None => "tiled kernel (no cooperative matrices)".into(),
-                    },
-                ),
+                ("f16 matmul".into(), self.f16_matmul_path()),
                 (
                     "timing".into(),
                     if self.ctx.has(wgpu::Features::TIMESTAMP_QUERY) {

@@ -46,9 +46,10 @@ pub use half;
 
 pub use autocast::{AutocastGuard, autocast, autocast_dtype};
 pub use autograd::{
-    Gradients, GraphMemory, NoGradGuard, Var, VarId, graph_memory, is_grad_enabled, live_graph_nodes, no_grad,
-    saved_activation_bytes,
+    GradHook, GradHookId, Gradients, GraphMemory, NoGradGuard, Var, VarId, graph_memory, is_grad_enabled,
+    live_graph_nodes, no_grad, saved_activation_bytes,
 };
+pub use cartage_core::Activation;
 pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{AdamUpdate, SgdUpdate, UpdateKind, UpdateRule};
 pub use cartage_core::{
@@ -68,7 +69,7 @@ pub use memory::{MemoryTracker, TrainingEstimate, memory_summary};
 pub use runtime::{DeviceExt, device_capabilities, device_info};
 pub use runtime::{
     DevicePick, RuntimeStats, alloc_pinned, alloc_staging, backend, devices, empty_cache, memory_stats,
-    reset_peak_memory_stats, reset_stats, set_matmul_precision, stats, synchronize,
+    reset_peak_memory_stats, reset_stats, set_matmul_algo_search, set_matmul_precision, stats, synchronize,
 };
 pub use safetensors_io::{SafetensorsFile, load_safetensors, save_safetensors, save_safetensors_with_metadata};
 pub use tensor::create::NestedArray;

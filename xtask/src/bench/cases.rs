@@ -6,8 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
+mod distributed;
+mod matmul_algo;
 mod model;
 
+pub use distributed::{DistOp, busbw_gbps};
+pub use matmul_algo::{MatmulAlgo, MatmulShape};
 pub use model::ModelOp;
 
 /// The report's sections, in order (the numbering).
@@ -35,11 +39,13 @@ pub enum Section {
     Ops,
     /// 10. Training: forward and backward of an MLP against PyTorch, and what backward holds.
     Training,
+    /// 11. Several GPUs: all-reduce bus bandwidth and data-parallel scaling.
+    Distributed,
 }
 
 impl Section {
     /// Every section, in order.
-    pub const ALL: [Section; 10] = [
+    pub const ALL: [Section; 11] = [
         Section::Devices,
         Section::Sweep,
         Section::SmallTensors,
@@ -50,6 +56,7 @@ impl Section {
         Section::Elementwise,
         Section::Ops,
         Section::Training,
+        Section::Distributed,
     ];
 
     /// The section's number in the report.
@@ -70,6 +77,7 @@ impl Section {
             Section::Elementwise => "Elementwise ops and reductions against the bandwidth ceiling",
             Section::Ops => "Ops a model needs: norms, losses, cat, sort, cumsum, conv2d and attention",
             Section::Training => "Training: forward and backward of an MLP, and backward memory",
+            Section::Distributed => "Several GPUs: all-reduce bus bandwidth and data-parallel scaling",
         }
     }
 
@@ -86,6 +94,7 @@ impl Section {
             Section::Elementwise => "R1",
             Section::Ops => "R1",
             Section::Training => "R19, R23, R31",
+            Section::Distributed => "R1, R19",
         }
     }
 }
@@ -239,6 +248,10 @@ pub enum Case {
     },
     /// An op of the ops section, with its shape.
     Model(ModelOp),
+    /// A case of the distributed section (several GPUs).
+    Distributed(DistOp),
+    /// One `[M, K] × [K, N]` product on a chosen matmul library (CUDA's GemmEx/cuBLASLt A/B).
+    MatmulShape(MatmulShape),
 }
 
 /// The parts of a [`Pipeline`](Case::Pipeline) step that run.
@@ -322,6 +335,8 @@ impl Case {
             Case::AllocLoop { empty_cache: false, .. } => "alloc_keep_cache".into(),
             Case::Vector { op, .. } => op.name().into(),
             Case::Model(op) => op.name().into(),
+            Case::Distributed(op) => op.name(),
+            Case::MatmulShape(s) => s.algo.name().into(),
         }
     }
 
@@ -340,6 +355,8 @@ impl Case {
             Case::LossLoop { steps, .. } | Case::AllocLoop { steps, .. } => *steps,
             Case::Vector { numel, .. } => *numel,
             Case::Model(op) => op.numel(),
+            Case::Distributed(op) => op.size(),
+            Case::MatmulShape(s) => s.n,
         }
     }
 
@@ -353,6 +370,8 @@ impl Case {
             }
             Case::LossLoop { .. } | Case::AllocLoop { .. } => "steps",
             Case::Vector { .. } | Case::Model(_) => "elements",
+            Case::Distributed(op) => op.size_unit(),
+            Case::MatmulShape(_) => "n (M = K = 4096)",
         }
     }
 
@@ -446,6 +465,9 @@ impl Case {
                 }
             }
             Case::Model(op) => op.work(s),
+            // Rates of their own (bus bandwidth, tokens/s), reported as counters.
+            Case::Distributed(_) => Work::default(),
+            Case::MatmulShape(shape) => shape.work(s),
         }
     }
 }

@@ -13,7 +13,9 @@ use cartage::{DType, Device, Error, MatmulPrecision, Result, Tensor};
 use super::cases::{Case, ModelOp, Task, VectorOp};
 use super::report::MemoryPoint;
 
+mod distributed;
 mod io;
+mod matmul_algo;
 mod model;
 mod steps;
 mod training;
@@ -134,6 +136,8 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
             Ok(model::mlp_step(layers, width, batch, dtype, device, bench)?)
         }
         Case::Model(ref op) => Ok(model::run(op, dtype, device, bench)?.into()),
+        Case::Distributed(ref op) => distributed::run(op, bench),
+        Case::MatmulShape(shape) => matmul_algo::run(shape, dtype, device, bench),
     }
 }
 

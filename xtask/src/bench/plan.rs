@@ -6,11 +6,13 @@ use std::time::Duration;
 use cartage::bench::Bench;
 use cartage::{BinaryOp, Capabilities, DType, Op, ReduceOp, UnaryOp};
 
-use super::cases::{Case, PipelineMode, Section, Task, VectorOp};
+use super::cases::{Case, MatmulShape, PipelineMode, Section, Task, VectorOp};
 use super::report::Skip;
 
+mod distributed;
 mod ops;
 
+pub use distributed::cuda_gpus;
 pub use ops::OpsSizes;
 
 /// Sizes and budgets of one run.
@@ -252,6 +254,9 @@ impl Plan {
             Case::Matmul { n, tf32: false },
             &[Op::Matmul],
         );
+        for shape in MatmulShape::llm_shapes() {
+            add(Section::Precision, DType::BF16, Case::MatmulShape(shape), &[Op::Matmul]);
+        }
         for op in [
             VectorOp::Copy,
             VectorOp::Add,
@@ -284,6 +289,9 @@ impl Plan {
         for (dtype, case, needs) in self.ops.training_cases(device == "cpu") {
             add(Section::Training, dtype, case, &needs);
         }
+        let (more, skipped) = self.distributed_tasks(device, device_name, distributed::cuda_gpus());
+        tasks.extend(more);
+        skips.extend(skipped);
         (tasks, skips)
     }
 }
@@ -327,7 +335,8 @@ mod tests {
         assert!(!tasks.iter().any(|t| t.dtype == "bf16" && t.case.name() == "matmul"));
         let bf16 = skips.iter().find(|s| s.id == "wgpu/llvmpipe/matmul_bf16_32").unwrap();
         assert!(bf16.reason.contains("no `matmul` kernel for bf16"), "{}", bf16.reason);
-        for section in Section::ALL.into_iter().skip(1) {
+        // The distributed section runs on CUDA GPUs only (its own tests cover its plan).
+        for section in Section::ALL.into_iter().skip(1).filter(|&s| s != Section::Distributed) {
             assert!(tasks.iter().any(|t| t.section == section), "{section:?} has no task");
         }
     }

@@ -38,6 +38,7 @@ pub mod errors_model;
 pub mod harness;
 pub mod index;
 pub mod layout_props;
+pub mod linear;
 pub mod matmul;
 pub mod memory;
 pub mod norm;
@@ -215,6 +216,10 @@ macro_rules! conformance_tests {
                     $open,
                     suite::attention_backward::attention_backward,
                 );
+            }
+            #[test]
+            fn linear() {
+                suite::run(SUITE, "linear", $open, suite::linear::linear);
             }
             #[test]
             fn matmul() {

@@ -85,6 +85,16 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             // SAFETY: validated operands in live blocks of this device (this function's contract).
             unsafe { matmul::matmul(backend, lhs, rhs, out) }
         }
+        Kernel::Linear {
+            input,
+            weight,
+            bias,
+            activation,
+            out,
+        } => {
+            // SAFETY: validated operands in live blocks of this device (this function's contract).
+            unsafe { crate::linear::linear(backend, input, weight, bias.as_ref(), *activation, out) }
+        }
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),
         Kernel::Scan { op, input, dim, out } => scan::scan(backend, *op, input, *dim, out),

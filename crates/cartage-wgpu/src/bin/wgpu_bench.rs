@@ -3,11 +3,16 @@
 //! end on the host clock), and the read-back round trip (µs). `--half` runs instead the rows of
 //! half precision and transfers: f16/bf16 add and copy (f16 native and packed, one or four
 //! groups per invocation), f16/bf16/f32 matmul (f16 on cooperative matrices and tiled), and
-//! 256 MiB copies host↔device from pinned and pageable memory (GB/s).
+//! 256 MiB copies host↔device from pinned and pageable memory (GB/s). `matmul-sweep` times
+//! every matmul variant (`WgpuBackend::matmul_variant_names`) for f16, f32 and bf16 at n = 1024,
+//! 2048 and 4096 and on a [4096, 512] × [512, 4096] product, checks each against an f64 product
+//! on the host on sampled rows, and prints one JSON line per variant and problem.
 //!
 //! Device-side figures use timestamp queries where the adapter has them (else the host clock
 //! after a synchronisation); each row is the median of `--reps` runs after warm-up.
-//! Usage: `wgpu_bench [--quick] [--half] [--reps N]`. Rows are printed as a table and as JSON lines.
+//! Usage: `wgpu_bench [--quick] [--half] [--reps N]`, or
+//! `wgpu_bench matmul-sweep [--reps N] [--dtype f16|f32|bf16] [--variant NAME]`. Rows are printed
+//! as a table and as JSON lines.
 
 use std::time::{Duration, Instant};
 
@@ -340,6 +345,161 @@ impl Bench {
     }
 }
 
+/// A host matrix of `rows` × `cols` values in [-1, 1), rounded to `dtype`: the values and their
+/// little-endian bytes in `dtype`.
+fn host_matrix(rows: usize, cols: usize, dtype: DType, seed: u64) -> (Vec<f64>, Vec<u8>) {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut values = Vec::with_capacity(rows * cols);
+    let mut bytes = Vec::with_capacity(rows * cols * dtype.size_in_bytes());
+    for _ in 0..rows * cols {
+        // xorshift64*: plenty for test data.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let x = (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        let v = match dtype {
+            DType::F16 => {
+                let h = half::f16::from_f64(x);
+                bytes.extend_from_slice(&h.to_bits().to_le_bytes());
+                h.to_f64()
+            }
+            DType::BF16 => {
+                let h = half::bf16::from_f64(x);
+                bytes.extend_from_slice(&h.to_bits().to_le_bytes());
+                h.to_f64()
+            }
+            _ => {
+                let f = x as f32;
+                bytes.extend_from_slice(&f.to_le_bytes());
+                f64::from(f)
+            }
+        };
+        values.push(v);
+    }
+    (values, bytes)
+}
+
+/// The elements of `bytes` (in `dtype`) as f64.
+fn host_values(bytes: &[u8], dtype: DType) -> Vec<f64> {
+    match dtype {
+        DType::F16 => bytes
+            .chunks(2)
+            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+            .collect(),
+        DType::BF16 => bytes
+            .chunks(2)
+            .map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
+            .collect(),
+        _ => bytes
+            .chunks(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+    }
+}
+
+/// `matmul-sweep`: every variant for every dtype and problem, one JSON line each.
+fn matmul_sweep(bench: &Bench, args: &[String]) -> Result<()> {
+    let value_of = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let only_dtype = value_of("--dtype");
+    let only_variant = value_of("--variant");
+    // (m, k, n): squares, and a long-sequence projection with a short K.
+    let problems = [
+        (1024, 1024, 1024),
+        (2048, 2048, 2048),
+        (4096, 4096, 4096),
+        (4096, 512, 4096),
+    ];
+    let started = Instant::now();
+    println!("# f16 path: {}", bench.backend.f16_matmul_path());
+    for dtype in [DType::F16, DType::F32, DType::BF16] {
+        if only_dtype.as_ref().is_some_and(|d| *d != dtype.to_string()) {
+            continue;
+        }
+        for (m, k, n) in problems {
+            let (av, ab) = host_matrix(m, k, dtype, 1);
+            let (bv, bb) = host_matrix(k, n, dtype, 2);
+            let size = dtype.size_in_bytes();
+            let a_buf = DeviceBuffer::new(&bench.device, ab.len())?;
+            let b_buf = DeviceBuffer::new(&bench.device, bb.len())?;
+            let c_buf = DeviceBuffer::new(&bench.device, m * n * size)?;
+            a_buf.write(0, &ab)?;
+            b_buf.write(0, &bb)?;
+            let a = a_buf.arg(Layout::contiguous(&[1, m, k])?, dtype);
+            let b = b_buf.arg(Layout::contiguous(&[1, k, n])?, dtype);
+            let c = c_buf.arg(Layout::contiguous(&[1, m, n])?, dtype);
+            // Sampled rows (whole rows read back) and columns of C.
+            let rows: Vec<usize> = (0..8).map(|r| (r * m / 8 + r * 37) % m).collect();
+            let cols: Vec<usize> = (0..64).map(|q| (q * n / 64 + q * 11) % n).collect();
+            for variant in bench.backend.matmul_variant_names(dtype) {
+                if only_variant.as_ref().is_some_and(|v| *v != variant) {
+                    continue;
+                }
+                let mut ran = String::new();
+                let t = bench.time(|| {
+                    // SAFETY: the operands are views of `a_buf`, `b_buf` and `c_buf`, which
+                    // outlive the timing and the read-back below.
+                    ran = unsafe { bench.backend.matmul_with_variant(&a, &b, &c, &variant) }?;
+                    Ok(())
+                });
+                let t = match t {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let message = e
+                            .to_string()
+                            .replace('\\', "\\\\")
+                            .replace('"', "\\\"")
+                            .replace('\n', " ");
+                        println!(
+                            "{{\"sweep\":\"matmul\",\"dtype\":\"{dtype}\",\"m\":{m},\"k\":{k},\"n\":{n},\"variant\":\"{variant}\",\"error\":\"{message}\"}}"
+                        );
+                        continue;
+                    }
+                };
+                let mut worst = 0.0f64;
+                for &i in &rows {
+                    let mut bytes = vec![0u8; n * size];
+                    c_buf.read(i * n * size, &mut bytes)?;
+                    let got = host_values(&bytes, dtype);
+                    for &j in &cols {
+                        let (mut exact, mut scale) = (0.0f64, 0.0f64);
+                        for p in 0..k {
+                            let term = av[i * k + p] * bv[p * n + j];
+                            exact += term;
+                            scale += term.abs();
+                        }
+                        // Relative to the sum of the terms' magnitudes (the scale rounding errors
+                        // grow with); NaN for a non-finite result.
+                        let err = (got[j] - exact).abs() / scale.max(f64::MIN_POSITIVE);
+                        worst = if err.is_nan() || worst.is_nan() {
+                            f64::NAN
+                        } else {
+                            worst.max(err)
+                        };
+                    }
+                }
+                let tflops = 2.0 * (m * n * k) as f64 / t.as_secs_f64() / 1e12;
+                let worst = if worst.is_finite() {
+                    format!("{worst:.3e}")
+                } else {
+                    "null".into()
+                };
+                println!(
+                    "{{\"sweep\":\"matmul\",\"dtype\":\"{dtype}\",\"m\":{m},\"k\":{k},\"n\":{n},\"variant\":\"{variant}\",\"ran\":\"{ran}\",\"tflops\":{tflops:.3},\"median_ns\":{},\"reps\":{},\"max_rel_err\":{worst}}}",
+                    t.as_nanos(),
+                    bench.reps
+                );
+            }
+        }
+    }
+    println!("# matmul sweep done in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -347,12 +507,13 @@ fn main() -> Result<()> {
         .init();
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let sweep = args.get(1).is_some_and(|a| a == "matmul-sweep");
     let reps = args
         .iter()
         .position(|a| a == "--reps")
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 5 } else { 20 });
+        .unwrap_or(if quick || sweep { 10 } else { 20 });
     let backend = cartage_wgpu::open_wgpu(0).context("opening wgpu:0")?;
     let info = backend.info();
     let timing = if backend.capabilities().device_timing {
@@ -369,6 +530,9 @@ fn main() -> Result<()> {
         device_name: info.name.replace(' ', "_"),
         rows: Vec::new(),
     };
+    if sweep {
+        return matmul_sweep(&bench, &args);
+    }
     if args.iter().any(|a| a == "--half") {
         bench.half_elementwise()?;
         bench.half_matmul(if quick { 512 } else { 4096 })?;

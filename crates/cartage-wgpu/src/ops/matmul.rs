@@ -19,13 +19,16 @@ use cartage_core::{Backend, DType, Error, Kernel, Layout, Result, TensorArg};
 use crate::backend::WgpuBackend;
 use crate::bindings::{Window, bind_operand};
 use crate::encoder::ParamBlock;
-use crate::ops::{elementwise, matmul_coop};
+use crate::ops::elementwise;
+use crate::ops::matmul_coop::{self, CoopTiling};
+use crate::ops::matmul_variant::MatmulVariant;
 use crate::wgsl;
 
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATMUL_PARTS: &str = include_str!("../../shaders/matmul_parts.wgsl");
 
-/// A matmul tile shape: BM × BN outputs per workgroup, BK of K per step, TM × TN per invocation.
+/// A matmul tile shape: BM × BN outputs per workgroup, BK of K per step, TM × TN per invocation,
+/// and 1 or 2 workgroup-memory buffers per operand (written `BMxBNxBK/TMxTN`, with `:2` for two).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatmulTiling {
     /// Rows of C per workgroup.
@@ -38,11 +41,17 @@ pub struct MatmulTiling {
     pub tm: u32,
     /// Columns per invocation (a multiple of 4).
     pub tn: u32,
+    /// Workgroup-memory buffers per operand: 1 (two barriers per K step) or 2 (one).
+    pub stages: u32,
 }
 
 impl fmt::Display for MatmulTiling {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)
+        write!(f, "{}x{}x{}/{}x{}", self.bm, self.bn, self.bk, self.tm, self.tn)?;
+        if self.stages != 1 {
+            write!(f, ":{}", self.stages)?;
+        }
+        Ok(())
     }
 }
 
@@ -53,10 +62,14 @@ impl std::str::FromStr for MatmulTiling {
         let bad = || {
             Error::invalid(
                 "matmul tiling",
-                format!("`{s}` is not BMxBNxBK/TMxTN, e.g. 128x128x8/8x8"),
+                format!("`{s}` is not BMxBNxBK/TMxTN[:STAGES], e.g. 128x128x8/8x8 or 128x128x8/8x8:2"),
             )
         };
-        let (block, thread) = s.split_once('/').ok_or_else(bad)?;
+        let (shape, stages) = match s.split_once(':') {
+            Some((shape, stages)) => (shape, stages.parse::<u32>().map_err(|_| bad())?),
+            None => (s, 1),
+        };
+        let (block, thread) = shape.split_once('/').ok_or_else(bad)?;
         let b: Vec<u32> = block
             .split('x')
             .map(str::parse)
@@ -74,6 +87,7 @@ impl std::str::FromStr for MatmulTiling {
                 bk: *bk,
                 tm: *tm,
                 tn: *tn,
+                stages,
             }),
             _ => Err(bad()),
         }
@@ -82,11 +96,23 @@ impl std::str::FromStr for MatmulTiling {
 
 impl MatmulTiling {
     const fn new(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32) -> Self {
-        MatmulTiling { bm, bn, bk, tm, tn }
+        MatmulTiling {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            stages: 1,
+        }
+    }
+
+    /// This tiling with two workgroup-memory buffers per operand.
+    pub const fn two_stages(self) -> Self {
+        MatmulTiling { stages: 2, ..self }
     }
 
     /// The tilings [`WgpuBackend::tune_matmul`] tries.
-    pub const CANDIDATES: [MatmulTiling; 10] = [
+    pub const CANDIDATES: [MatmulTiling; 13] = [
         MatmulTiling::new(128, 128, 8, 8, 8),
         MatmulTiling::new(128, 128, 16, 8, 8),
         MatmulTiling::new(128, 128, 32, 8, 8),
@@ -97,6 +123,9 @@ impl MatmulTiling {
         MatmulTiling::new(64, 64, 16, 4, 4),
         MatmulTiling::new(64, 64, 32, 4, 4),
         MatmulTiling::new(64, 64, 8, 8, 8),
+        MatmulTiling::new(128, 64, 16, 8, 4).two_stages(),
+        MatmulTiling::new(128, 128, 8, 8, 8).two_stages(),
+        MatmulTiling::new(128, 128, 16, 8, 8).two_stages(),
     ];
     /// The small tiling for problems with few tiles.
     pub const SMALL: MatmulTiling = MatmulTiling::new(32, 32, 16, 4, 4);
@@ -119,14 +148,17 @@ impl MatmulTiling {
             && self.bn / self.tn <= limits.max_compute_workgroup_size_x
             && (self.bm * self.bk).is_multiple_of(4 * t)
             && (self.bn * self.bk).is_multiple_of(4 * t)
-            && self.bk * (self.bm + self.bn) * bytes <= limits.max_compute_workgroup_storage_size
+            && matches!(self.stages, 1 | 2)
+            && self.stages * self.bk * (self.bm + self.bn) * bytes <= limits.max_compute_workgroup_storage_size
     }
 
     /// The default large tiling for an adapter.
     pub fn for_adapter(info: &wgpu::AdapterInfo, limits: &wgpu::Limits) -> MatmulTiling {
-        if let Some(t) = std::env::var("CARTAGE_WGPU_MATMUL_TILE")
+        let from_env = std::env::var("CARTAGE_WGPU_MATMUL_TILE")
             .ok()
             .and_then(|s| s.parse::<MatmulTiling>().ok())
+            .or(crate::ops::matmul_variant::from_env().tiled);
+        if let Some(t) = from_env
             && t.fits(limits, 4)
         {
             return t;
@@ -301,6 +333,12 @@ fn source(plan: &Plan, in_dtype: DType) -> Result<String> {
         store_all.push_str(&p.fill("store_row_close", &[])?);
         store_all.push_str("\n    ");
     }
+    let loop_piece = if tl.stages == 2 {
+        "loop_two_stages"
+    } else {
+        "loop_one_stage"
+    };
+    let main_loop = p.fill(loop_piece, &[("INNER", &inner)])?;
     let fetch = format!("{}\n    {}", a.fetch, b.fetch);
     let deposit = format!("{}\n    {}", a.deposit, b.deposit);
     let enable = if plan.native_f16 && (plan.a == Mode::Vec4 || plan.b == Mode::Vec4) {
@@ -329,7 +367,8 @@ fn source(plan: &Plan, in_dtype: DType) -> Result<String> {
             ("FETCH", &fetch),
             ("DEPOSIT", &deposit),
             ("ACC_DECL", &acc_decl),
-            ("INNER", &inner),
+            ("STAGES", &num(tl.stages)),
+            ("MAIN_LOOP", &main_loop),
             ("STORE_ALL", &store_all),
         ],
     )
@@ -363,29 +402,45 @@ fn choose(backend: &WgpuBackend, large: MatmulTiling, batch: usize, m: usize, n:
 
 /// `out[b] = lhs[b] × rhs[b]`.
 pub(crate) fn matmul(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
-    let large = *backend
-        .tiling
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get_or_insert_with(|| MatmulTiling::for_adapter(&backend.ctx.info, &backend.ctx.limits));
-    matmul_with(backend, lhs, rhs, out, Some(large))
+    let large = backend.matmul_tiling();
+    let coop = if backend.cooperative_matrices() {
+        Coop::Preferred(matmul_coop::default_tiling())
+    } else {
+        Coop::Off
+    };
+    matmul_with(backend, lhs, rhs, out, Some(large), coop).map(|_| ())
 }
 
-/// [`matmul`] with an explicit large tiling (`None`: the automatic choice).
+/// Whether an f16 product may run on cooperative matrices.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Coop {
+    /// The tiled kernel only.
+    Off,
+    /// This shape, or the next one that fits the problem (then the tiled kernel).
+    Preferred(CoopTiling),
+    /// This shape or the tiled kernel.
+    Exactly(CoopTiling),
+}
+
+/// [`matmul`] with an explicit large tiling (`None`: the automatic choice) and cooperative-matrix
+/// choice (ignored where the adapter has no cooperative matrices); returns the kernel that ran.
 pub(crate) fn matmul_with(
     backend: &WgpuBackend,
     lhs: &TensorArg,
     rhs: &TensorArg,
     out: &TensorArg,
     large: Option<MatmulTiling>,
-) -> Result<()> {
+    coop: Coop,
+) -> Result<MatmulVariant> {
     let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
     let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
+    let large = large.unwrap_or_else(|| MatmulTiling::for_adapter(&backend.ctx.info, &backend.ctx.limits));
     if batch * m * n == 0 {
-        return Ok(());
+        return Ok(MatmulVariant::Tiled(large));
     }
     if k == 0 {
-        return elementwise::fill(backend, out, cartage_core::Scalar::Float(0.0));
+        elementwise::fill(backend, out, cartage_core::Scalar::Float(0.0))?;
+        return Ok(MatmulVariant::Tiled(large));
     }
     let dtype = lhs.dtype;
     if matches!(dtype, DType::F16 | DType::BF16) {
@@ -396,32 +451,35 @@ pub(crate) fn matmul_with(
             layout: Layout::contiguous(&[batch, m, n])?,
             dtype: DType::F32,
         };
-        let product = match backend.ctx.coop_f16_subgroup {
-            Some(subgroup) if dtype == DType::F16 && backend.cooperative_matrices() => {
-                matmul_coop::matmul(backend, lhs, rhs, &staged, subgroup).and_then(|done| {
-                    if done {
-                        Ok(())
-                    } else {
-                        matmul_core(backend, lhs, rhs, &staged, large)
-                    }
+        let wanted = match (coop, backend.ctx.coop_f16_subgroup) {
+            (Coop::Preferred(t), Some(sg)) => Some((t, false, sg)),
+            (Coop::Exactly(t), Some(sg)) => Some((t, true, sg)),
+            _ => None,
+        };
+        let product = match wanted {
+            Some((tiling, exact, subgroup)) if dtype == DType::F16 => {
+                matmul_coop::matmul(backend, lhs, rhs, &staged, subgroup, tiling, exact).and_then(|ran| match ran {
+                    Some(t) => Ok(MatmulVariant::Coop(t)),
+                    None => matmul_core(backend, lhs, rhs, &staged, large).map(MatmulVariant::Tiled),
                 })
             }
-            _ => matmul_core(backend, lhs, rhs, &staged, large),
+            _ => matmul_core(backend, lhs, rhs, &staged, large).map(MatmulVariant::Tiled),
         };
-        let result = product.and_then(|()| elementwise::cast(backend, &staged, out));
+        let result = product.and_then(|ran| elementwise::cast(backend, &staged, out).map(|()| ran));
         backend.free(scratch);
         return result;
     }
-    matmul_core(backend, lhs, rhs, out, large)
+    matmul_core(backend, lhs, rhs, out, large).map(MatmulVariant::Tiled)
 }
 
+/// The tiled kernel under the large tiling `large`; returns the tiling that ran.
 fn matmul_core(
     backend: &WgpuBackend,
     lhs: &TensorArg,
     rhs: &TensorArg,
     out: &TensorArg,
-    large: Option<MatmulTiling>,
-) -> Result<()> {
+    large: MatmulTiling,
+) -> Result<MatmulTiling> {
     let (l, r) = (lhs.layout.shape(), rhs.layout.shape());
     let (batch, m, k, n) = (l[0], l[1], l[2], r[2]);
     let (ls, rs, os) = (lhs.layout.strides(), rhs.layout.strides(), out.layout.strides());
@@ -448,7 +506,6 @@ fn matmul_core(
         Mode::ScalarOuterFast
     };
     let c_vec4 = n % 4 == 0 && c.element_offset % 4 == 0 && os[1] % 4 == 0 && os[0] % 4 == 0;
-    let large = large.unwrap_or_else(|| MatmulTiling::for_adapter(&backend.ctx.info, &backend.ctx.limits));
     let tiling = choose(backend, large, batch, m, n, bytes);
     let plan = Plan {
         tiling,
@@ -500,7 +557,7 @@ fn matmul_core(
         backend.record(&pipeline, &windows, &params, [gx as u32, gy as u32, count as u32])?;
         first += count;
     }
-    Ok(())
+    Ok(tiling)
 }
 
 impl WgpuBackend {
@@ -575,7 +632,7 @@ impl WgpuBackend {
             let mut times = Vec::with_capacity(reps);
             for rep in 0..=reps {
                 let start = self.record_event()?;
-                matmul_core(self, &args[0], &args[1], &args[2], Some(tiling))?;
+                matmul_core(self, &args[0], &args[1], &args[2], tiling)?;
                 let end = self.record_event()?;
                 let elapsed = self.elapsed(&start, &end)?;
                 if rep > 0 {
@@ -608,8 +665,45 @@ impl WgpuBackend {
         };
         self.check_supported(&kernel)?;
         kernel.validate()?;
-        matmul_with(self, lhs, rhs, out, Some(tiling))
+        let coop = if self.cooperative_matrices() {
+            Coop::Preferred(matmul_coop::default_tiling())
+        } else {
+            Coop::Off
+        };
+        matmul_with(self, lhs, rhs, out, Some(tiling), coop).map(|_| ())
     }
+}
+
+/// Every tiled kernel's text, named: every tiling (the candidates, the small and medium ones),
+/// dtype, read mode of A and B, vec4 and scalar stores of C, native and packed f16.
+#[cfg(test)]
+pub(crate) fn every_source() -> Vec<(String, String)> {
+    let modes = [Mode::Vec4, Mode::ScalarOuterFast, Mode::ScalarInnerFast];
+    let mut tilings = MatmulTiling::CANDIDATES.to_vec();
+    tilings.extend([MatmulTiling::SMALL, MatmulTiling::new(64, 64, 16, 4, 4)]);
+    let mut out = Vec::new();
+    for tiling in tilings {
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for (a, b) in modes.iter().flat_map(|&a| modes.iter().map(move |&b| (a, b))) {
+                for (c_vec4, native_f16) in [(true, true), (false, false)] {
+                    let plan = Plan {
+                        tiling,
+                        a,
+                        b,
+                        c_vec4,
+                        t: if dtype == DType::F64 { "f64" } else { "f32" },
+                        native_f16: native_f16 && dtype == DType::F16,
+                    };
+                    let name = format!(
+                        "tiled {tiling} {dtype:?} {a:?} {b:?} c_vec4={c_vec4} native={}",
+                        plan.native_f16
+                    );
+                    out.push((name, source(&plan, dtype).unwrap()));
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -618,39 +712,45 @@ mod tests {
 
     #[test]
     fn every_kernel_variant_fills_its_templates() {
-        let modes = [Mode::Vec4, Mode::ScalarOuterFast, Mode::ScalarInnerFast];
-        let mut tilings = MatmulTiling::CANDIDATES.to_vec();
-        tilings.push(MatmulTiling::SMALL);
-        let mut rendered = 0;
-        for tiling in tilings {
-            for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
-                for (a, b) in modes.iter().flat_map(|&a| modes.iter().map(move |&b| (a, b))) {
-                    for (c_vec4, native_f16) in [(true, true), (false, false)] {
-                        let plan = Plan {
-                            tiling,
-                            a,
-                            b,
-                            c_vec4,
-                            t: if dtype == DType::F64 { "f64" } else { "f32" },
-                            native_f16: native_f16 && dtype == DType::F16,
-                        };
-                        let text = source(&plan, dtype).unwrap();
-                        assert!(!text.contains("{{"), "{tiling} {dtype:?} {a:?} {b:?}");
-                        assert_eq!(
-                            text.contains("enable f16;"),
-                            plan.native_f16 && (a == Mode::Vec4 || b == Mode::Vec4)
-                        );
-                        rendered += 1;
-                    }
-                }
-            }
+        let sources = every_source();
+        assert_eq!(sources.len(), 15 * 4 * 9 * 2);
+        for (name, text) in &sources {
+            assert!(!text.contains("{{"), "{name}");
+            let native = name.ends_with("native=true");
+            let vec4_read = name.contains("Vec4");
+            assert_eq!(text.contains("enable f16;"), native && vec4_read, "{name}");
+            // Two workgroup buffers per operand exactly where the tiling asks for them.
+            assert_eq!(text.contains("stage = 1u - stage;"), name.contains(":2 "), "{name}");
         }
-        assert_eq!(rendered, 11 * 4 * 9 * 2);
         for prefetch in [true, false] {
             let coop = matmul_coop::source(32, prefetch).unwrap();
             assert!(!coop.contains("{{") && coop.contains("@workgroup_size(32)"));
             assert_eq!(coop.matches("coopMultiplyAdd").count(), 16);
             assert_eq!(coop.contains("let na0"), prefetch);
         }
+    }
+
+    #[test]
+    fn tilings_parse_with_and_without_stages() {
+        let one: MatmulTiling = "128x64x16/8x4".parse().unwrap();
+        assert_eq!(
+            (one.bm, one.bn, one.bk, one.tm, one.tn, one.stages),
+            (128, 64, 16, 8, 4, 1)
+        );
+        let two: MatmulTiling = "128x128x8/8x8:2".parse().unwrap();
+        assert_eq!(two, MatmulTiling::new(128, 128, 8, 8, 8).two_stages());
+        for t in MatmulTiling::CANDIDATES {
+            assert_eq!(t.to_string().parse::<MatmulTiling>().unwrap(), t);
+        }
+        for bad in ["128x64x16", "128x64x16/8x4:x", "128x64/8x4"] {
+            assert!(bad.parse::<MatmulTiling>().is_err(), "{bad}");
+        }
+        // Two stages double the workgroup memory a tiling needs.
+        let limits = wgpu::Limits {
+            max_compute_workgroup_storage_size: 16384,
+            ..wgpu::Limits::default()
+        };
+        let t = MatmulTiling::new(128, 128, 16, 8, 8);
+        assert!(t.fits(&limits, 4) && !t.two_stages().fits(&limits, 4));
     }
 }

@@ -8,6 +8,11 @@ pub(crate) mod index;
 pub(crate) mod map;
 pub(crate) mod matmul;
 pub(crate) mod matmul_coop;
+pub(crate) mod matmul_coop_staged;
+pub(crate) mod matmul_coop_tiling;
+#[cfg(test)]
+mod matmul_naga;
+pub(crate) mod matmul_variant;
 pub(crate) mod norm;
 pub(crate) mod norm_backward;
 pub(crate) mod patch;
@@ -141,6 +146,7 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
         | Kernel::Conv2dBackwardInput { .. }
         | Kernel::Conv2dBackwardWeight { .. }
         | Kernel::Attention { .. }
+        | Kernel::Linear { .. }
         | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),

@@ -6,6 +6,12 @@
 //! node has run, and the node's saved tensors are released as it is passed, unless the graph is
 //! retained. Inputs that no variable leads to have no link, so their gradients are never
 //! computed. The whole pass runs without recording.
+//!
+//! A variable's gradient is final once every node that uses it has run (its uses are counted
+//! with the nodes'): it is then accumulated into the variable at once, and the variable's
+//! gradient-ready hooks run ([`Var::on_grad_ready`]), while the rest of the graph is still to
+//! go. That is what lets data-parallel training start communicating a bucket of gradients
+//! during backward. A variable without hooks costs one count per use.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,8 +26,7 @@ use crate::Tensor;
 /// Run backward from `root` with output gradient `grad` (already checked against `root`).
 pub(crate) fn run(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<Gradients> {
     let _guard = super::no_grad();
-    let mut leaves: HashMap<usize, (Arc<VarCell>, Tensor)> = HashMap::new();
-    let mut leaf_order: Vec<usize> = Vec::new();
+    let mut out = Gradients::default();
     match root.link() {
         None => {
             return Err(Error::Autograd {
@@ -41,31 +46,36 @@ pub(crate) fn run(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<Gra
             });
         }
         Some(GradLink::Leaf(cell)) => {
-            add_leaf(&mut leaves, &mut leaf_order, cell, grad)?;
+            let g = if grad.is_contiguous() { grad } else { grad.contiguous()? };
+            finish_leaf(&mut out, Arc::clone(cell), g)?;
         }
         Some(GradLink::Node(root_node)) => {
-            let consumers = count_consumers(root_node)?;
-            walk(root_node, grad, consumers, retain_graph, &mut leaves, &mut leaf_order)?;
-        }
-    }
-    let mut out = Gradients::default();
-    for key in leaf_order {
-        if let Some((cell, g)) = leaves.remove(&key) {
-            let total = cell.accumulate(g)?;
-            out.insert(Var::from_cell(cell), total);
+            let uses = count_consumers(root_node)?;
+            walk(root_node, grad, uses, retain_graph, &mut out)?;
         }
     }
     Ok(out)
+}
+
+/// How many reachable consumers each reachable node has, and how many uses each variable has.
+struct Uses {
+    nodes: HashMap<usize, usize>,
+    leaves: HashMap<usize, usize>,
 }
 
 fn key(node: &Arc<Node>) -> usize {
     Arc::as_ptr(node) as usize
 }
 
-/// How many reachable consumers each reachable node has; fails when a node was released by an
-/// earlier backward.
-fn count_consumers(root: &Arc<Node>) -> Result<HashMap<usize, usize>> {
+fn cell_key(cell: &Arc<VarCell>) -> usize {
+    Arc::as_ptr(cell) as usize
+}
+
+/// How many reachable consumers each reachable node has, and how many reachable uses each
+/// variable; fails when a node was released by an earlier backward.
+fn count_consumers(root: &Arc<Node>) -> Result<Uses> {
     let mut consumers: HashMap<usize, usize> = HashMap::new();
+    let mut leaves: HashMap<usize, usize> = HashMap::new();
     consumers.insert(key(root), 0);
     let mut stack = vec![Arc::clone(root)];
     while let Some(node) = stack.pop() {
@@ -82,26 +92,31 @@ fn count_consumers(root: &Arc<Node>) -> Result<HashMap<usize, usize>> {
             });
         }
         for link in state.inputs.iter().flatten() {
-            if let GradLink::Node(input) = link {
-                let count = consumers.entry(key(input)).or_insert(0);
-                *count += 1;
-                if *count == 1 {
-                    stack.push(Arc::clone(input));
+            match link {
+                GradLink::Node(input) => {
+                    let count = consumers.entry(key(input)).or_insert(0);
+                    *count += 1;
+                    if *count == 1 {
+                        stack.push(Arc::clone(input));
+                    }
                 }
+                GradLink::Leaf(cell) => *leaves.entry(cell_key(cell)).or_insert(0) += 1,
+                GradLink::Constant(_) => {}
             }
         }
     }
-    Ok(consumers)
+    Ok(Uses {
+        nodes: consumers,
+        leaves,
+    })
 }
 
-fn walk(
-    root: &Arc<Node>,
-    grad: Tensor,
-    mut consumers: HashMap<usize, usize>,
-    retain_graph: bool,
-    leaves: &mut HashMap<usize, (Arc<VarCell>, Tensor)>,
-    leaf_order: &mut Vec<usize>,
-) -> Result<()> {
+fn walk(root: &Arc<Node>, grad: Tensor, uses: Uses, retain_graph: bool, out: &mut Gradients) -> Result<()> {
+    let Uses {
+        nodes: mut consumers,
+        leaves: mut leaf_uses,
+    } = uses;
+    let mut leaves: HashMap<usize, (Arc<VarCell>, Tensor)> = HashMap::new();
     let mut pending: HashMap<usize, Tensor> = HashMap::new();
     pending.insert(key(root), grad);
     let mut ready = vec![Arc::clone(root)];
@@ -130,8 +145,16 @@ fn walk(
                 None => {}
                 Some(GradLink::Constant(_)) => {}
                 Some(GradLink::Leaf(cell)) => {
+                    let k = cell_key(&cell);
                     if let Some(g) = g {
-                        add_leaf(leaves, leaf_order, &cell, g)?;
+                        add_leaf(&mut leaves, &cell, g)?;
+                    }
+                    let last = leaf_uses.get_mut(&k).is_some_and(|count| {
+                        *count -= 1;
+                        *count == 0
+                    });
+                    if last && let Some((cell, g)) = leaves.remove(&k) {
+                        finish_leaf(out, cell, g)?;
                     }
                 }
                 Some(GradLink::Node(input)) => {
@@ -152,23 +175,33 @@ fn walk(
             }
         }
     }
+    // Every use was counted, so nothing is left here; should a count ever disagree, the gradient
+    // is still delivered rather than lost.
+    for (_, (cell, g)) in leaves.drain() {
+        finish_leaf(out, cell, g)?;
+    }
     Ok(())
 }
 
-fn add_leaf(
-    leaves: &mut HashMap<usize, (Arc<VarCell>, Tensor)>,
-    order: &mut Vec<usize>,
-    cell: &Arc<VarCell>,
-    g: Tensor,
-) -> Result<()> {
-    let k = Arc::as_ptr(cell) as usize;
+/// Accumulate a variable's final gradient of this pass, record it, and run its hooks.
+fn finish_leaf(out: &mut Gradients, cell: Arc<VarCell>, g: Tensor) -> Result<()> {
+    let (total, hooks) = cell.accumulate(g)?;
+    let var = Var::from_cell(cell);
+    for hook in &hooks {
+        hook(&var, &total)?;
+    }
+    out.insert(var, total);
+    Ok(())
+}
+
+fn add_leaf(leaves: &mut HashMap<usize, (Arc<VarCell>, Tensor)>, cell: &Arc<VarCell>, g: Tensor) -> Result<()> {
+    let k = cell_key(cell);
     match leaves.remove(&k) {
         Some((cell, prev)) => {
             let sum = prev.add(&g)?;
             leaves.insert(k, (cell, sum));
         }
         None => {
-            order.push(k);
             // A stored gradient owns dense memory, never a broadcast view of another tensor.
             let g = if g.is_contiguous() { g } else { g.contiguous()? };
             leaves.insert(k, (Arc::clone(cell), g));

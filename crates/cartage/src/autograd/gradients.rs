@@ -43,7 +43,7 @@ impl Gradients {
         self.index.get(&id).map(|&i| &self.entries[i].1)
     }
 
-    /// Every variable reached, with its gradient, in the order backward reached them.
+    /// Every variable reached, with its gradient, in the order backward finished them.
     pub fn iter(&self) -> impl Iterator<Item = (&Var, &Tensor)> {
         self.entries.iter().map(|(v, g)| (v, g))
     }

@@ -31,4 +31,4 @@ mod var;
 pub use gradients::Gradients;
 pub use graph::{GraphMemory, graph_memory, live_graph_nodes, saved_activation_bytes};
 pub use mode::{NoGradGuard, is_grad_enabled, no_grad};
-pub use var::{Var, VarId};
+pub use var::{GradHook, GradHookId, Var, VarId};

@@ -16,6 +16,16 @@ use super::graph::GradLink;
 use crate::Tensor;
 
 static NEXT_VAR_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_HOOK_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A function run when a backward pass has finished a variable's gradient: it gets the variable
+/// and its accumulated gradient (what [`Var::grad`] returns from then on). An error it returns
+/// ends the backward pass with that error. See [`Var::on_grad_ready`].
+pub type GradHook = Arc<dyn Fn(&Var, &Tensor) -> Result<()> + Send + Sync>;
+
+/// Names one hook of a variable, to remove it with [`Var::remove_grad_hook`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GradHookId(u64);
 
 /// A variable's identity, unique in the process and stable across [`Var::set`] (moves, casts,
 /// updates). Optimizers and parameter stores key their state by it.
@@ -44,6 +54,8 @@ struct VarState {
     /// The value, without a link (the link is added by [`Var::tensor`]).
     value: Tensor,
     grad: Option<Tensor>,
+    /// Run when a backward pass has finished the gradient (empty: no allocation, no cost).
+    hooks: Vec<(GradHookId, GradHook)>,
 }
 
 impl VarCell {
@@ -63,8 +75,9 @@ impl VarCell {
         )
     }
 
-    /// Add `grad` to the accumulated gradient (the first one is stored as it is).
-    pub(crate) fn accumulate(&self, grad: Tensor) -> Result<Tensor> {
+    /// Add `grad` to the accumulated gradient (the first one is stored as it is); returns the
+    /// total and the hooks to run (called without the lock held).
+    pub(crate) fn accumulate(&self, grad: Tensor) -> Result<(Tensor, Vec<GradHook>)> {
         let mut state = self.lock();
         let total = match state.grad.take() {
             None => grad,
@@ -77,7 +90,8 @@ impl VarCell {
             },
         };
         state.grad = Some(total.clone());
-        Ok(total)
+        let hooks = state.hooks.iter().map(|(_, hook)| Arc::clone(hook)).collect();
+        Ok((total, hooks))
     }
 }
 
@@ -118,6 +132,7 @@ impl Var {
                 state: Mutex::new(VarState {
                     value: value.detach(),
                     grad: None,
+                    hooks: Vec::new(),
                 }),
             }),
         })
@@ -161,6 +176,47 @@ impl Var {
     /// ```
     pub fn zero_grad(&self) {
         self.cell.lock().grad = None;
+    }
+
+    /// Run `hook` each time a backward pass has finished this variable's gradient: once every
+    /// op that used the variable has passed its share back, while the rest of the graph may
+    /// still be running (data-parallel training starts reducing a bucket there). The hook gets
+    /// the variable and its accumulated gradient, runs on the backward's thread without
+    /// recording, and must not run a backward itself; an error it returns ends the backward with
+    /// that error. Hooks run in the order they were added. Returns an id for
+    /// [`Var::remove_grad_hook`].
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use cartage::{DType, Device, Tensor, Var};
+    /// let cpu = Device::cpu();
+    /// let (a, b) = (Var::new(Tensor::ones(&[2], DType::F32, &cpu)?)?, Var::new(Tensor::ones(&[2], DType::F32, &cpu)?)?);
+    /// let ready = Arc::new(Mutex::new(Vec::new()));
+    /// for (name, v) in [("a", &a), ("b", &b)] {
+    ///     let ready = Arc::clone(&ready);
+    ///     v.on_grad_ready(Arc::new(move |_var: &Var, g: &Tensor| {
+    ///         ready.lock().unwrap().push((name, g.to_vec::<f32>()?));
+    ///         Ok(())
+    ///     }));
+    /// }
+    /// // b is used by the last op only: its gradient is final before a's.
+    /// a.tensor().exp()?.mul(&b.tensor())?.sum_all()?.backward()?;
+    /// let order: Vec<&str> = ready.lock().unwrap().iter().map(|(n, _)| *n).collect();
+    /// assert_eq!(order, ["b", "a"]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn on_grad_ready(&self, hook: GradHook) -> GradHookId {
+        let id = GradHookId(NEXT_HOOK_ID.fetch_add(1, Ordering::Relaxed));
+        self.cell.lock().hooks.push((id, hook));
+        id
+    }
+
+    /// Remove a hook added with [`Var::on_grad_ready`]; returns whether it was there.
+    pub fn remove_grad_hook(&self, id: GradHookId) -> bool {
+        let mut state = self.cell.lock();
+        let before = state.hooks.len();
+        state.hooks.retain(|(h, _)| *h != id);
+        state.hooks.len() != before
     }
 
     /// Replaces the gradient (for optimizers and gradient clipping). It must have the value's

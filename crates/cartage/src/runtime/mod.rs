@@ -56,6 +56,24 @@ pub fn set_matmul_precision(device: &Device, precision: MatmulPrecision) -> Resu
     Ok(applied)
 }
 
+/// Turn `device`'s matmul algorithm search on or off (R32's "algorithm search" switch): while on,
+/// the first product of each shape, layout, dtype and precision times the library's best few
+/// algorithms on the device (a one-off cost of a few products) and every later product of that
+/// kind runs the fastest. `Ok(false)` when the device has no choice of algorithms (the CPU,
+/// wgpu) and keeps the search off. The choice is logged.
+///
+/// ```
+/// let cpu = cartage::Device::cpu();
+/// assert!(!cartage::set_matmul_algo_search(&cpu, true)?);
+/// assert!(cartage::set_matmul_algo_search(&cpu, false)?);
+/// # Ok::<(), cartage::Error>(())
+/// ```
+pub fn set_matmul_algo_search(device: &Device, on: bool) -> Result<bool> {
+    let applied = backend(device)?.set_matmul_algo_search(on)?;
+    tracing::info!(%device, on, applied, "matmul algorithm search");
+    Ok(applied)
+}
+
 /// Allocate `bytes` of pinned (page-locked) host memory for asynchronous copies with `device`.
 /// Pinned memory cannot be swapped out: it is counted by [`crate::pinned_bytes_in_use`].
 /// On wgpu it is a buffer the driver keeps mapped (Vulkan and Metal). A device with no such

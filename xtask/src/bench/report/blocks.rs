@@ -12,7 +12,9 @@ use super::{ReferenceStatus, Report, Row};
 use crate::bench::cases::Section;
 
 mod findings;
+mod matmul_algo;
 mod section_devices;
+mod section_distributed;
 mod section_matmul;
 mod section_ops;
 mod section_steps;
@@ -209,10 +211,15 @@ pub fn build(report: &Report) -> Vec<Block> {
             Section::Transfers => section_transfers::build(report),
             Section::Syncs => section_steps::syncs(report),
             Section::Memory => section_steps::memory(report),
-            Section::Precision => section_matmul::precision(report),
+            Section::Precision => {
+                let mut blocks = section_matmul::precision(report);
+                blocks.extend(matmul_algo::build(report));
+                blocks
+            }
             Section::Elementwise => section_steps::elementwise(report),
             Section::Ops => section_ops::build(report),
             Section::Training => section_training::build(report),
+            Section::Distributed => section_distributed::build(report),
         });
         let empty = report.section_rows(section).next().is_none() && report.section_skips(section).next().is_none();
         if empty && section != Section::Devices {

@@ -410,6 +410,7 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
             | Case::MatmulGraph { .. }
             | Case::MatmulBatched { .. }
             | Case::LossLoop { .. }
+            | Case::MatmulShape(_)
     ) || matches!(&row.params, Case::Model(op) if op.compute_bound());
     let rate_term = if w.link_bytes > 0.0 {
         Some((w.link_bytes, "GB/s"))

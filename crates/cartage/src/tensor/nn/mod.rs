@@ -5,14 +5,16 @@
 //! `dropout` (composed from a random draw), `window` (padding and the sliding-window view shared
 //! by convolution and pooling), `conv` (2-D convolution as im2col plus one batched matmul),
 //! `pool` (max and average pooling: one fused `Kernel::Pool2d`, or one reduction over the window
-//! view), `pool_grad` (their backward: one fused `Kernel::Pool2dBackward`, or composed) and `attention`
-//! (scaled dot-product attention, composed). The option types live here, in `tensor::nn`.
+//! view), `pool_grad` (their backward: one fused `Kernel::Pool2dBackward`, or composed), `attention`
+//! (scaled dot-product attention, composed) and `linear` (a linear layer with its activation: one
+//! fused `Kernel::Linear`, or composed). The option types live here, in `tensor::nn`.
 
 mod attention;
 mod conv;
 mod dropout;
 mod fused_backward;
 mod grad;
+mod linear;
 mod loss;
 mod norm;
 mod pool;

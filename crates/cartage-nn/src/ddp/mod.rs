@@ -1,9 +1,9 @@
-//! [`DataParallel`]: data-parallel training over a [`ParamStore`], and [`DistributedSampler`],
-//! which gives each rank its share of a dataset.
+//! [`DataParallel`]: data-parallel training over a [`ParamStore`]; [`DistributedSampler`],
+//! which gives each rank its share of a dataset; [`ShardedOptimizer`], ZeRO stage 1.
 //!
 //! Every rank holds the whole model and trains on its own shard of each batch. [`DataParallel::new`]
-//! broadcasts the parameters from rank 0, so every rank starts from the same values; after each
-//! backward, [`DataParallel::sync_gradients`] averages the gradients across ranks, so every rank
+//! broadcasts the parameters from rank 0, so every rank starts from the same values;
+//! [`DataParallel::backward`] averages the gradients across ranks, so every rank
 //! takes the same optimizer step and the parameters stay identical. With the loss a mean over
 //! each rank's equal shard, the averaged gradient is the gradient of the mean over the whole
 //! batch: N ranks take the steps one process would take on the combined batch.
@@ -11,25 +11,38 @@
 //! - Gradients travel in buckets of about [`DataParallel::DEFAULT_BUCKET_BYTES`] (25 MiB,
 //!   configurable): the parameters in reverse registration order (the order backward finishes
 //!   them), grouped by dtype, each bucket flattened into one tensor and averaged with one
-//!   all-reduce. Every bucket's all-reduce is queued before the first is waited for, so on NCCL
-//!   they overlap each other; they start after backward has finished (cartage's autograd has no
-//!   per-gradient hook to start a bucket earlier).
+//!   all-reduce. [`DataParallel::backward`] **overlaps them with backward**: autograd calls a
+//!   hook on each parameter as soon as its gradient is final, and a bucket's asynchronous
+//!   all-reduce is queued as soon as all its gradients are (buckets leave in order, so every rank
+//!   issues the same collectives in the same order). The handles are waited on once backward
+//!   has returned, before the optimizer step (`reducer`).
 //! - [`DataParallel::no_sync`] skips the all-reduce, for gradient accumulation: micro-steps under
 //!   it accumulate locally, and the last one, outside it, averages the sum.
 //! - [`DataParallel::mean_across_ranks`] averages a loss and metrics across ranks with one
 //!   all-reduce and one host read.
 //! - A parameter without a gradient on this rank contributes zeros, so every rank's buckets hold
 //!   the same parameters.
+//! - [`ShardedOptimizer`] (`zero`): ZeRO stage 1, the optimizer state sharded across ranks
+//!   (reduce-scatter the gradients, update this rank's shard, all-gather the parameters), for
+//!   1/N of the optimizer memory per rank.
 //!
 //! The collectives come from a [`ProcessGroup`]: NCCL on CUDA devices, or, in tests on the CPU,
 //! the in-process test engine (`cartage::distributed::InProcessCollective`).
 
+mod reducer;
+mod sampler;
+mod zero;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cartage::distributed::ProcessGroup;
-use cartage::{DType, Error, ReduceKind, Result, Tensor, Var};
+use cartage::{DType, Error, ReduceKind, Result, Tensor};
 
 use crate::ParamStore;
+use reducer::Reducer;
+pub use sampler::DistributedSampler;
+pub use zero::ShardedOptimizer;
 
 /// Data-parallel training of one store's parameters; see the module docs.
 ///
@@ -69,6 +82,13 @@ pub struct DataParallel {
     group: ProcessGroup,
     bucket_bytes: usize,
     syncing: AtomicBool,
+    reducer: Arc<Reducer>,
+}
+
+impl Drop for DataParallel {
+    fn drop(&mut self) {
+        self.reducer.detach();
+    }
 }
 
 impl std::fmt::Debug for DataParallel {
@@ -111,7 +131,8 @@ impl DataParallel {
 
     /// Train `store`'s parameters data-parallel over `group`: checks that every rank has the
     /// same parameters (count and sizes), then broadcasts rank 0's values to every rank.
-    /// `store` must live on the group's device.
+    /// `store` must live on the group's device and hold every parameter already (the buckets
+    /// are planned here).
     pub fn new(store: &ParamStore, group: ProcessGroup) -> Result<DataParallel> {
         if store.device() != group.device() {
             return Err(Error::invalid(
@@ -124,11 +145,13 @@ impl DataParallel {
                 ),
             ));
         }
+        let reducer = Reducer::new(group.clone(), reducer::plan(store, Self::DEFAULT_BUCKET_BYTES));
         let ddp = DataParallel {
             store: store.clone(),
             group,
             bucket_bytes: Self::DEFAULT_BUCKET_BYTES,
             syncing: AtomicBool::new(true),
+            reducer,
         };
         ddp.check_same_model()?;
         ddp.broadcast_parameters()?;
@@ -144,6 +167,8 @@ impl DataParallel {
                 "a bucket holds at least one byte; the default is 25 MiB",
             ));
         }
+        self.reducer.detach();
+        self.reducer = Reducer::new(self.group.clone(), reducer::plan(&self.store, bytes));
         self.bucket_bytes = bytes;
         Ok(self)
     }
@@ -163,14 +188,16 @@ impl DataParallel {
         self.group.world_size()
     }
 
-    /// Backward from `loss`, then average the gradients across ranks unless inside
-    /// [`DataParallel::no_sync`].
+    /// Backward from `loss`, averaging the gradients across ranks unless inside
+    /// [`DataParallel::no_sync`]: each bucket's all-reduce is queued during backward as soon as
+    /// its gradients are final, and all are waited for before this returns. Every rank must call
+    /// it at the same point.
     pub fn backward(&self, loss: &Tensor) -> Result<()> {
-        loss.backward()?;
         if self.syncing.load(Ordering::Relaxed) {
-            self.sync_gradients()?;
+            self.reducer.backward(loss)
+        } else {
+            loss.backward().map(drop)
         }
-        Ok(())
     }
 
     /// Skip the gradient average while the guard lives: micro-steps accumulate locally, and the
@@ -184,42 +211,14 @@ impl DataParallel {
 
     /// The buckets the gradients travel in, in the order they are sent.
     pub fn buckets(&self) -> Vec<Bucket> {
-        self.plan().into_iter().map(|(bucket, _)| bucket).collect()
+        self.reducer.buckets()
     }
 
-    /// Average every parameter's gradient across ranks, bucket by bucket (see the module docs).
-    /// Every rank must call it at the same point.
+    /// Average every parameter's gradient across ranks now, bucket by bucket (after a plain
+    /// `loss.backward()`; [`DataParallel::backward`] does it during backward). Every rank must
+    /// call it at the same point.
     pub fn sync_gradients(&self) -> Result<()> {
-        let _plain = cartage::no_grad();
-        let mut in_flight = Vec::new();
-        for (bucket, vars) in self.plan() {
-            let flat: Vec<Tensor> = vars
-                .iter()
-                .map(|var| {
-                    let grad = match var.grad() {
-                        Some(g) => g,
-                        None => Tensor::zeros(&var.shape(), bucket.dtype, &var.device())?,
-                    };
-                    let numel = grad.numel();
-                    grad.reshape(&[numel])
-                })
-                .collect::<Result<_>>()?;
-            let parts: Vec<&Tensor> = flat.iter().collect();
-            let joined = Tensor::cat(&parts, 0)?;
-            let handle = self.group.all_reduce(&joined, ReduceKind::Avg)?;
-            in_flight.push((handle, joined, vars));
-        }
-        for (handle, joined, vars) in in_flight {
-            handle.wait()?;
-            let mut at = 0;
-            for var in vars {
-                let shape = var.shape();
-                let numel = shape.iter().product::<usize>();
-                var.set_grad(Some(joined.narrow(0, at, numel)?.reshape(&shape)?))?;
-                at += numel;
-            }
-        }
-        Ok(())
+        self.reducer.sync()
     }
 
     /// The mean of each scalar in `values` across ranks (a loss, a metric), computed with one
@@ -250,40 +249,6 @@ impl DataParallel {
         let joined = Tensor::cat(&refs, 0)?;
         self.group.all_reduce(&joined, ReduceKind::Avg)?.wait()?;
         joined.to_vec_f64()
-    }
-
-    /// The buckets with their variables: reverse registration order, one dtype per bucket, at
-    /// most `bucket_bytes` each unless one parameter is larger.
-    fn plan(&self) -> Vec<(Bucket, Vec<Var>)> {
-        let mut open: Vec<(Bucket, Vec<Var>)> = Vec::new();
-        let mut done = Vec::new();
-        for (name, var) in self.store.named_vars().into_iter().rev() {
-            let dtype = var.dtype();
-            let bytes = var.shape().iter().product::<usize>() * dtype.size_in_bytes();
-            let slot = open.iter().position(|(b, _)| b.dtype == dtype);
-            if let Some(i) = slot
-                && open[i].0.bytes + bytes > self.bucket_bytes
-            {
-                done.push(open.remove(i));
-            }
-            match open.iter_mut().find(|(b, _)| b.dtype == dtype) {
-                Some((bucket, vars)) => {
-                    bucket.names.push(name);
-                    bucket.bytes += bytes;
-                    vars.push(var);
-                }
-                None => open.push((
-                    Bucket {
-                        names: vec![name],
-                        dtype,
-                        bytes,
-                    },
-                    vec![var],
-                )),
-            }
-        }
-        done.extend(open);
-        done
     }
 
     /// Fail unless every rank has as many parameters, of as many elements, as this one.
@@ -332,76 +297,5 @@ impl DataParallel {
             }
         }
         Ok(())
-    }
-}
-
-/// Which indices of a dataset each rank reads in an epoch: PyTorch's `DistributedSampler`.
-/// Every rank gets the same number of indices (the dataset is padded by repeating its first
-/// indices, or cut with `drop_last`), rank `r` takes every `world_size`-th index from `r`, and
-/// with shuffling the order depends on the seed and the epoch, the same on every rank.
-///
-/// ```
-/// use cartage_nn::DistributedSampler;
-/// let rank0 = DistributedSampler::new(10, 0, 4).indices(0);
-/// let rank3 = DistributedSampler::new(10, 3, 4).indices(0);
-/// assert_eq!((rank0.len(), rank3.len()), (3, 3)); // 10 padded to 12
-/// assert_ne!(rank0, rank3);
-/// ```
-#[derive(Clone, Debug)]
-pub struct DistributedSampler {
-    len: usize,
-    rank: usize,
-    world_size: usize,
-    /// Shuffle each epoch (the default).
-    pub shuffle: bool,
-    /// The shuffle's seed, the same on every rank.
-    pub seed: u64,
-    /// Drop the tail that does not divide evenly instead of padding.
-    pub drop_last: bool,
-}
-
-impl DistributedSampler {
-    /// The sampler of rank `rank` of `world_size` over a dataset of `len` items (shuffled, seed 0,
-    /// padded). A rank outside `0..world_size` gets no indices.
-    pub fn new(len: usize, rank: usize, world_size: usize) -> DistributedSampler {
-        DistributedSampler {
-            len,
-            rank,
-            world_size: world_size.max(1),
-            shuffle: true,
-            seed: 0,
-            drop_last: false,
-        }
-    }
-
-    /// This rank's indices for `epoch`.
-    pub fn indices(&self, epoch: u64) -> Vec<usize> {
-        if self.rank >= self.world_size {
-            return Vec::new();
-        }
-        let mut order: Vec<usize> = (0..self.len).collect();
-        if self.shuffle {
-            let mut state = self.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            for i in (1..order.len()).rev() {
-                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                z ^= z >> 31;
-                order.swap(i, (z % (i as u64 + 1)) as usize);
-            }
-        }
-        let per_rank = if self.drop_last {
-            self.len / self.world_size
-        } else {
-            self.len.div_ceil(self.world_size)
-        };
-        let total = per_rank * self.world_size;
-        if total > order.len() && !order.is_empty() {
-            let pad: Vec<usize> = order.iter().copied().cycle().take(total - order.len()).collect();
-            order.extend(pad);
-        }
-        order.truncate(total);
-        order.into_iter().skip(self.rank).step_by(self.world_size).collect()
     }
 }

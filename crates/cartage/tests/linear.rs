@@ -1,0 +1,144 @@
+//! `Tensor::linear`: the fused kernel (where the device lists it) against the composed
+//! `matmul + add + activation` for every activation, with and without a bias, over batched
+//! inputs; gradients through the composed path; shape errors; and the algorithm-search switch
+//! on devices without one. GPUs that open here run the same comparison against the CPU.
+
+mod common;
+
+use cartage::{Activation, DType, Device, ErrorKind, Op, Result, Tensor, Var};
+
+fn cpu() -> Device {
+    Device::cpu()
+}
+
+/// Inputs `[2, 3, 17]`, weight `[5, 17]`, bias `[5]`, of `dtype` on `device`, spread over ±2.
+fn operands(device: &Device, dtype: DType) -> Result<(Tensor, Tensor, Tensor)> {
+    let x = Tensor::randn(&[2, 3, 17], DType::F32, 1, &cpu())?.mul_scalar(1.5)?;
+    let w = Tensor::randn(&[5, 17], DType::F32, 2, &cpu())?.mul_scalar(0.4)?;
+    let b = Tensor::randn(&[5], DType::F32, 3, &cpu())?;
+    Ok((
+        x.to_device_dtype(device, dtype)?,
+        w.to_device_dtype(device, dtype)?,
+        b.to_device_dtype(device, dtype)?,
+    ))
+}
+
+fn values(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_device_dtype(&cpu(), DType::F32)?.to_vec::<f32>()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}: element {i} is {g}, want {w}"
+        );
+    }
+}
+
+/// The composed result, forced by a weight that requires a gradient.
+fn composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Activation) -> Result<Tensor> {
+    let w = Var::new(w.clone())?.tensor();
+    x.linear(&w, b, act)
+}
+
+#[test]
+fn the_fused_cpu_kernel_matches_the_composed_ops() -> Result<()> {
+    assert!(
+        cartage::backend(&cpu())?
+            .capabilities()
+            .supports(Op::Linear, DType::F32)
+    );
+    let (x, w, b) = operands(&cpu(), DType::F32)?;
+    for act in Activation::ALL {
+        for bias in [None, Some(&b)] {
+            let fused = x.linear(&w, bias, act)?;
+            assert_eq!(fused.shape(), &[2, 3, 5]);
+            assert!(
+                fused.grad_fn().is_none(),
+                "nothing requires a gradient: the fused kernel ran"
+            );
+            let reference = composed(&x, &w, bias, act)?;
+            assert!(
+                reference.grad_fn().is_some(),
+                "a tracked weight takes the composed path"
+            );
+            let what = format!("{} bias {}", act.name(), bias.is_some());
+            assert_close(&what, &values(&fused)?, &values(&reference)?, 1e-5);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_two_gelus_differ_as_their_formulas_do() -> Result<()> {
+    let x = Tensor::new([[2.0f32]], &cpu())?;
+    let one = Tensor::new([[1.0f32]], &cpu())?;
+    let exact = x.linear(&one, None, Activation::Gelu)?.to_vec2::<f32>()?[0][0];
+    let tanh = x.linear(&one, None, Activation::GeluTanh)?.to_vec2::<f32>()?[0][0];
+    assert!((exact - 1.954_499_7).abs() < 1e-5, "{exact}");
+    assert!((tanh - 1.954_597_6).abs() < 1e-5, "{tanh}");
+    Ok(())
+}
+
+#[test]
+fn gradients_flow_through_the_composed_path() -> Result<()> {
+    let (x, w, b) = operands(&cpu(), DType::F32)?;
+    let (wv, bv) = (Var::new(w.clone())?, Var::new(b.clone())?);
+    let y = x.linear(&wv.tensor(), Some(&bv.tensor()), Activation::Relu)?;
+    let grads = y.sum_all()?.backward()?;
+    let gb = values(grads.get(&bv).expect("the bias has a gradient"))?;
+    // d(sum relu(z))/db_j counts the rows where z_j > 0.
+    let z = values(&x.linear(&w, Some(&b), Activation::Identity)?)?;
+    for (j, g) in gb.iter().enumerate() {
+        let positive = z.iter().skip(j).step_by(5).filter(|v| **v > 0.0).count() as f32;
+        assert_eq!(*g, positive, "bias gradient {j}");
+    }
+    assert!(grads.get(&wv).is_some(), "the weight has a gradient");
+    Ok(())
+}
+
+#[test]
+fn bad_shapes_are_errors_that_name_the_operands() -> Result<()> {
+    let (x, w, b) = operands(&cpu(), DType::F32)?;
+    let err = x.linear(&w.t()?, None, Activation::Identity).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShapeMismatch, "{err}");
+    assert!(err.to_string().contains("transposed"), "{err}");
+    let err = x
+        .linear(&w, Some(&b.narrow(0, 0, 4)?), Activation::Identity)
+        .unwrap_err();
+    assert!(err.to_string().contains("bias"), "{err}");
+    let ints = Tensor::zeros(&[2, 17], DType::I32, &cpu())?;
+    assert!(ints.linear(&ints, None, Activation::Identity).is_err());
+    Ok(())
+}
+
+#[test]
+fn devices_without_an_algorithm_choice_keep_the_search_off() -> Result<()> {
+    assert!(!cartage::set_matmul_algo_search(&cpu(), true)?);
+    assert!(!cartage::backend(&cpu())?.matmul_algo_search());
+    assert!(cartage::set_matmul_algo_search(&cpu(), false)?);
+    Ok(())
+}
+
+#[test]
+fn gpus_match_the_cpu() -> Result<()> {
+    for device in common::gpu_devices("linear/gpus_match_the_cpu") {
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::F16, 4e-3), (DType::BF16, 3e-2)] {
+            let caps = cartage::backend(&device)?.capabilities().clone();
+            if !caps.supports(Op::Matmul, dtype) {
+                common::skip(&format!("linear/gpus_match_the_cpu: {device} has no {dtype} matmul"));
+                continue;
+            }
+            let (x, w, b) = operands(&device, dtype)?;
+            let (xc, wc, bc) = operands(&cpu(), DType::F32)?;
+            for act in Activation::ALL {
+                let got = values(&x.linear(&w, Some(&b), act)?)?;
+                let want = values(&xc.linear(&wc, Some(&bc), act)?)?;
+                assert_close(&format!("{device} {dtype} {}", act.name()), &got, &want, tol);
+            }
+        }
+    }
+    Ok(())
+}
