@@ -14,6 +14,18 @@ after each), estimate one call from the quickest warm-up call after the first, r
 as many samples as fit in `budget_s` within [min_samples, max_samples]; time each sample with CUDA
 events read after a synchronisation (CUDA) or perf_counter (CPU); report the median and p10/p90 of
 the per-iteration times.
+
+Fair references: where cartage's op reuses memory from its cache for its output, the reference
+writes into an output allocated once before timing (`out=`), so neither side pays an allocation
+per call: matmul, add, mul, exp, relu (as `clamp(min=0)`), the row and whole sums. Ops without an
+`out=` form (gelu, softmax, the fused ops of the ops section) allocate their output per call, as
+PyTorch's own caching allocator serves it on CUDA and the system allocator on the CPU. Each
+measured line's counters say which: `out_preallocated` 1 or 0.
+
+Precision rows also report `max_rel_error`: the product of f32 normal operands in the measured
+dtype (TF32 where asked), against the same product in f64 on the host over 64 evenly spaced rows,
+as the largest difference over the largest exact entry (cartage's `precision_error.rs` does the
+same).
 """
 
 import json
@@ -81,6 +93,11 @@ class Timer:
         return time.perf_counter() - t0
 
 
+def preallocated(result, used_out):
+    """A measurement with the counter saying whether the output was allocated once (`out=`)."""
+    return tuple(result) + ({"out_preallocated": 1.0 if used_out else 0.0},)
+
+
 def percentile(sorted_values, q):
     position = q * (len(sorted_values) - 1)
     below, above = math.floor(position), math.ceil(position)
@@ -138,20 +155,22 @@ def torch_case(task, cfg):
     if kind == "matmul":
         n = case["n"]
         a, b = gen(n, n), gen(n, n)
+        out = torch.empty_like(a)
         if case["tf32"]:
             cuda_only(device, "TF32")
             torch.backends.cuda.matmul.allow_tf32 = True
             try:
-                return measure(timer, lambda: torch.matmul(a, b), cfg)
+                return preallocated(measure(timer, lambda: torch.matmul(a, b, out=out), cfg), True)
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
-        return measure(timer, lambda: torch.matmul(a, b), cfg)
+        return preallocated(measure(timer, lambda: torch.matmul(a, b, out=out), cfg), True)
     if kind in ("matmul_loop", "matmul_batched", "matmul_graph"):
         count, n = case["count"], case["n"]
         a, b = gen(count, n, n), gen(count, n, n)
         if kind == "matmul_batched":
-            return measure(timer, lambda: torch.matmul(a, b), cfg)
+            out = torch.empty_like(a)
+            return preallocated(measure(timer, lambda: torch.matmul(a, b, out=out), cfg), True)
         pairs = [(a[i], b[i]) for i in range(count)]
 
         def loop():
@@ -563,20 +582,26 @@ def torch_vector(op, numel, gen, timer, cfg, device, dtype):
     rows_op = op in ("sum_rows", "softmax")
     x = gen(side, side) if rows_op else gen(numel)
     y = gen(side, side) if rows_op else gen(numel)
+    out = torch.empty_like(x)
     if op == "copy":
-        out = torch.empty_like(x)
-        return measure(timer, lambda: out.copy_(x), cfg)
-    ops = {
-        "add": lambda: torch.add(x, y),
-        "mul": lambda: torch.mul(x, y),
-        "exp": lambda: torch.exp(x),
-        "relu": lambda: torch.relu(x),
+        return preallocated(measure(timer, lambda: out.copy_(x), cfg), True)
+    total = torch.empty((), dtype=x.dtype, device=x.device)
+    row_sums = torch.empty(side, dtype=x.dtype, device=x.device)
+    into = {
+        "add": lambda: torch.add(x, y, out=out),
+        "mul": lambda: torch.mul(x, y, out=out),
+        "exp": lambda: torch.exp(x, out=out),
+        "relu": lambda: torch.clamp(x, min=0, out=out),
+        "sum_all": lambda: torch.sum(x, dim=0, out=total),
+        "sum_rows": lambda: torch.sum(x, dim=1, out=row_sums),
+    }
+    if op in into:
+        return preallocated(measure(timer, into[op], cfg), True)
+    fresh = {
         "gelu": lambda: torch.nn.functional.gelu(x),
-        "sum_all": lambda: x.sum(),
-        "sum_rows": lambda: x.sum(dim=1),
         "softmax": lambda: torch.softmax(x, dim=1),
     }
-    return measure(timer, ops[op], cfg)
+    return preallocated(measure(timer, fresh[op], cfg), False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,14 +624,16 @@ def numpy_case(task, cfg):
             raise Skip("numpy has no TF32 mode")
         n = case["n"]
         a, b = gen(n, n), gen(n, n)
-        return measure(timer, lambda: a @ b, cfg)
+        out = np.empty_like(a)
+        return preallocated(measure(timer, lambda: np.matmul(a, b, out=out), cfg), True)
     if kind == "matmul_graph":
         raise Skip("numpy has no CUDA graphs")
     if kind in ("matmul_loop", "matmul_batched"):
         count, n = case["count"], case["n"]
         a, b = gen(count, n, n), gen(count, n, n)
         if kind == "matmul_batched":
-            return measure(timer, lambda: np.matmul(a, b), cfg)
+            out = np.empty_like(a)
+            return preallocated(measure(timer, lambda: np.matmul(a, b, out=out), cfg), True)
         pairs = [(a[i], b[i]) for i in range(count)]
 
         def loop():
@@ -653,24 +680,27 @@ def numpy_case(task, cfg):
         y = gen(side, side) if rows_op else gen(numel)
         if op == "gelu":
             raise Skip("numpy has no erf for the exact gelu")
+        out = np.empty_like(x)
         if op == "copy":
-            out = np.empty_like(x)
-            return measure(timer, lambda: np.copyto(out, x), cfg)
+            return preallocated(measure(timer, lambda: np.copyto(out, x), cfg), True)
+        total = np.empty((), dtype=x.dtype)
+        row_sums = np.empty(side, dtype=x.dtype)
+        into = {
+            "add": lambda: np.add(x, y, out=out),
+            "mul": lambda: np.multiply(x, y, out=out),
+            "exp": lambda: np.exp(x, out=out),
+            "relu": lambda: np.maximum(x, 0, out=out),
+            "sum_all": lambda: np.sum(x, out=total),
+            "sum_rows": lambda: np.sum(x, axis=1, out=row_sums),
+        }
+        if op in into:
+            return preallocated(measure(timer, into[op], cfg), True)
 
         def softmax():
             e = np.exp(x - x.max(axis=1, keepdims=True))
             return e / e.sum(axis=1, keepdims=True)
 
-        ops = {
-            "add": lambda: np.add(x, y),
-            "mul": lambda: np.multiply(x, y),
-            "exp": lambda: np.exp(x),
-            "relu": lambda: np.maximum(x, 0),
-            "sum_all": lambda: x.sum(),
-            "sum_rows": lambda: x.sum(axis=1),
-            "softmax": softmax,
-        }
-        return measure(timer, ops[op], cfg)
+        return preallocated(measure(timer, softmax, cfg), False)
     if kind == "model":
         return numpy_model(case, gen, timer, cfg)
     raise Skip("no reference for %s" % kind)
@@ -793,6 +823,31 @@ def torch_distributed(task, cfg, tasks):
     return result
 
 
+def matmul_error(task, use_torch):
+    """The normwise error of the task's matmul against an f64 product on the host (see the
+    module's docstring), with the operands drawn in f32."""
+    n, device, case = task["case"]["n"], task["device"], task["case"]
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    count = min(64, n)
+    rows = sorted(set(i * n // count for i in range(count)))
+    exact = a[rows].astype(np.float64) @ b.astype(np.float64)
+    if use_torch:
+        dtype = torch_dtype(task["dtype"])
+        ta, tb = (torch.from_numpy(x).to(device).to(dtype) for x in (a, b))
+        torch.backends.cuda.matmul.allow_tf32 = bool(case["tf32"])
+        try:
+            c = torch.matmul(ta, tb).float().cpu().numpy()[rows]
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    else:
+        if task["dtype"] != "f32":
+            raise Skip("numpy's %s matmul has no BLAS" % task["dtype"])
+        c = a[rows] @ b
+    return float(np.abs(c.astype(np.float64) - exact).max() / np.abs(exact).max())
+
+
 def predicted_too_slow(task, history, cfg):
     """Skip a matmul whose time, scaled from the last smaller one, would pass the call limit."""
     case = task["case"]
@@ -851,6 +906,11 @@ def run(spec_path):
                 line["counters"] = result[3]
             if len(result) > 4 and result[4]:
                 line["memory_curve"] = result[4]
+            if task["section"] == "precision" and np is not None:
+                try:
+                    line.setdefault("counters", {})["max_rel_error"] = matmul_error(task, use_torch)
+                except Exception as error:  # the timing stands without it
+                    print("reference: no error for %s: %s" % (task["key"], error), file=sys.stderr)
             if task["case"]["kind"] == "matmul":
                 history[(task["device"], task["dtype"], task["case"]["tf32"])] = (task["case"]["n"], median)
         except Skip as skip:

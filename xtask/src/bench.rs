@@ -15,6 +15,7 @@ mod devices;
 mod env;
 mod exec;
 mod plan;
+mod precision_error;
 pub mod report;
 mod torch;
 
@@ -112,7 +113,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         match outcome {
             Ok(outcome) => {
                 let name = names.get(&task.device).cloned().unwrap_or_default();
-                report.rows.push(row(task, &name, outcome));
+                let mut row = row(task, &name, outcome);
+                precision_error::attach(&mut row, task, device);
+                report.rows.push(row);
             }
             Err(reason) => report.skips.push(plan::skip(task, reason)),
         }

@@ -2,6 +2,7 @@
 //!
 //! - `bench`: the cross-backend benchmark report (the README's main job).
 //! - `devices`: every device found, with its capabilities.
+//! - `docs [--check]`: writes the figures README.md and docs/GUIDE.md quote from the committed reports.
 //! - `launch --nproc N -- <program>`: N local ranks of a program, with torchrun's variables.
 //! - `lint-devices [PATH]`: hard-coded device literals outside the entry point (R17).
 //! - `ops-table`: writes `docs/OPS.md`, every op × backend × dtype from the capabilities.
@@ -9,6 +10,7 @@
 
 mod bench;
 mod devices;
+mod docs;
 mod launch;
 mod lint_devices;
 mod ops_table;
@@ -33,6 +35,8 @@ enum Command {
     Report(bench::RenderArgs),
     /// List devices with their capabilities.
     Devices,
+    /// Write the figures README.md and docs/GUIDE.md quote from the committed reports.
+    Docs(docs::DocsArgs),
     /// Start N local ranks of a program with torchrun's variables (`-- <program> [args]`).
     Launch(launch::LaunchArgs),
     /// Report hard-coded devices in Rust sources.
@@ -53,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Report(args) => bench::render(args),
         Command::Devices => devices::run(),
+        Command::Docs(args) => docs::run(args),
         Command::Launch(args) => launch::run(args),
         Command::LintDevices(args) => {
             let findings = lint_devices::run(args)?;

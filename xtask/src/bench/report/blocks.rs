@@ -11,8 +11,10 @@ use super::format::{bound_cell, clock, format_rate, format_seconds, format_size,
 use super::{ReferenceStatus, Report, Row};
 use crate::bench::cases::Section;
 
-mod findings;
+mod fair_reference;
+pub(crate) mod findings;
 mod matmul_algo;
+mod precision_error;
 mod section_devices;
 mod section_distributed;
 mod section_matmul;
@@ -267,7 +269,7 @@ fn header(report: &Report) -> Vec<Block> {
         ("Run time".to_string(), format_seconds(m.duration_s)),
         ("Reference".to_string(), reference_status(report)),
     ];
-    vec![
+    let mut blocks = vec![
         Block::heading(1, "cartage benchmark report"),
         Block::Facts(facts),
         Block::Paragraph(
@@ -282,7 +284,9 @@ fn header(report: &Report) -> Vec<Block> {
              row reads `below ceilings`."
                 .into(),
         ),
-    ]
+    ];
+    blocks.extend(fair_reference::paragraph(report));
+    blocks
 }
 
 /// `PyTorch` for `torch 2.11.0`, `numpy` for `numpy 2.4.6`.

@@ -697,3 +697,66 @@ fn the_training_section_draws_the_memory_curve_beside_the_reference() {
     // The table lists the second step's phases: 60 MB after cartage's forward, 30 MB for torch's.
     assert!(text.contains("57.2 MiB") && text.contains("28.6 MiB"), "{text}");
 }
+
+#[test]
+fn the_precision_section_shows_each_error_beside_the_reference() {
+    let mut report = sample_report();
+    let precision = |dtype: &str, tf32: bool, error: f64, theirs: Option<f64>| {
+        let mut r = row(
+            Section::Precision,
+            "cuda:0",
+            dtype,
+            Case::Matmul { n: 2048, tf32 },
+            1e-3,
+        );
+        r.counters.insert("max_rel_error".into(), error);
+        r.reference = theirs.map(|e| ReferenceValue {
+            library: "torch 2.11.0".into(),
+            median: 1e-3,
+            p10: 1e-3,
+            p90: 1e-3,
+            ratio: 1.0,
+            counters: [("max_rel_error".to_string(), e), ("out_preallocated".to_string(), 1.0)].into(),
+            memory_curve: Vec::new(),
+        });
+        r
+    };
+    let before = format!("{:?}", build(&report));
+    assert!(!before.contains("10⁻"), "no error without the measurement");
+    report.rows.extend([
+        precision("f32", false, 2.5e-7, Some(2.4e-7)),
+        precision("f32", true, 4.1e-4, Some(4.0e-4)),
+        precision("bf16", false, 9.0e-3, Some(1.0e-3)),
+    ]);
+    let text = format!("{:?}", build(&report));
+    assert!(
+        text.contains("2.5 × 10⁻⁷") && text.contains("PyTorch 2.4 × 10⁻⁷"),
+        "{text}"
+    );
+    assert!(text.contains("4.1 × 10⁻⁴"), "{text}");
+    assert!(
+        text.contains("text: \"9.0 × 10⁻³\", note: Some(\"PyTorch 1.0 × 10⁻³\"), tone: Bad"),
+        "nine times the reference's error reads bad: {text}"
+    );
+    assert!(
+        text.contains("wrote into an output allocated once before timing (`out=`) wherever it has that form: `matmul`, `matmul_tf32`. The rest"),
+        "the reference's output memory is stated: {text}"
+    );
+}
+
+#[test]
+fn a_report_without_preallocated_references_says_they_allocated() {
+    let mut report = sample_report();
+    let first = &mut report.rows[0];
+    first.reference = Some(ReferenceValue {
+        library: "torch 2.11.0".into(),
+        median: first.median,
+        p10: first.median,
+        p90: first.median,
+        ratio: 1.0,
+        counters: Default::default(),
+        memory_curve: Vec::new(),
+    });
+    let text = format!("{:?}", build(&report));
+    assert!(text.contains("predate preallocated outputs"), "{text}");
+}

@@ -366,5 +366,6 @@ pub(super) fn precision(report: &Report) -> Vec<Block> {
         ]);
     }
     blocks.push(Block::Table(table));
+    blocks.extend(super::precision_error::build(report));
     blocks
 }
