@@ -50,9 +50,7 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
             let cell = |algo: MatmulAlgo| match find(algo) {
                 Some(r) => {
                     let note = match &r.reference {
-                        Some(reference) => {
-                            format!("{} than {}", speed(r.median, reference.median).text, reference.library)
-                        }
+                        Some(reference) => format!("{} against the reference", speed(r.median, reference.median).text),
                         None => "no reference".into(),
                     };
                     Cell::plain(format_seconds(r.median)).with_note(note)
