@@ -74,10 +74,16 @@ impl State {
 impl StreamOrder {
     /// Call before queuing compute work that uses `slices`: waits for pending asynchronous copies
     /// of their segments and records the use.
+    ///
+    /// When the work consumes a copy (a prefetched batch), a fresh marker is recorded first,
+    /// after all earlier compute: the next copies into memory that earlier compute used then
+    /// wait for that point, not for this work (which itself waits for the copy), so copies and
+    /// compute keep overlapping. It costs one event record per consumed copy, none otherwise.
     pub fn before_compute(&self, compute: &CudaStream, slices: &[BufferSlice]) -> Result<()> {
         let mut state = self.lock();
         state.submissions += 1;
         let now = state.submissions;
+        let mut consumed_copy = false;
         for slice in slices {
             let entry = state.segment(slice.segment().id);
             entry.last_compute = now;
@@ -85,7 +91,21 @@ impl StreamOrder {
                 compute
                     .wait(&event)
                     .map_err(driver::error(self.device, "order compute after copy"))?;
+                consumed_copy = true;
             }
+        }
+        if consumed_copy {
+            let event = match state.marker.take() {
+                Some((event, _)) => event,
+                None => compute
+                    .context()
+                    .new_event(None)
+                    .map_err(driver::error(self.device, "create event"))?,
+            };
+            event
+                .record(compute)
+                .map_err(driver::error(self.device, "record event"))?;
+            state.marker = Some((event, now - 1));
         }
         Ok(())
     }

@@ -5,10 +5,9 @@
 //! can lock memory), queues an asynchronous copy from it on the device's copy stream and hands
 //! the tensor over at once: the device orders the caller's compute after the copy (an event the
 //! compute stream waits on), so neither the worker nor the caller waits for a copy on the host,
-//! and copies, host-side preparation and compute all overlap. Device memory holds at most four
-//! batches of the loader at once: the caller's, one waiting in the channel, one being copied,
-//! and the one before the caller's, kept so that a copy never waits for the compute on a batch
-//! the caller has just dropped.
+//! and copies, host-side preparation and compute all overlap. Batches land in a ring of four
+//! device tensors the worker reuses once the caller has dropped them, so a copy never lands in
+//! memory the caller's compute has just freed (and would have to wait for it).
 //!
 //! Batches come as [`HostBatch`]es (owned or shared bytes: [`HostBatch::shared`] hands the same
 //! bytes out again without a copy) or from a function that writes each batch straight into the

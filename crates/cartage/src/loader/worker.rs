@@ -7,13 +7,13 @@
 //! the one that must be there: before a staging buffer is rewritten, for the copy that read it
 //! two batches earlier.
 //!
-//! The thread also keeps the two tensors it handed out last. A caller typically drops batch k
-//! right after queuing its compute; without the thread's reference the allocator would hand
-//! that block to batch k+1 at once, and batch k+1's copy would have to wait for batch k's
-//! compute (the copy stream is ordered after the compute that used the memory). Held back, the
-//! block of batch k−2 is reused instead, whose compute finished long before.
+//! Batches land in a small ring of device tensors the thread owns. A fresh allocation would
+//! usually get the block the caller's compute has just freed (say, the output of batch k's
+//! matmul), and a copy into it must wait for that compute (the copy stream is ordered after the
+//! compute that used the memory), which would serialise copies and compute again. A ring slot
+//! was last read by the compute of batch k−[`RING`], long finished. A slot is reused only when
+//! the caller no longer holds any tensor or view of it; otherwise a new tensor takes its place.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
@@ -23,38 +23,50 @@ use super::source::{Source, Staged};
 use super::staging_pool;
 use crate::Tensor;
 
-/// How many handed-out tensors the thread keeps (see the module docs).
-const HELD_BACK: usize = 2;
+/// Device tensors in the thread's ring (see the module docs).
+const RING: usize = 4;
 
 /// Run the pipeline until the batches end or the loader is dropped (the channel closes).
 pub(super) fn run(mut source: Source, backend: Arc<dyn Backend>, device: Device, sender: SyncSender<Result<Tensor>>) {
     let mut buffers: [Option<StagingBuffer>; 2] = [None, None];
     let mut current = 0;
-    let mut recent: VecDeque<Tensor> = VecDeque::with_capacity(HELD_BACK + 1);
+    let mut ring: [Option<Tensor>; RING] = Default::default();
+    let mut batch = 0usize;
     while let Some(staged) = source.stage(&backend, device, &mut buffers[current]) {
-        let result = staged.and_then(|staged| start_copy(buffers[current].as_ref(), &device, &staged));
-        if let Ok(tensor) = &result {
-            recent.push_back(tensor.clone());
-            if recent.len() > HELD_BACK {
-                recent.pop_front();
-            }
-        }
+        let slot = &mut ring[batch % RING];
+        let result = staged.and_then(|staged| start_copy(buffers[current].as_ref(), slot, &device, &staged));
         if sender.send(result).is_err() {
             break; // the loader was dropped
         }
         current ^= 1;
+        batch += 1;
     }
-    drop(recent);
+    drop(ring);
     // Kept for the next loader; a copy still reading one is waited for when it is next written.
     for buffer in buffers.into_iter().flatten() {
         staging_pool::give_back(device, buffer);
     }
 }
 
-/// Allocate the batch's tensor and queue the copy into it; the handle is detached (the staging
-/// buffer remembers the copy, and the device orders the tensor's users after it).
-fn start_copy(buffer: Option<&StagingBuffer>, device: &Device, staged: &Staged) -> Result<Tensor> {
-    let tensor = Tensor::empty(&staged.shape, staged.dtype, device)?;
+/// Take the ring slot's tensor when it fits the batch and nobody else holds it (else allocate a
+/// new one into the slot) and queue the copy into it; the handle is detached (the staging buffer
+/// remembers the copy, and the device orders the tensor's users after it).
+fn start_copy(
+    buffer: Option<&StagingBuffer>,
+    slot: &mut Option<Tensor>,
+    device: &Device,
+    staged: &Staged,
+) -> Result<Tensor> {
+    let reusable = slot.as_ref().is_some_and(|t| {
+        t.shape() == staged.shape.as_slice() && t.dtype() == staged.dtype && Arc::strong_count(t.storage()) == 1
+    });
+    if !reusable {
+        *slot = Some(Tensor::empty(&staged.shape, staged.dtype, device)?);
+    }
+    let tensor = match slot.as_ref() {
+        Some(t) => t.clone(),
+        None => Tensor::empty(&staged.shape, staged.dtype, device)?,
+    };
     if let Some(buffer) = buffer
         && staged.bytes > 0
     {
