@@ -98,8 +98,8 @@
 //!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
 //!   keeps no L × S matrix.
 //! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and
-//!   activation): `input` [M, K] and `weight` [N, K] (both any strides), the optional `bias`
-//!   [N] (any stride) give the contiguous `out` [M, N] = `act(input · weightᵀ + bias)` with
+//!   activation): `input` `[M, K]` and `weight` `[N, K]` (both any strides), the optional `bias`
+//!   `[N]` (any stride) give the contiguous `out` `[M, N]` = `act(input · weightᵀ + bias)` with
 //!   [`crate::Activation`]'s function, all of one float dtype. The product accumulates as
 //!   `Matmul`'s (f32 may use TF32 under [`crate::MatmulPrecision`]); a backend may round the
 //!   product to the dtype before adding the bias and applying the activation, or not.
@@ -795,15 +795,15 @@ pub enum Kernel {
     /// `act(input · weightᵀ + bias)`: a matmul with its epilogue (an optional fused kernel; see
     /// the module docs).
     Linear {
-        /// Input [M, K].
+        /// Input `[M, K]`.
         input: TensorArg,
-        /// Weight [N, K] (PyTorch's `nn.Linear` layout).
+        /// Weight `[N, K]` (PyTorch's `nn.Linear` layout).
         weight: TensorArg,
-        /// Optional bias [N].
+        /// Optional bias `[N]`.
         bias: Option<TensorArg>,
         /// Applied after the bias.
         activation: Activation,
-        /// Destination [M, N], contiguous.
+        /// Destination `[M, N]`, contiguous.
         out: TensorArg,
     },
     /// The gradients of [`Kernel::Attention`] with respect to q, k and v (an optional fused

@@ -43,7 +43,7 @@ pub struct CudaBackend {
     pub(crate) sm_count: u32,
     pub(crate) compute_capability: (i32, i32),
     precision: Mutex<MatmulPrecision>,
-    /// The graph capture running on the compute stream, if any ([`crate::graph`]).
+    /// The graph capture running on the compute stream, if any (the `graph` module).
     pub(crate) capture: crate::graph::CaptureSlot,
     capabilities: Capabilities,
     info: DeviceInfo,
@@ -445,7 +445,7 @@ impl Backend for CudaBackend {
         self.routing.search()
     }
 
-    /// cuBLASLt times its candidates once per problem while this is on ([`crate::lt_route`]).
+    /// cuBLASLt times its candidates once per problem while this is on (the `lt_route` module).
     fn set_matmul_algo_search(&self, on: bool) -> Result<bool> {
         self.routing.set_search(on);
         tracing::info!(device = %self.device, on, "matmul algorithm search set");
@@ -462,12 +462,12 @@ impl Backend for CudaBackend {
         events::elapsed(self, start, end)
     }
 
-    /// See [`crate::graph`].
+    /// A CUDA graph capture of the compute stream (the `graph` module).
     fn begin_capture(&self) -> Result<u64> {
         self.begin_graph_capture()
     }
 
-    /// See [`crate::graph`].
+    /// A CUDA graph capture of the compute stream (the `graph` module).
     fn end_capture(&self) -> Result<Box<dyn cartage_core::CapturedGraph>> {
         self.end_graph_capture()
     }

@@ -1,7 +1,7 @@
 //! The raw cuBLASLt calls: a handle, the descriptors of one product (operation, three matrix
 //! layouts with batch strides, the epilogue), the heuristic's ranked candidate algorithms and
 //! `cublasLtMatmul` on a stream. Everything that touches `cudarc::cublaslt::sys` lives here;
-//! [`crate::lt_route`] decides which product runs where.
+//! The `lt_route` module decides which product runs where.
 //!
 //! A [`LtPlan`] is built once per problem ([`LtProblem`]: sizes, layouts, dtype and precision,
 //! epilogue, operand alignments) and cached by the caller, so the per-call cost is one

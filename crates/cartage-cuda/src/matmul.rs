@@ -1,5 +1,5 @@
 //! Matmul through cuBLAS: row-major strided operands mapped onto column-major GEMM without copies
-//! wherever BLAS can address them, run by cuBLASLt or `cublasGemmEx` ([`crate::lt_route`] says
+//! wherever BLAS can address them, run by cuBLASLt or `cublasGemmEx` (the `lt_route` module says
 //! which, per shape).
 //!
 //! cartage computes `out[b] = lhs[b] · rhs[b]` with `lhs` [B, M, K], `rhs` [B, K, N], `out`

@@ -8,7 +8,7 @@
 //! - **Capturing records, it does not run.** The tensors the closure returns hold nothing
 //!   meaningful until the first replay.
 //! - **Static memory.** A replay runs the same kernels on the same memory. Inputs are tensors
-//!   created before the capture: refresh them in place ([`Tensor::copy_from`],
+//!   created before the capture: refresh them in place ([`crate::Tensor::copy_from`],
 //!   `copy_from_pinned_async`) between replays. Outputs are the tensors the closure returns (and
 //!   any it wrote in place, such as gradients): read them after a replay. Memory allocated while
 //!   capturing comes from a private pool that no other tensor is given while the graph lives.
