@@ -57,15 +57,15 @@ fn start_copy(
     device: &Device,
     staged: &Staged,
 ) -> Result<Tensor> {
-    let reusable = slot.as_ref().is_some_and(|t| {
-        t.shape() == staged.shape.as_slice() && t.dtype() == staged.dtype && Arc::strong_count(t.storage()) == 1
-    });
-    if !reusable {
-        *slot = Some(Tensor::empty(&staged.shape, staged.dtype, device)?);
-    }
-    let tensor = match slot.as_ref() {
-        Some(t) => t.clone(),
-        None => Tensor::empty(&staged.shape, staged.dtype, device)?,
+    let tensor = match slot {
+        Some(t)
+            if t.shape() == staged.shape.as_slice()
+                && t.dtype() == staged.dtype
+                && Arc::strong_count(t.storage()) == 1 =>
+        {
+            t.clone()
+        }
+        _ => slot.insert(Tensor::empty(&staged.shape, staged.dtype, device)?).clone(),
     };
     if let Some(buffer) = buffer
         && staged.bytes > 0
