@@ -189,6 +189,23 @@ template <typename D, typename S> __device__ __forceinline__ D as_cast(S x) {
 __device__ __forceinline__ u64 global_thread() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * blockDim.x; }
 
+// The coordinate of row-major position `i` along dimension `d` of `sh`, leaving in `i` the
+// position among the outer dimensions. The outermost dimension needs no division (a valid `i` is
+// already below its size), and a shape of fewer than 2^32 elements divides in 32 bits, a few
+// instructions where a 64-bit division is a long subroutine.
+__device__ __forceinline__ i64 coordinate(u64& i, const Shape& sh, int d) {
+    if (d == 0) {
+        i64 c = (i64)i;
+        i = 0;
+        return c;
+    }
+    u64 n = sh.dims[d];
+    u64 q = (sh.numel >> 32) == 0 ? (u64)((u32)i / (u32)n) : i / n;
+    i64 c = (i64)(i - q * n);
+    i = q;
+    return c;
+}
+
 // Element offset of row-major position `i` for one operand.
 __device__ __forceinline__ i64 offset1(u64 i, const Shape& sh, const Strides& a) {
     if (sh.rank == 1) return (i64)i * a.s[0];
@@ -196,10 +213,8 @@ __device__ __forceinline__ i64 offset1(u64 i, const Shape& sh, const Strides& a)
 #pragma unroll
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         if (d < sh.rank) {
-            u64 q = i / sh.dims[d];
-            i64 c = (i64)(i - q * sh.dims[d]);
+            i64 c = coordinate(i, sh, d);
             oa += c * a.s[d];
-            i = q;
         }
     }
     return oa;
@@ -229,11 +244,9 @@ __device__ __forceinline__ void offset2(u64 i, const Shape& sh, const Strides& a
 #pragma unroll
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         if (d < sh.rank) {
-            u64 q = i / sh.dims[d];
-            i64 c = (i64)(i - q * sh.dims[d]);
+            i64 c = coordinate(i, sh, d);
             oa += c * a.s[d];
             ob += c * b.s[d];
-            i = q;
         }
     }
 }
@@ -252,12 +265,10 @@ __device__ __forceinline__ void offset3(u64 i, const Shape& sh, const Strides& a
 #pragma unroll
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         if (d < sh.rank) {
-            u64 q = i / sh.dims[d];
-            i64 c = (i64)(i - q * sh.dims[d]);
+            i64 c = coordinate(i, sh, d);
             oa += c * a.s[d];
             ob += c * b.s[d];
             oc += c * c3.s[d];
-            i = q;
         }
     }
 }
@@ -271,13 +282,11 @@ __device__ __forceinline__ void offset4(u64 i, const Shape& sh, const Strides& a
 #pragma unroll
     for (int d = MAX_RANK - 1; d >= 0; --d) {
         if (d < sh.rank) {
-            u64 q = i / sh.dims[d];
-            i64 c = (i64)(i - q * sh.dims[d]);
+            i64 c = coordinate(i, sh, d);
             oa += c * a.s[d];
             ob += c * b.s[d];
             oc += c * c3.s[d];
             od += c * d4.s[d];
-            i = q;
         }
     }
 }

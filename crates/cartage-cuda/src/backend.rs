@@ -78,10 +78,13 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
             caps.add(Op::Attention, dtype);
         }
     }
-    // The fused linear layer (`crate::linear`, cuBLASLt's bias and activation epilogues) is not
-    // listed: on the H200 its exact-GELU epilogue without a bias missed the composed formula by
-    // about 1e-3 relative in f32, and a K = 0 product with the tanh GELU was refused. Until both
-    // are mended the frontend composes `Tensor::linear` from matmul, add and the activation.
+    // The fused linear layer (`crate::linear`, cuBLASLt's bias and activation epilogues), for
+    // every dtype with a matmul.
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        if caps.supports(Op::Matmul, dtype) {
+            caps.add(Op::Linear, dtype);
+        }
+    }
     caps
 }
 

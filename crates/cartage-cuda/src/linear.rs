@@ -3,7 +3,8 @@
 //! [`Activation::GeluTanh`]). The exact GELU runs the bias epilogue, then the GELU kernel in
 //! place. Where the product runs on GemmEx instead (cuBLASLt refused the problem) or `K = 0`,
 //! the bias and activation follow as in-place element-wise kernels; the tanh GELU has no
-//! standalone kernel, so that case is `Unsupported` and the frontend composes it.
+//! standalone kernel, so a `K = 0` product with it runs as the epilogue of a `K = 1` product of
+//! zeros, and only where cuBLASLt refuses even that is it `Unsupported` (the frontend composes).
 
 use cartage_core::{Activation, BinaryOp, Error, Kernel, Layout, Result, Scalar, TensorArg, UnaryOp};
 
@@ -43,6 +44,32 @@ pub(crate) unsafe fn linear(
     gemm_kind(backend, out.dtype, "linear")?;
     if m == 0 || n == 0 {
         return Ok(());
+    }
+    if k == 0 && activation == Activation::GeluTanh {
+        // The tanh GELU has no standalone kernel: run it as cuBLASLt's epilogue of a K = 1
+        // product of zeros, which leaves exactly `gelu_tanh(bias)` (or 0) in every row.
+        let size = out.dtype.size_in_bytes();
+        let block = backend.allocator.alloc((m + n) * size)?;
+        let zeros = |rows: usize, offset: usize| -> Result<TensorArg> {
+            Ok(TensorArg {
+                buffer: block.slice(),
+                layout: Layout::from_parts(&[rows, 1], &[1, 1], offset)?,
+                dtype: out.dtype,
+            })
+        };
+        let outcome = (|| {
+            let fill = Kernel::Fill {
+                out: zeros(m + n, 0)?,
+                value: Scalar::Float(0.0),
+            };
+            // SAFETY: a fresh dense block of m + n elements of this device.
+            unsafe { launch(backend, &fill) }?;
+            // SAFETY: the zero operands lie in that live block; the others are this call's.
+            unsafe { linear(backend, &zeros(m, 0)?, &zeros(n, m)?, bias, activation, out) }
+        })();
+        // Safe to reuse at once: later users of the block are queued after these launches.
+        backend.allocator.free(block);
+        return outcome;
     }
     if k == 0 {
         let zero = Kernel::Fill {

@@ -29,8 +29,13 @@ fn autocast_runs_products_in_half_and_reductions_in_f32() -> Result<()> {
         let _ac = autocast(&cpu, DType::BF16)?;
         let h = x.matmul(&layer.weight().tensor().t()?)?;
         assert_eq!(h.dtype(), DType::BF16);
-        let y = layer.forward(&x)?; // bf16 product + f32 bias: the wider
-        assert_eq!(y.dtype(), DType::F32);
+        let y = layer.forward(&x)?; // product and bias in bf16, as PyTorch's `linear`
+        assert_eq!(y.dtype(), DType::BF16);
+        assert_eq!(
+            y.add(&x.narrow(1, 0, 4)?)?.dtype(),
+            DType::F32,
+            "mixed operands: the wider"
+        );
         assert_eq!(h.softmax(-1)?.dtype(), DType::F32);
         assert_eq!(h.log_softmax(-1)?.dtype(), DType::F32);
         assert_eq!(h.layer_norm(Some(&w), None, 1e-5)?.dtype(), DType::F32);

@@ -2,8 +2,8 @@
 //! gain from half precision in it and keeps the ones that lose accuracy in f32 (LESSONS R25).
 //!
 //! While the guard lives, on its thread:
-//! - **in the autocast dtype** (f16 or bf16): `matmul` (and so `Linear`), `conv2d` and
-//!   `scaled_dot_product_attention`. Their f32 operands are cast on entry.
+//! - **in the autocast dtype** (f16 or bf16): `matmul`, `linear` (its bias too, as in
+//!   PyTorch), `conv2d` and `scaled_dot_product_attention`. Their f32 operands are cast on entry.
 //! - **in f32**: `softmax`, `log_softmax`, `logsumexp`, `sum`, `mean`, `prod`, `cumsum`,
 //!   `cumprod` (and what is built from them: `var`, `std`, `norm`), `layer_norm`, `rms_norm`,
 //!   `cross_entropy` and `nll_loss`. Their half-precision operands are cast on entry.

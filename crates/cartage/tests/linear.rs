@@ -1,6 +1,7 @@
 //! `Tensor::linear`: the fused kernel (where the device lists it) against the composed
 //! `matmul + add + activation` for every activation, with and without a bias, over batched
-//! inputs; gradients through the composed path; shape errors; and the algorithm-search switch
+//! inputs; gradients through the composed path and through the recorded fused kernel (against
+//! the composed ops' gradients, also under autocast); shape errors; and the algorithm-search switch
 //! on devices without one. GPUs that open here run the same comparison against the CPU.
 
 mod common;
@@ -37,10 +38,20 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
-/// The composed result, forced by a weight that requires a gradient.
+/// The composed result, forced by a weight that requires a gradient (the fused kernel records
+/// itself only without an activation, so the reference is built from the ops themselves).
 fn composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Activation) -> Result<Tensor> {
     let w = Var::new(w.clone())?.tensor();
-    x.linear(&w, b, act)
+    let mut y = x.matmul(&w.t()?)?;
+    if let Some(b) = b {
+        y = y.add(b)?;
+    }
+    match act {
+        Activation::Identity => Ok(y),
+        Activation::Relu => y.relu(),
+        Activation::Gelu => y.gelu(),
+        Activation::GeluTanh => x.linear(&w, b, act),
+    }
 }
 
 #[test]
@@ -60,10 +71,7 @@ fn the_fused_cpu_kernel_matches_the_composed_ops() -> Result<()> {
                 "nothing requires a gradient: the fused kernel ran"
             );
             let reference = composed(&x, &w, bias, act)?;
-            assert!(
-                reference.grad_fn().is_some(),
-                "a tracked weight takes the composed path"
-            );
+            assert!(reference.grad_fn().is_some(), "the reference is recorded");
             let what = format!("{} bias {}", act.name(), bias.is_some());
             assert_close(&what, &values(&fused)?, &values(&reference)?, 1e-5);
         }
@@ -96,6 +104,55 @@ fn gradients_flow_through_the_composed_path() -> Result<()> {
         assert_eq!(*g, positive, "bias gradient {j}");
     }
     assert!(grads.get(&wv).is_some(), "the weight has a gradient");
+    Ok(())
+}
+
+/// The gradients of `sum(y · r)` for `y = linear(x, w, b)` with a fixed random `r`, by the
+/// recorded fused kernel and by the composed ops, for x, w and b.
+#[test]
+fn the_recorded_fused_kernel_has_the_composed_gradients() -> Result<()> {
+    let (x, w, b) = operands(&cpu(), DType::F32)?;
+    let r = Tensor::randn(&[2, 3, 5], DType::F32, 9, &cpu())?;
+    let run = |fused: bool| -> Result<Vec<Vec<f32>>> {
+        let (xv, wv, bv) = (Var::new(x.clone())?, Var::new(w.clone())?, Var::new(b.clone())?);
+        let y = if fused {
+            xv.tensor()
+                .linear(&wv.tensor(), Some(&bv.tensor()), Activation::Identity)?
+        } else {
+            xv.tensor().matmul(&wv.tensor().t()?)?.add(&bv.tensor())?
+        };
+        let node = y.grad_fn().expect("recorded");
+        assert_eq!(node == "linear", fused, "{node}");
+        let grads = y.mul(&r)?.sum_all()?.backward()?;
+        [&xv, &wv, &bv]
+            .iter()
+            .map(|v| values(grads.get(v).expect("every operand has a gradient")))
+            .collect()
+    };
+    let (fused, reference) = (run(true)?, run(false)?);
+    for (name, (got, want)) in ["x", "w", "b"].iter().zip(fused.iter().zip(&reference)) {
+        assert_close(&format!("gradient of {name}"), got, want, 1e-5);
+    }
+    Ok(())
+}
+
+/// Under autocast the bias runs in the autocast dtype too (PyTorch's `linear`): the output is
+/// bf16, and every f32 master operand still gets an f32 gradient.
+#[test]
+fn autocast_lowers_the_bias_with_the_product() -> Result<()> {
+    let (x, w, b) = operands(&cpu(), DType::F32)?;
+    let (wv, bv) = (Var::new(w)?, Var::new(b)?);
+    let y = {
+        let _ac = cartage::autocast(&cpu(), DType::BF16)?;
+        x.linear(&wv.tensor(), Some(&bv.tensor()), Activation::Identity)?
+    };
+    assert_eq!(y.dtype(), DType::BF16, "the output stays in the autocast dtype");
+    let grads = y.to_dtype(DType::F32)?.sum_all()?.backward()?;
+    let gb = grads.get(&bv).expect("the bias has a gradient");
+    assert_eq!(gb.dtype(), DType::F32);
+    // d(sum y)/db_j is the number of rows, 6, exactly representable in bf16.
+    assert_eq!(values(gb)?, vec![6.0; 5]);
+    assert_eq!(grads.get(&wv).expect("the weight has a gradient").dtype(), DType::F32);
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! [`Linear`]: `y = x·Wᵀ + b`.
 
-use cartage::{DType, Generator, Result, Tensor, Var};
+use cartage::{Activation, DType, Generator, Result, Tensor, Var};
 
 use super::{check_last, uniform};
 use crate::{Module, Scope};
@@ -22,11 +22,12 @@ impl Linear {
     pub(crate) fn forward_features(&self, x: &Tensor, start: usize, len: usize) -> Result<Tensor> {
         check_last("Linear", x, 1, self.in_features)?;
         let w = self.weight.tensor().narrow(0, start, len)?;
-        let y = x.matmul(&w.t()?)?;
-        match &self.bias {
-            Some(b) => y.add(&b.tensor().narrow(0, start, len)?),
-            None => Ok(y),
-        }
+        let b = self
+            .bias
+            .as_ref()
+            .map(|b| b.tensor().narrow(0, start, len))
+            .transpose()?;
+        x.linear(&w, b.as_ref(), Activation::Identity)
     }
 
     /// A layer whose parameters are `scope.weight` and `scope.bias`, in f32.
@@ -75,10 +76,7 @@ impl Linear {
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         check_last("Linear", x, 1, self.in_features)?;
-        let y = x.matmul(&self.weight.tensor().t()?)?;
-        match &self.bias {
-            Some(b) => y.add(&b.tensor()),
-            None => Ok(y),
-        }
+        let b = self.bias.as_ref().map(Var::tensor);
+        x.linear(&self.weight.tensor(), b.as_ref(), Activation::Identity)
     }
 }

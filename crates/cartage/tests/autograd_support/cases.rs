@@ -208,6 +208,18 @@ fn views_and_joins() -> Vec<Case> {
             |x| x[0].matmul(&x[1])
         ),
         case!(
+            "matmul batched, transposed weight",
+            [([2, 3, 4], Normal), ([5, 4], Normal)],
+            true,
+            |x| x[0].matmul(&x[1].t()?)
+        ),
+        case!(
+            "linear, fused where listed",
+            [([2, 3, 4], Normal), ([5, 4], Normal), ([5], Normal)],
+            true,
+            |x| x[0].linear(&x[1], Some(&x[2]), cartage::Activation::Identity)
+        ),
+        case!(
             "matmul batch broadcast both",
             [([2, 1, 3, 4], Normal), ([3, 4, 2], Normal)],
             false,

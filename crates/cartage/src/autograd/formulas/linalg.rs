@@ -25,10 +25,61 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> (BackwardFn, usize) {
             ga2.reshape(a.shape())
         })?;
         let gb = when(need[1], || {
+            if let Some(gb) = shared_rhs_gradient(&a2, &b2, &g2)? {
+                return gb.reshape(b.shape());
+            }
             let full = a2.transpose(-2, -1)?.matmul(&g2)?;
             let gb2 = sum_to(&full, b2.shape())?;
             gb2.reshape(b.shape())
         })?;
         Ok(vec![ga, gb])
+    })
+}
+
+/// `gb` for a 2-D `b` shared by every batch of `a` (`x [.., m, k] · w [k, n]`, as in a linear
+/// layer): one product of the batch-folded rows, `aᵀ·g` `[k, n]`, rather than a batched product
+/// of `[.., k, n]` summed over the batch, which would hold `batch` copies of the weight's
+/// gradient and reduce them in a separate pass. When `b` is a transposed view (`wᵀ` of a
+/// row-major weight), the product runs as `(gᵀ·a)ᵀ`, so the gradient is itself a transposed view
+/// of a row-major `[n, k]` matrix and reaches the weight without a copy. `None` when `b` is not
+/// shared that way.
+fn shared_rhs_gradient(a: &Tensor, b: &Tensor, g: &Tensor) -> crate::Result<Option<Tensor>> {
+    if b.rank() != 2 || a.rank() < 3 {
+        return Ok(None);
+    }
+    let (k, n) = (b.shape()[0], b.shape()[1]);
+    let rows = a.numel() / k.max(1);
+    if k == 0 || n == 0 || rows == 0 {
+        return Ok(None);
+    }
+    let a_rows = a.reshape(&[rows, k])?;
+    let g_rows = g.reshape(&[rows, n])?;
+    let column_major = b.layout().strides() == [1, k] && k > 1 && n > 1;
+    let gb = if column_major {
+        g_rows.t()?.matmul(&a_rows)?.t()?
+    } else {
+        a_rows.t()?.matmul(&g_rows)?
+    };
+    Ok(Some(gb))
+}
+
+/// The backward of `out = x·Wᵀ + b` (the fused linear layer without an activation), for `x`
+/// `[.., k]`, `W` `[n, k]` and `b` `[n]`: `gx = g·W`, `gW = gᵀ·x` over the batch-folded rows
+/// (one `[n, k]` product, in the weight's own row-major layout) and `gb` the rows' sum of `g`.
+pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (BackwardFn, usize) {
+    let (x, w) = (x.detach(), w.detach());
+    let has_bias = b.is_some();
+    saving(bytes(&[&x, &w]), move |g, need| {
+        let (n, k) = (w.shape()[0], w.shape()[1]);
+        let rows: usize = x.shape()[..x.rank() - 1].iter().product();
+        let gx = when(need[0], || g.matmul(&w))?;
+        let g_rows = || g.reshape(&[rows, n]);
+        let gw = when(need[1], || g_rows()?.t()?.matmul(&x.reshape(&[rows, k])?))?;
+        let mut grads = vec![gx, gw];
+        if has_bias {
+            // In g's dtype even where a live autocast scope would sum in f32.
+            grads.push(when(need[2], || g_rows()?.sum(&[0], false)?.to_dtype(g.dtype()))?);
+        }
+        Ok(grads)
     })
 }

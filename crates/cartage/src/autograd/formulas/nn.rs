@@ -139,7 +139,8 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale:
             let keep = |t: Tensor, i: usize| need[i].then_some(t);
             return Ok(vec![keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
         }
-        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+        // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
+        let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
         if causal {
             let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
             let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
@@ -151,10 +152,16 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale:
         let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
         let (gq, gk) = if need[0] || need[1] {
             let dp = g.matmul(&v.transpose(-2, -1)?)?;
-            let ds = p.mul(&dp.sub(&dp.mul(&p)?.sum(&[-1], true)?)?)?.mul_scalar(scale)?;
+            // The softmax's input gradient, `p·(dp − Σ dp·p)`: one fused kernel where the
+            // backend has it. The scale goes on the two [.., L|S, E] products, not on ds.
+            let last = p.rank() - 1;
+            let ds = match p.softmax_backward_fused(&dp, last, false)? {
+                Some(ds) => ds,
+                None => p.mul(&dp.sub(&dp.mul(&p)?.sum(&[-1], true)?)?)?,
+            };
             (
-                when(need[0], || ds.matmul(&k))?,
-                when(need[1], || ds.transpose(-2, -1)?.matmul(&q))?,
+                when(need[0], || ds.matmul(&k)?.mul_scalar(scale))?,
+                when(need[1], || ds.transpose(-2, -1)?.matmul(&q)?.mul_scalar(scale))?,
             )
         } else {
             (None, None)

@@ -105,7 +105,8 @@ impl Tensor {
                 }));
             }
         }
-        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(scale)?;
+        // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
+        let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
         if let Some(mask) = mask {
             check::same_device(NAME, q, mask)?;
             let fits = broadcast_shapes(mask.shape(), scores.shape()).is_ok_and(|b| b.as_slice() == scores.shape());

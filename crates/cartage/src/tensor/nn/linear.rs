@@ -1,11 +1,13 @@
 //! `Tensor::linear`: `act(x · Wᵀ + b)`, as one fused `Kernel::Linear` (a matmul with its bias and
-//! activation epilogue, cuBLASLt's on CUDA) where the backend lists it for the dtype and nothing
-//! requires a gradient, else composed from `matmul`, `add` and the activation, which autograd
-//! records. Both give the same result within the dtype's rounding.
+//! activation epilogue, cuBLASLt's on CUDA) where the backend lists it for the dtype — recorded
+//! by autograd as one node when there is no activation, run plain when nothing requires a
+//! gradient — else composed from `matmul`, `add` and the activation, which autograd records.
+//! Under autocast all three operands run in the autocast dtype, the bias too, as PyTorch's
+//! `linear` does. Both give the same result within the dtype's rounding.
 
 use cartage_core::{Activation, Error, Kernel, Op, Result, Site};
 
-use crate::autograd::graph;
+use crate::autograd::{formulas, graph};
 use crate::tensor::{Tensor, caller, check};
 
 const NAME: &str = "linear";
@@ -16,8 +18,11 @@ impl Tensor {
     /// one device with one dtype.
     ///
     /// Where the device lists the fused `linear` kernel for the dtype (CUDA: cuBLASLt's bias and
-    /// ReLU/GELU epilogues) and no operand requires a gradient, it runs as one kernel; otherwise
-    /// it is composed from `matmul`, `add` and the activation (and differentiable).
+    /// ReLU/GELU epilogues), it runs as one kernel — with autograd too when `activation` is
+    /// [`Activation::Identity`] (the backward is `g·W`, `gᵀ·x` over the batch-folded rows and the
+    /// rows' sum of `g`); otherwise it is composed from `matmul`, `add` and the activation (and
+    /// differentiable). Under [`crate::autocast`], the input, weight and bias all run in the
+    /// autocast dtype.
     /// [`Activation::Gelu`] is the exact GELU of [`Tensor::gelu`]; [`Activation::GeluTanh`] is
     /// PyTorch's `gelu(approximate="tanh")`, the one cuBLASLt fuses.
     ///
@@ -34,6 +39,14 @@ impl Tensor {
     #[track_caller]
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, activation: Activation) -> Result<Tensor> {
         let site = caller();
+        if crate::autocast::autocast_dtype().is_some() {
+            let (x, w) = (crate::autocast::lower(self)?, crate::autocast::lower(weight)?);
+            let b = bias.map(crate::autocast::lower).transpose()?;
+            let lowered = |t: &Tensor, l: &Tensor| t.dtype != l.dtype;
+            if lowered(self, &x) || lowered(weight, &w) || bias.zip(b.as_ref()).is_some_and(|(b, l)| lowered(b, l)) {
+                return x.linear(&w, b.as_ref(), activation);
+            }
+        }
         check::same_device_and_dtype(NAME, self, weight)?;
         check::float(NAME, self.dtype)?;
         if let Some(b) = bias {
@@ -68,9 +81,20 @@ impl Tensor {
         }
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
-        if !graph::tracking(&inputs) && crate::autocast::autocast_dtype().is_none() {
-            match self.linear_fused(weight, bias, activation, site) {
-                Ok(Some(out)) => return Ok(out),
+        let tracked = graph::tracking(&inputs);
+        // Recorded fused: only without an activation, whose derivative would need the
+        // pre-activation values the fused kernel does not keep.
+        if !tracked || activation == Activation::Identity {
+            let fused = {
+                let _plain = tracked.then(crate::autograd::no_grad);
+                self.linear_fused(weight, bias, activation, site)
+            };
+            match fused {
+                Ok(Some(out)) => {
+                    return Ok(graph::record(out, NAME, &inputs, |_| {
+                        formulas::linalg::linear(self, weight, bias)
+                    }));
+                }
                 Ok(None) | Err(Error::Unsupported { .. }) => {}
                 Err(e) => return Err(e),
             }
