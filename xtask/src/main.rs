@@ -3,6 +3,9 @@
 //! - `bench`: the cross-backend benchmark report (the README's main job).
 //! - `devices`: every device found, with its capabilities.
 //! - `docs [--check]`: writes the figures README.md and docs/GUIDE.md quote from the committed reports.
+//! - `kernels cuda|wgpu [MODE]`: one backend's kernel timings as plain rows, beside its raw-API
+//!   baselines and tuning knobs (`kernels cuda [suite|strided|conv|ops|attention]`,
+//!   `kernels wgpu [suite|half|matmul-sweep]`).
 //! - `launch --nproc N -- <program>`: N local ranks of a program, with torchrun's variables.
 //! - `lint-devices [PATH]`: hard-coded device literals outside the entry point (R17).
 //! - `ops-table`: writes `docs/OPS.md`, every op × backend × dtype from the capabilities.
@@ -11,6 +14,7 @@
 mod bench;
 mod devices;
 mod docs;
+mod kernels;
 mod launch;
 mod lint_devices;
 mod ops_table;
@@ -37,6 +41,8 @@ enum Command {
     Devices,
     /// Write the figures README.md and docs/GUIDE.md quote from the committed reports.
     Docs(docs::DocsArgs),
+    /// Time one backend's kernels directly, as plain rows (`kernels cuda|wgpu [MODE]`).
+    Kernels(kernels::KernelsArgs),
     /// Start N local ranks of a program with torchrun's variables (`-- <program> [args]`).
     Launch(launch::LaunchArgs),
     /// Report hard-coded devices in Rust sources.
@@ -58,6 +64,7 @@ fn main() -> anyhow::Result<()> {
         Command::Report(args) => bench::render(args),
         Command::Devices => devices::run(),
         Command::Docs(args) => docs::run(args),
+        Command::Kernels(args) => kernels::run(args),
         Command::Launch(args) => launch::run(args),
         Command::LintDevices(args) => {
             let findings = lint_devices::run(args)?;

@@ -14,8 +14,9 @@
 //!   sizes, root and peer ranks, no overlap between input and output) and only then hand it to
 //!   the engine's [`Collective::run`]. A `CollectiveCall` cannot be built unchecked;
 //! - each call returns a [`CollectiveHandle`] (the pattern of [`CopyHandle`](crate::CopyHandle)):
-//!   the work may still be running on the device's stream when the call returns, ordered before
-//!   every later kernel on that device; `wait()` blocks the host until it has finished.
+//!   the work may still be running on the device (on a stream of its own, for NCCL) when the
+//!   call returns, ordered before every later kernel or copy that uses its operands' memory;
+//!   `wait()` blocks the host until it has finished.
 //!
 //! Every rank of a group must issue the same collectives in the same order with matching sizes
 //! (as with NCCL and MPI). A rank that never takes part makes the others fail with

@@ -112,6 +112,9 @@
 //!     the input gradient). With `x̂` the normalised row, `ĝ = g·weight`, `r` = 1/std (layer) or
 //!     1/rms (RMS) over the last dim of size D: layer norm gives
 //!     `r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))`, RMS norm `r·(ĝ − x̂·mean(ĝ·x̂))`.
+//!   - `GeluBackward`: the input gradient of the exact GELU, from the forward's `input` x and
+//!     the incoming `grad` g, element by element: `g·(Φ(x) + x·φ(x))`, with Φ the standard
+//!     normal distribution function and φ its density.
 //!   - `CrossEntropyBackward`: the logits gradient of `CrossEntropy` for a per-row incoming
 //!     `grad` `[N]`: `g[n]·(softmax(logits[n]) − (1 − s)·onehot(target[n]) − s / C)`, a zero row
 //!     where the target is `ignore_index`; other targets outside `[0, C)` →
@@ -863,6 +866,15 @@ pub enum Kernel {
         /// The input gradient (same shape and dtype).
         out: TensorArg,
     },
+    /// The input gradient of the exact GELU, element by element.
+    GeluBackward {
+        /// The forward's input.
+        input: TensorArg,
+        /// The gradient reaching the output (same shape and dtype).
+        grad: TensorArg,
+        /// The input gradient (same shape and dtype).
+        out: TensorArg,
+    },
     /// The input gradient of `Norm` over the last dimension.
     NormBackward {
         /// Which normalisation.
@@ -956,6 +968,7 @@ impl Kernel {
             Kernel::Pool2dBackward { mode, .. } => Op::Pool2dBackward(mode.kind()),
             Kernel::SoftmaxBackward { log: false, .. } => Op::SoftmaxBackward,
             Kernel::SoftmaxBackward { log: true, .. } => Op::LogSoftmaxBackward,
+            Kernel::GeluBackward { .. } => Op::GeluBackward,
             Kernel::NormBackward { kind, .. } => Op::NormBackward(*kind),
             Kernel::CrossEntropyBackward { .. } => Op::CrossEntropyBackward,
             Kernel::Update { rule, .. } => Op::Update(rule.kind()),
@@ -991,6 +1004,7 @@ impl Kernel {
             Kernel::Pool2dBackward { grad, .. } => grad.dtype,
             Kernel::SoftmaxBackward { output, .. } => output.dtype,
             Kernel::NormBackward { input, .. } => input.dtype,
+            Kernel::GeluBackward { input, .. } => input.dtype,
             Kernel::CrossEntropyBackward { logits, .. } => logits.dtype,
             Kernel::Update { param, .. } => param.dtype,
             // No set at all is refused by `validate`; any float dtype names the op meanwhile.
@@ -1087,6 +1101,7 @@ impl Kernel {
                 out,
                 ..
             } => [Some(logits), Some(target), Some(grad), Some(out)],
+            Kernel::GeluBackward { input, grad, out } => [Some(input), Some(grad), Some(out), None],
             Kernel::Update { grad, state, param, .. } => {
                 [Some(grad), state[0].as_ref(), state[1].as_ref(), Some(param)]
             }
@@ -1224,6 +1239,8 @@ pub enum Op {
     LogSoftmaxBackward,
     NormBackward(NormKind),
     CrossEntropyBackward,
+    /// `Kernel::GeluBackward` (optional).
+    GeluBackward,
     Update(UpdateKind),
     UpdateMany(UpdateKind),
 }
@@ -1255,6 +1272,7 @@ impl Op {
         ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2dBackward(k)));
         ops.extend([Op::SoftmaxBackward, Op::LogSoftmaxBackward, Op::CrossEntropyBackward]);
         ops.extend([Op::NormBackward(NormKind::Layer), Op::NormBackward(NormKind::Rms)]);
+        ops.push(Op::GeluBackward);
         ops.extend(UpdateKind::ALL.iter().map(|&k| Op::Update(k)));
         ops.extend(UpdateKind::ALL.iter().map(|&k| Op::UpdateMany(k)));
         ops
@@ -1296,6 +1314,7 @@ impl Op {
             Op::LogSoftmaxBackward => "log_softmax_backward".into(),
             Op::NormBackward(k) => format!("{}_backward", k.name()),
             Op::CrossEntropyBackward => "cross_entropy_backward".into(),
+            Op::GeluBackward => "gelu_backward".into(),
             Op::Update(k) => k.name().into(),
             Op::UpdateMany(k) => k.many_name().into(),
         }
@@ -1320,6 +1339,7 @@ impl Op {
                 | Op::LogSoftmaxBackward
                 | Op::NormBackward(_)
                 | Op::CrossEntropyBackward
+                | Op::GeluBackward
                 | Op::Update(_)
                 | Op::UpdateMany(_)
         )
@@ -1339,7 +1359,7 @@ impl Op {
             Op::AttentionBackward | Op::Pool2d(_) | Op::Pool2dBackward(_) | Op::Linear => float,
             Op::Conv2dBackwardInput | Op::Conv2dBackwardWeight => float,
             Op::SoftmaxBackward | Op::LogSoftmaxBackward | Op::NormBackward(_) => float,
-            Op::CrossEntropyBackward | Op::Update(_) | Op::UpdateMany(_) => float,
+            Op::CrossEntropyBackward | Op::GeluBackward | Op::Update(_) | Op::UpdateMany(_) => float,
             Op::Compare(_) => true,
             Op::RandomUniform | Op::RandomNormal | Op::Softmax | Op::LogSoftmax | Op::Matmul => float,
             Op::Unary(u) => float || (u.integer_ok() && !boolean),

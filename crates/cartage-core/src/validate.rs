@@ -189,6 +189,7 @@ impl Kernel {
             Kernel::SoftmaxBackward {
                 output, grad, dim, out, ..
             } => backward::softmax(self.name(), output, grad, *dim, out),
+            Kernel::GeluBackward { input, grad, out } => backward::elementwise(self.name(), input, grad, out),
             Kernel::NormBackward {
                 kind,
                 input,
@@ -248,6 +249,7 @@ impl Kernel {
             Kernel::Pool2dBackward { mode, .. } => mode.kind().backward_name(),
             Kernel::SoftmaxBackward { log: false, .. } => "softmax_backward",
             Kernel::SoftmaxBackward { log: true, .. } => "log_softmax_backward",
+            Kernel::GeluBackward { .. } => "gelu_backward",
             Kernel::NormBackward {
                 kind: crate::NormKind::Layer,
                 ..

@@ -27,6 +27,20 @@ pub(crate) fn softmax(
     writable(name, out)
 }
 
+/// An element-wise backward (`GeluBackward`): input, grad and out of one shape and float dtype;
+/// `out` apart from both.
+pub(crate) fn elementwise(name: &'static str, input: &TensorArg, grad: &TensorArg, out: &TensorArg) -> Result<()> {
+    for arg in [input, grad] {
+        same_shape(name, arg, out)?;
+        same_dtype(name, arg, out)?;
+        aligned(name, arg)?;
+        apart(name, arg, out)?;
+    }
+    float(name, out)?;
+    aligned(name, out)?;
+    writable(name, out)
+}
+
 /// `NormBackward`: input, grad and out alike; the weight 1-D of the last dim's size.
 pub(crate) fn norm(
     kind: NormKind,

@@ -27,8 +27,8 @@ use cartage_core::{
 use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
 use crate::{
-    backward_rows, cross_entropy, cross_entropy_backward, elementwise, host_copy, index, linear, matmul, norm, pool,
-    reduce, scan, scatter, softmax, sort, unary, update, update_many,
+    backward_rows, cross_entropy, cross_entropy_backward, elementwise, gelu_backward, host_copy, index, linear, matmul,
+    norm, pool, reduce, scan, scatter, softmax, sort, unary, update, update_many,
 };
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
@@ -65,7 +65,7 @@ impl CpuBackend {
             .chain(PoolKind::ALL.map(Op::Pool2dBackward))
             .chain(UpdateKind::ALL.map(Op::Update))
             .chain(UpdateKind::ALL.map(Op::UpdateMany))
-            .chain([Op::Linear])
+            .chain([Op::Linear, Op::GeluBackward])
         {
             for dtype in DType::ALL.into_iter().filter(|d| d.is_float()) {
                 capabilities.add(op, dtype);
@@ -183,6 +183,7 @@ impl CpuBackend {
                 eps,
                 out,
             } => backward_rows::norm_backward(*kind, input, weight.as_ref(), grad, *eps, out),
+            Kernel::GeluBackward { input, grad, out } => gelu_backward::gelu_backward(input, grad, out),
             Kernel::CrossEntropyBackward {
                 logits,
                 target,
@@ -263,7 +264,8 @@ fn may_go_parallel(kernel: &Kernel) -> bool {
         | Kernel::Unary { out, .. }
         | Kernel::Binary { out, .. }
         | Kernel::Compare { out, .. }
-        | Kernel::Where { out, .. } => out.layout.numel() >= CHUNK_MIN_ELEMENTS,
+        | Kernel::Where { out, .. }
+        | Kernel::GeluBackward { out, .. } => out.layout.numel() >= CHUNK_MIN_ELEMENTS,
         Kernel::Scatter { .. } => false,
         // Many small sets add up: the total decides.
         Kernel::UpdateMany { sets, .. } => {

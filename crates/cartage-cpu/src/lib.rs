@@ -31,6 +31,7 @@ mod dispatch;
 mod elem;
 mod elementwise;
 mod fast_math;
+mod gelu_backward;
 mod host_copy;
 mod index;
 mod linear;

@@ -1,4 +1,4 @@
-"""Join cuda_bench's and torch_bench.py's RESULT lines into one table of ratios against the targets
+"""Join `cargo xtask kernels cuda`'s and torch_bench.py's RESULT lines into one table of ratios against the targets
 of the CUDA backend's issue. Usage: python3 compare.py cartage.tsv torch.tsv
 A ratio above 1 always means cartage is better (faster, or more throughput)."""
 import sys

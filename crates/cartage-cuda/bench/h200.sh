@@ -50,7 +50,8 @@ fi
 if [[ $steps == *" bench "* ]]; then
   q=""; [[ $steps == *" quick "* ]] && q="--quick"
   echo "== bench"
-  timeout 240 $stage/bin/cuda_bench $q > "$out/cartage.tsv" 2> "$out/cartage.err"; echo "cuda_bench exit $?"
+  # The kernel timings are `cargo xtask kernels cuda`: the staged xtask binary (stage `-p xtask` too).
+  timeout 240 $stage/bin/xtask kernels cuda $q > "$out/cartage.tsv" 2> "$out/cartage.err"; echo "kernels cuda exit $?"
   tail -3 "$out/cartage.err"
   PYTHONUNBUFFERED=1 timeout 240 python3 crates/cartage-cuda/bench/torch_bench.py $q > "$out/torch.tsv" 2> "$out/torch.err"
   echo "torch_bench exit $?"; tail -2 "$out/torch.err"

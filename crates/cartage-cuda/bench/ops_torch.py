@@ -1,11 +1,12 @@
-"""PyTorch baselines for `cuda_bench ops` (`src/bin/cuda_bench.rs`): the same cases and sizes.
+"""PyTorch baselines for `cargo xtask kernels cuda ops` (`xtask/src/kernels/cuda/families.rs`): the
+same cases and sizes.
 
 Row-wise model ops on [2^26 / cols, cols]: softmax and log-softmax at several row lengths, and
 layer norm, RMS norm and per-row cross-entropy at 4096, in f32 and bf16. Prints
 `RESULT<TAB>torch_<case><TAB>GB/s<TAB>unit` lines (GB/s of the bytes each op must read and write),
-then a table joining them with cuda_bench's lines when those are given on stdin or in a file.
+then a table joining them with `kernels cuda ops`'s lines when those are given on stdin or in a file.
 Device time: torch.cuda.Event pairs, median of 30 after 5 warm-up calls.
-Usage: python3 ops_torch.py [cuda_bench_ops_output.txt]
+Usage: python3 ops_torch.py [kernels_cuda_ops_output.txt]
 """
 import statistics
 import sys

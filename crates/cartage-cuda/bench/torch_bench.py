@@ -1,6 +1,7 @@
-"""PyTorch baselines for cartage's CUDA benchmark (`src/bin/cuda_bench.rs`), same cases and sizes.
+"""PyTorch baselines for cartage's CUDA benchmark (`cargo xtask kernels cuda`,
+`xtask/src/kernels/cuda/`), same cases and sizes.
 
-Prints `RESULT<TAB>case<TAB>value<TAB>unit` lines; `compare.py` joins them with cuda_bench's.
+Prints `RESULT<TAB>case<TAB>value<TAB>unit` lines; `compare.py` joins them with `kernels cuda`'s.
 Device time: torch.cuda.Event pairs, median of >= 20 after warm-up. Host time per call: a loop
 ended by torch.cuda.synchronize(). Usage: python3 torch_bench.py [--quick]
 """

@@ -169,3 +169,41 @@ BINARY_ALL(u8, u8)
 BINARY(maximum, OpMaximum, bool, bool8)
 BINARY(minimum, OpMinimum, bool, bool8)
 BINARY_STRIDED(bool, bool8)
+
+// `gelu_backward_<dtype>_contig(out, x, g, n)` and `gelu_backward_<dtype>_strided(out, x, g,
+// shape, so, sx, sg)` (Kernel::GeluBackward): the exact GELU's input gradient
+// g·(Φ(x) + x·φ(x)), in f32 for the half types, rounded once on store.
+struct OpGeluGrad {
+    __device__ static float f(float x, float g) {
+        float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+        float pdf = 0.39894228040143267794f * expf(-0.5f * x * x);
+        return g * (cdf + x * pdf);
+    }
+    __device__ static double f(double x, double g) {
+        double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440));
+        double pdf = 0.39894228040143267794 * exp(-0.5 * x * x);
+        return g * (cdf + x * pdf);
+    }
+};
+template <typename T>
+__device__ void gelu_backward_strided(T* out, const T* x, const T* g, const Shape& sh, const Strides& so,
+                                      const Strides& sx, const Strides& sg) {
+    for (u64 i = global_thread(); i < sh.numel; i += grid_threads()) {
+        i64 oo, ox, og;
+        offset3(i, sh, so, sx, sg, oo, ox, og);
+        out[oo] = apply2<T, OpGeluGrad>(x[ox], g[og]);
+    }
+}
+#define GELU_BACKWARD(TN, T)                                                                               \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                 \
+        gelu_backward_##TN##_contig(T* out, const T* x, const T* g, u64 n) {                              \
+        binary_contig<T, OpGeluGrad>(out, x, g, n);                                                        \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS) gelu_backward_##TN##_strided(                   \
+        T* out, const T* x, const T* g, Shape sh, Strides so, Strides sx, Strides sg) {                   \
+        gelu_backward_strided<T>(out, x, g, sh, so, sx, sg);                                               \
+    }
+GELU_BACKWARD(f32, f32)
+GELU_BACKWARD(f64, f64)
+GELU_BACKWARD(f16, f16)
+GELU_BACKWARD(bf16, bf16)

@@ -103,6 +103,9 @@ fn add_backward_and_update(caps: &mut Capabilities) {
     for dtype in crate::launch::attention_backward::DTYPES {
         caps.add(Op::AttentionBackward, dtype);
     }
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        caps.add(Op::GeluBackward, dtype);
+    }
     for kind in PoolKind::ALL {
         for dtype in crate::launch::pool::DTYPES {
             caps.add(Op::Pool2d(kind), dtype);

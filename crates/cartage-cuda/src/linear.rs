@@ -1,7 +1,7 @@
 //! `Kernel::Linear` on CUDA: `act(input · weightᵀ + bias)` as one cuBLASLt matmul with its
 //! epilogue — `BIAS`, `RELU(_BIAS)` or `GELU(_BIAS)` (cuBLASLt's GELU is the tanh approximation,
 //! [`Activation::GeluTanh`]). The exact GELU runs the bias epilogue, then the GELU kernel in
-//! place. Where the product runs on GemmEx instead (cuBLASLt refused the problem) or `K = 0`,
+//! place; with neither a bias nor a fusable activation, it is the plain matmul kernel. Where the product runs on GemmEx instead (cuBLASLt refused the problem) or `K = 0`,
 //! the bias and activation follow as in-place element-wise kernels; the tanh GELU has no
 //! standalone kernel, so a `K = 0` product with it runs as the epilogue of a `K = 1` product of
 //! zeros, and only where cuBLASLt refuses even that is it `Unsupported` (the frontend composes).
@@ -70,6 +70,29 @@ pub(crate) unsafe fn linear(
         // Safe to reuse at once: later users of the block are queued after these launches.
         backend.allocator.free(block);
         return outcome;
+    }
+    if bias.is_none() && matches!(activation, Activation::Identity | Activation::Gelu) {
+        // Nothing for cuBLASLt to fuse: the plain matmul (its own routing), then the GELU in
+        // place.
+        let batch = |arg: &TensorArg, layout: Result<Layout>| -> Result<TensorArg> {
+            Ok(TensorArg {
+                layout: layout?,
+                ..arg.clone()
+            })
+        };
+        let product = Kernel::Matmul {
+            lhs: batch(input, input.layout.unsqueeze(0))?,
+            rhs: batch(weight, weight.layout.transpose(0, 1).and_then(|l| l.unsqueeze(0)))?,
+            out: batch(out, out.layout.unsqueeze(0))?,
+        };
+        // SAFETY: validated operands in live blocks (this function's contract), viewed as the
+        // batch of one the matmul kernel takes.
+        unsafe { launch(backend, &product) }?;
+        return match activation {
+            // SAFETY: `out` holds the product in a live block of this device.
+            Activation::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
+            _ => Ok(()),
+        };
     }
     if k == 0 {
         let zero = Kernel::Fill {

@@ -7,12 +7,25 @@
 //!   types and constants; the entry points are looked up here because cudarc's loader does not
 //!   try `libnccl.so.2` and panics when a library or symbol is missing. A machine without NCCL
 //!   gets [`Error::BackendUnavailable`] naming `libnccl.so.2`; nothing in the build needs NCCL.
-//! - **On the compute stream, asynchronous.** A collective is queued on the backend's compute
-//!   stream after the work already queued on its operands (and after asynchronous copies into
-//!   them, [`crate::ordering`]), so every later kernel sees its result; the call returns at once.
-//!   The handle's `wait` polls a CUDA event and NCCL's asynchronous error; past the timeout (a
-//!   peer died or never called) it aborts the communicator and fails with
-//!   [`Error::RanksMissing`] instead of hanging.
+//! - **On the communicator's own stream, asynchronous.** Each communicator has a non-blocking
+//!   stream of the device's context, at the device's highest priority (NCCL's kernels take few
+//!   multiprocessors, and a rank that starts late holds up every peer), so that a gradient
+//!   bucket's all-reduce runs beside the backward kernels queued after it instead of between
+//!   them. It is ordered with events, per segment, by the backend's [`crate::ordering`], as the
+//!   copy stream is: before a collective, its stream waits for an event recorded on the compute
+//!   stream after the last compute work queued on its operands' segments (and for asynchronous
+//!   copies and other communicators' collectives pending on them); after it, an event recorded
+//!   on its stream is kept with those segments, and the next compute work on them (the optimizer
+//!   step, a read, a kernel on a block freed into the caching allocator and handed out again)
+//!   and the next copy wait for it. Compute on other segments does not (the unit is the
+//!   allocator's segment, as for copies: a buffer below 10 MiB shares a 2 or 20 MiB segment
+//!   with others, whose compute then waits for the collective too). The call returns at once;
+//!   `Backend::synchronize` waits for the collectives too, and a barrier waits for all the
+//!   compute queued before it. Collectives are refused during a graph capture (the graph records
+//!   the compute stream only).
+//! - **Handles.** The handle waits on that event: its `wait` polls it and NCCL's asynchronous
+//!   error; past the timeout (a peer died or never called) it aborts the communicator and fails
+//!   with [`Error::RanksMissing`] instead of hanging.
 //! - **One thread at a time** per communicator (NCCL's rule): calls take a lock.
 //! - `ncclCommInitRank` blocks until every rank has joined, so join after a rendezvous (the
 //!   frontend's `ProcessGroup::init` does). A rank that never joins (it died after the
@@ -29,7 +42,7 @@ use cartage_core::{
     Backend, Collective, CollectiveArg, CollectiveEngine, CollectiveHandle, CopyCompletion, DType, Device,
     DeviceBuffer, Error, ReduceKind, Result,
 };
-use cudarc::driver::CudaEvent;
+use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 
 use crate::backend::CudaBackend;
@@ -264,9 +277,9 @@ impl Comm {
     }
 }
 
-/// The completion of one collective: a CUDA event after it on the compute stream.
+/// The completion of one collective: a CUDA event after it on the communicator's stream.
 struct NcclCompletion {
-    event: CudaEvent,
+    event: Arc<CudaEvent>,
     comm: Arc<Comm>,
     op: &'static str,
     rank: usize,
@@ -325,6 +338,8 @@ pub struct NcclCommunicator {
     backend: Arc<CudaBackend>,
     /// The same backend, as core's trait object (for scratch buffers).
     backend_dyn: Arc<dyn Backend>,
+    /// The stream this communicator's collectives run on (see the module docs).
+    stream: Arc<CudaStream>,
     comm: Arc<Comm>,
     rank: usize,
     world_size: usize,
@@ -342,9 +357,14 @@ impl std::fmt::Debug for NcclCommunicator {
 }
 
 impl NcclCommunicator {
-    /// Queue `call` on the compute stream and return its handle.
+    /// Queue `call` on the communicator's stream, ordered against the compute stream and the
+    /// copy stream per segment, and return its handle.
     fn enqueue(&self, call: &CollectiveCall<'_>) -> Result<CollectiveHandle> {
         let device = self.backend.device;
+        self.backend.refuse_in_capture(
+            call.name(),
+            "collectives run on the communicator's own stream, which the graph does not record",
+        )?;
         let lib = library_for(device)?;
         let operands = call.kind().operands();
         for operand in &operands {
@@ -379,17 +399,48 @@ impl NcclCommunicator {
         self.backend.bind()?;
         let mut slices: Vec<_> = operands.iter().map(|o| o.bytes()).collect();
         slices.extend(scratch.as_ref().map(DeviceBuffer::slice));
-        self.backend.order.before_compute(&self.backend.compute, &slices)?;
-        let stream = self.backend.compute.cu_stream() as *mut c_void;
+        // Created before anything is queued, so that a failure here leaves nothing in flight.
+        let event = Arc::new(
+            self.backend
+                .ctx
+                .new_event(None)
+                .map_err(driver::error(device, "create event"))?,
+        );
+        for slice in &slices {
+            self.backend.order.collective_after_compute(
+                &self.backend.ctx,
+                &self.backend.compute,
+                &self.stream,
+                *slice,
+            )?;
+        }
+        if matches!(call.kind(), CallKind::Barrier) {
+            // A barrier follows all the compute this rank queued before it, not only the work on
+            // its scratch byte's segment.
+            let queued = self
+                .backend
+                .ctx
+                .new_event(None)
+                .map_err(driver::error(device, "create event"))?;
+            queued
+                .record(&self.backend.compute)
+                .map_err(driver::error(device, "record event"))?;
+            self.stream
+                .wait(&queued)
+                .map_err(driver::error(device, "order a barrier after compute"))?;
+        }
+        let stream = self.stream.cu_stream() as *mut c_void;
         let src = |o: &CollectiveArg<'_>| o.bytes().addr() as *const c_void;
         let dst = |o: &CollectiveArg<'_>| o.bytes().addr() as *mut c_void;
         // SAFETY: every address lies in a live block of this device's memory (each operand is
         // inside a `DeviceBuffer` borrowed for the call, checked above to belong to this backend;
-        // the scratch buffer is ours), blocks are freed only in stream order, and
-        // `CollectiveCall::check` verified the element counts the call reads and writes: an
-        // all-gather output holds world × input, a reduce-scatter input world × output, a
-        // root or peer is a rank of the group. `comm` is live and used by this thread alone
-        // (guard held); `stream` is this device's compute stream, whose context is bound.
+        // the scratch buffer is ours), and `CollectiveCall::check` verified the element counts
+        // the call reads and writes: an all-gather output holds world × input, a reduce-scatter
+        // input world × output, a root or peer is a rank of the group. The stream waits (above)
+        // for the compute work and copies queued on those segments so far, and every later
+        // user of them, freed or not, waits for the event recorded after the call (below), so
+        // no other work touches the memory meanwhile. `comm` is live and used by this thread
+        // alone (guard held); `stream` is this communicator's stream, whose context is bound.
         let code = unsafe {
             match call.kind() {
                 CallKind::AllReduce { buf, op } => (lib.all_reduce)(
@@ -455,14 +506,19 @@ impl NcclCommunicator {
         };
         lib.check(device, call.name(), code, Some(comm))?;
         drop(guard);
-        let event = self
-            .backend
-            .ctx
-            .new_event(None)
-            .map_err(driver::error(device, "create event"))?;
-        event
-            .record(&self.backend.compute)
-            .map_err(driver::error(device, "record event"))?;
+        if let Err(e) = event.record(&self.stream) {
+            // The collective is queued but nothing could track it: drain the stream before the
+            // operands can be reused.
+            if let Err(sync) = self.stream.synchronize() {
+                tracing::error!(%device, error = %sync, "could not drain the communicator's stream");
+            }
+            return Err(driver::error(device, "record event")(e));
+        }
+        for slice in &slices {
+            self.backend
+                .order
+                .after_collective(&self.stream, *slice, Arc::clone(&event));
+        }
         Ok(CollectiveHandle::new(
             call.name(),
             Arc::new(NcclCompletion {
@@ -500,7 +556,8 @@ impl Collective for NcclCommunicator {
 }
 
 impl Drop for NcclCommunicator {
-    /// Wait (bounded by the timeout) for the work queued so far, then destroy the communicator;
+    /// Wait (bounded by the timeout) for the collectives queued so far on the communicator's
+    /// stream, then destroy the communicator;
     /// abort it instead when that work fails or never finishes, so a dead peer cannot hang the
     /// drop.
     fn drop(&mut self) {
@@ -516,10 +573,10 @@ impl Drop for NcclCommunicator {
             })
             .and_then(|event| {
                 event
-                    .record(&self.backend.compute)
+                    .record(&self.stream)
                     .map_err(driver::error(self.backend.device, "record event"))?;
                 let completion = NcclCompletion {
-                    event,
+                    event: Arc::new(event),
                     comm: Arc::clone(&self.comm),
                     op: "destroy communicator",
                     rank: self.rank,
@@ -597,6 +654,8 @@ impl NcclEngine {
                 ),
             ));
         }
+        // The streams first: once NCCL has made the communicators, nothing is left to fail.
+        let streams: Vec<Arc<CudaStream>> = cuda.iter().map(|b| comm_stream(b)).collect::<Result<_>>()?;
         let mut comms: Vec<ncclComm_t> = vec![std::ptr::null_mut(); ordinals.len()];
         // SAFETY: `comms` has room for one communicator per listed device; `ordinals` lists
         // distinct devices this process can open (each opened as a backend above).
@@ -606,18 +665,21 @@ impl NcclEngine {
         Ok(cuda
             .into_iter()
             .zip(backends)
-            .zip(comms)
+            .zip(comms.into_iter().zip(streams))
             .enumerate()
-            .map(|(rank, ((backend, backend_dyn), raw))| {
-                Arc::new(self.member(backend, Arc::clone(backend_dyn), raw, rank, world_size)) as Arc<dyn Collective>
+            .map(|(rank, ((backend, backend_dyn), (raw, stream)))| {
+                let member = self.member(backend, Arc::clone(backend_dyn), stream, raw, rank, world_size);
+                Arc::new(member) as Arc<dyn Collective>
             })
             .collect())
     }
 
+    /// The member of rank `rank` on `backend`, its collectives on `stream`.
     fn member(
         &self,
         backend: Arc<CudaBackend>,
         backend_dyn: Arc<dyn Backend>,
+        stream: Arc<CudaStream>,
         raw: ncclComm_t,
         rank: usize,
         world_size: usize,
@@ -630,11 +692,24 @@ impl NcclEngine {
             }),
             backend,
             backend_dyn,
+            stream,
             rank,
             world_size,
             timeout: self.timeout,
         }
     }
+}
+
+/// A non-blocking stream of `backend`'s context at the device's highest priority, for one
+/// communicator's collectives.
+fn comm_stream(backend: &CudaBackend) -> Result<Arc<CudaStream>> {
+    let err = |op| driver::error(backend.device, op);
+    backend.bind()?;
+    let (_, greatest) = cudarc::driver::result::stream::get_priority_range().map_err(err("stream priorities"))?;
+    backend
+        .ctx
+        .new_stream_with_priority(greatest)
+        .map_err(err("create the communicator's stream"))
 }
 
 /// The CUDA backend behind `backend` (the one `open_cuda` caches for its ordinal).
@@ -695,6 +770,8 @@ impl CollectiveEngine for NcclEngine {
                 ),
             ));
         }
+        // The stream first: once NCCL has made the communicator, nothing is left to fail.
+        let stream = comm_stream(&cuda)?;
         let mut unique = ncclUniqueId {
             internal: [0; ID_BYTES],
         };
@@ -735,6 +812,13 @@ impl CollectiveEngine for NcclEngine {
                 });
             }
         };
-        Ok(Arc::new(self.member(cuda, Arc::clone(backend), raw, rank, world_size)))
+        Ok(Arc::new(self.member(
+            cuda,
+            Arc::clone(backend),
+            stream,
+            raw,
+            rank,
+            world_size,
+        )))
     }
 }

@@ -1,6 +1,6 @@
-"""PyTorch CUDA reference for crates/cartage-wgpu/src/bin/wgpu_bench.rs, same ops and sizes.
+"""PyTorch CUDA reference for `cargo xtask kernels wgpu` (xtask/src/kernels/wgpu/), same ops and sizes.
 
-`--half`: the rows of `wgpu_bench --half` instead (f16/bf16 add and copy of 16 Mi elements,
+`--half`: the rows of `cargo xtask kernels wgpu half` instead (f16/bf16 add and copy of 16 Mi elements,
 4096³ matmul in f16, bf16 and f32, 256 MiB host<->device copies from pinned and pageable memory).
 
 Device times with torch.cuda.Event, median of 20 after warm-up; TF32 off for f32 matmul.

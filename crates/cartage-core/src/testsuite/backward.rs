@@ -1,5 +1,5 @@
 //! The backward kernels, optional fused kernels: where the backend lists `SoftmaxBackward`,
-//! `LogSoftmaxBackward`, `NormBackward` or `CrossEntropyBackward` for a dtype, each case is
+//! `LogSoftmaxBackward`, `NormBackward`, `CrossEntropyBackward` or `GeluBackward` for a dtype, each case is
 //! compared with the f64 formula of the module docs of `kernel.rs` on the same (rounded)
 //! inputs; every other dtype must be refused with `Unsupported`.
 //!
@@ -16,7 +16,7 @@ use super::Spec;
 use super::buffers::encode_ints;
 use super::harness::Harness;
 use super::index::{INDEX_DTYPES, expect_out_of_range};
-use super::reference::{Tolerance, accumulation_eps};
+use super::reference::{Tolerance, accumulation_eps, erf};
 use super::reference_model::lines;
 use super::views::{Line, ViewKind, view};
 
@@ -122,6 +122,58 @@ fn softmax_case(h: &Harness, dtype: DType, log: bool, shape: &[usize], dim: usiz
         }
     }
     h.check_with(&what, &out, &out_layout, &want, |i, _| allowed[i]);
+}
+
+/// `GeluBackward`: `g·(Φ(x) + x·φ(x))` element by element, over inputs spread across ±5 (both
+/// tails and the turn near −0.75), in every view of [`row_cases`].
+pub fn gelu_backward(h: &Harness) {
+    for dtype in DType::ALL {
+        if !h.supports(Op::GeluBackward, dtype) {
+            let (a, b, out) = (
+                h.upload(dtype, &[0.5; 3]),
+                h.upload(dtype, &[1.0; 3]),
+                h.poisoned(dtype, 3),
+            );
+            let kernel = Kernel::GeluBackward {
+                input: a.contiguous(&[3]),
+                grad: b.contiguous(&[3]),
+                out: out.contiguous(&[3]),
+            };
+            h.expect_unsupported(&format!("gelu_backward {dtype}"), &kernel);
+            continue;
+        }
+        for (shape, _, kinds) in row_cases() {
+            let input = h.operand(dtype, kinds[0], &shape, Spec::new((-5.0, 5.0), (0, 0)));
+            let grad = h.operand(dtype, kinds[1], &shape, Spec::standard());
+            let out_view = view(kinds[2], &shape);
+            let (out, out_layout) = (h.poisoned(dtype, out_view.base_len), out_view.layout.clone());
+            let what = format!(
+                "gelu_backward {dtype} {shape:?} ({}, {} into {})",
+                kinds[0].name(),
+                kinds[1].name(),
+                kinds[2].name()
+            );
+            let kernel = Kernel::GeluBackward {
+                input: input.arg(),
+                grad: grad.arg(),
+                out: out.arg(&out_layout),
+            };
+            if !h.launch(&what, &kernel) {
+                continue;
+            }
+            let tol = Tolerance::transcendental(dtype);
+            let density = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
+            let (mut want, mut allowed) = (Vec::new(), Vec::new());
+            for (&x, &g) in input.values.iter().zip(&grad.values) {
+                let slope = 0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2)) + x * density * (-0.5 * x * x).exp();
+                want.push(g * slope);
+                // One rounding of the result, and the slope's own error relative to its size
+                // (at most about 1.13) times the gradient.
+                allowed.push(tol.allowed(g * slope) + tol.rel * 1.2 * g.abs());
+            }
+            h.check_with(&what, &out, &out_layout, &want, |i, _| allowed[i]);
+        }
+    }
 }
 
 /// `NormBackward`: both kinds, with and without a weight.

@@ -183,6 +183,10 @@ macro_rules! conformance_tests {
                 suite::run(SUITE, "norm_backward", $open, suite::backward::norm_backward);
             }
             #[test]
+            fn gelu_backward() {
+                suite::run(SUITE, "gelu_backward", $open, suite::backward::gelu_backward);
+            }
+            #[test]
             fn cross_entropy_backward() {
                 suite::run(
                     SUITE,

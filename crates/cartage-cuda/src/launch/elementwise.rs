@@ -240,6 +240,39 @@ pub(super) fn binary(
     )
 }
 
+/// `Kernel::GeluBackward`: `out = grad·(Φ(input) + input·φ(input))`, vectorised where all three
+/// operands are dense, else strided.
+pub(super) fn gelu_backward(backend: &CudaBackend, input: &TensorArg, grad: &TensorArg, out: &TensorArg) -> Result<()> {
+    let n = out.layout.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let (po, px, pg) = (device_ptr(out), device_ptr(input), device_ptr(grad));
+    let dt = input.dtype.name();
+    let slices = [input.buffer, grad.buffer, out.buffer];
+    if dense(&[input, grad, out]) {
+        let name = backend
+            .modules
+            .kernel(KernelName::new(SourceFile::Binary, ["gelu_backward", dt, "contig", ""]))?;
+        let n64 = n as u64;
+        let cfg = contig_blocks(n, input.dtype);
+        return launch_kernel!(backend, name, cfg, slices, &po, &px, &pg, &n64);
+    }
+    let geometry = Coalesced::of("gelu_backward", &[&out.layout, &input.layout, &grad.layout])?;
+    let (shape, so, sx, sg) = (
+        geometry.shape(),
+        geometry.strides(0),
+        geometry.strides(1),
+        geometry.strides(2),
+    );
+    let name = backend.modules.kernel(KernelName::new(
+        SourceFile::Binary,
+        ["gelu_backward", dt, "strided", ""],
+    ))?;
+    let cfg = grid(n as u64, max_blocks(backend, &name));
+    launch_kernel!(backend, name, cfg, slices, &po, &px, &pg, &shape, &so, &sx, &sg)
+}
+
 pub(super) fn compare(
     backend: &CudaBackend,
     op: CompareOp,

@@ -211,6 +211,7 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             log,
             out,
         } => backward::softmax_backward(backend, output, grad, *dim, *log, out),
+        Kernel::GeluBackward { input, grad, out } => elementwise::gelu_backward(backend, input, grad, out),
         Kernel::NormBackward {
             kind,
             input,

@@ -88,10 +88,13 @@ impl CoopTiling {
     /// One subgroup per 64 × 64 block, fragments straight from storage.
     pub const DIRECT: CoopTiling = CoopTiling::Direct { prefetch: false };
 
-    /// The default where `CARTAGE_WGPU_MATMUL_VARIANT` names none: the kernel measured so far
-    /// (73.7 TFLOP/s at 4096³ on an H200), until a sweep (`wgpu_bench matmul-sweep`) on the
-    /// hardware picks a staged shape.
-    pub const DEFAULT: CoopTiling = CoopTiling::DIRECT;
+    /// The default where `CARTAGE_WGPU_MATMUL_VARIANT` names none: 128 × 256 blocks of four
+    /// 64 × 64 subgroup tiles, K steps of 16, double-buffered in workgroup memory. Timed through
+    /// `cargo xtask bench --sections sweep` with the override on an H200's Vulkan adapter, it was
+    /// the fastest f16 shape at every size from 32 to 4096 (169 TFLOP/s at 4096³, where `direct`
+    /// gave 73.7). Problems too small to fill the device with its blocks take
+    /// [`CoopTiling::MEDIUM`], and adapters whose limits it does not fit take `direct`.
+    pub const DEFAULT: CoopTiling = CoopTiling::Staged(StagedTiling::new(128, 256, 16, 64, 64, 2));
 
     /// Every shape the sweep tries (the direct kernels first).
     pub const CANDIDATES: [CoopTiling; 11] = [

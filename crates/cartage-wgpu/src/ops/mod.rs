@@ -147,6 +147,7 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
         | Kernel::Conv2dBackwardWeight { .. }
         | Kernel::Attention { .. }
         | Kernel::Linear { .. }
+        | Kernel::GeluBackward { .. }
         | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),

@@ -22,8 +22,9 @@ use crate::tensor::Tensor;
 /// One rank's view of a group of ranks, each on its own device, that exchange tensors.
 ///
 /// Cloning shares the membership. Every method returns once the work is queued on the device
-/// (on CUDA, NCCL on the compute stream: later ops on the tensor are ordered after it); wait on
-/// the [`CollectiveHandle`] to block the host or to see a failure. Every rank must call the same
+/// (on CUDA, NCCL on the communicator's own stream, beside compute on other memory: later ops on
+/// the tensor are ordered after it); wait on the [`CollectiveHandle`] to block the host or to see
+/// a failure. Every rank must call the same
 /// collectives in the same order with matching shapes.
 #[derive(Clone)]
 pub struct ProcessGroup {

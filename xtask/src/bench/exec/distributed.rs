@@ -68,7 +68,13 @@ mod ranks {
     pub fn run(op: &DistOp, bench: &Bench) -> Result<Outcome, Failure> {
         let groups = join(op.world())?;
         match *op {
-            DistOp::AllReduce { bytes, .. } => Ok(lockstep(groups, bench, |group| AllReduce::new(group, bytes))?),
+            DistOp::AllReduce { bytes, .. } => {
+                // Collectives run on their communicator's own stream, which the compute stream's
+                // events do not follow: time them by the host clock, whose closing
+                // synchronisation waits for them.
+                let host = bench.clone().timing(cartage::bench::TimingMode::HostSynchronized);
+                Ok(lockstep(groups, &host, |group| AllReduce::new(group, bytes))?)
+            }
             DistOp::DdpGpt {
                 layers,
                 dim,

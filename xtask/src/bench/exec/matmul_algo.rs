@@ -2,13 +2,11 @@
 //! backend for the measurement and restored after it; other devices have no such choice and
 //! report it as unsupported (a skip line).
 
-use std::collections::BTreeMap;
-
 use cartage::bench::Bench;
 use cartage::{DType, Device};
 
-use super::super::cases::{MatmulAlgo, MatmulShape};
-use super::{Failure, Outcome, random};
+use super::super::cases::MatmulShape;
+use super::{Failure, Outcome};
 
 /// Measure `shape` on `device`.
 pub fn run(shape: MatmulShape, dtype: DType, device: &Device, bench: &Bench) -> Result<Outcome, Failure> {
@@ -33,7 +31,12 @@ fn on_cuda(
     device: &Device,
     bench: &Bench,
 ) -> Result<Outcome, Failure> {
+    use std::collections::BTreeMap;
+
     use cartage_cuda::MatmulLibrary;
+
+    use super::super::cases::MatmulAlgo;
+    use super::random;
 
     let a = random(&[shape.m, shape.k], dtype, 1, device)?;
     let b = random(&[shape.k, shape.n], dtype, 2, device)?;

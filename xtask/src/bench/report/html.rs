@@ -5,6 +5,9 @@
 use super::blocks::{Block, Cell, Tone};
 use super::charts::WIDTH;
 
+/// The page's CSS. The contents run in two columns (one on a narrow window) with a gap wider
+/// than the second column's list numbers ("12."), which sit outside their items: long titles wrap
+/// inside their own column.
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1360px;margin:2em auto;\
 padding:0 1em;color:#222;line-height:1.45}\
 table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.88em}\
@@ -22,7 +25,8 @@ table.facts th{background:#f6f6f6;white-space:nowrap}\
 code{background:#f2f2f2;padding:0 .25em;border-radius:3px}\
 h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2.2em}\
 nav.toc{background:#f7f7f9;border:1px solid #e3e3e8;border-radius:6px;padding:.6em 1.2em;margin:1em 0}\
-nav.toc ol{columns:2;margin:.3em 0}\
+nav.toc ol{columns:2 22em;column-gap:3.5em;margin:.3em 0}\
+nav.toc li{break-inside:avoid;overflow-wrap:anywhere}\
 .charts{display:flex;flex-wrap:wrap;gap:1em}\
 figure{margin:1em 0;flex:1 1 560px;max-width:760px}figure.wide{flex-basis:100%;max-width:1100px}\
 figcaption{font-size:.85em;color:#555}\

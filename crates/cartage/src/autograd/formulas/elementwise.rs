@@ -47,7 +47,11 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> (BackwardFn, usize
             Ok(vec![Some(g.mul(&slope)?)])
         }),
         U::Gelu => saving(bytes(&[&x]), move |g, _| {
-            // Φ(x) + x·φ(x), with Φ the normal CDF and φ its density.
+            // Φ(x) + x·φ(x), with Φ the normal CDF and φ its density: one kernel where the
+            // backend has it, else composed.
+            if let Some(gx) = x.gelu_backward_fused(g)? {
+                return Ok(vec![Some(gx)]);
+            }
             let cdf = x
                 .mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?
                 .erf()?

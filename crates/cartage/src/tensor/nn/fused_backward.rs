@@ -1,4 +1,4 @@
-//! Launchers of the fused backward kernels (`SoftmaxBackward`, `NormBackward`,
+//! Launchers of the fused backward kernels (`SoftmaxBackward`, `GeluBackward`, `NormBackward`,
 //! `CrossEntropyBackward`) for the autograd formulas. Each returns `None` where the backend lists
 //! no such kernel for the dtype, and the formula then composes the same gradient from other ops.
 
@@ -35,6 +35,23 @@ impl Tensor {
             grad: grad.as_arg(),
             dim,
             log,
+            out: out.as_arg(),
+        };
+        out.launch(&kernel, &[self, &grad], out.numel())?;
+        Ok(Some(out))
+    }
+
+    /// The input gradient of the exact GELU, from the forward's input `self` and the incoming
+    /// `grad`, in one element-wise kernel.
+    pub(crate) fn gelu_backward_fused(&self, grad: &Tensor) -> Result<Option<Tensor>> {
+        if !fused(self, Op::GeluBackward) || grad.shape() != self.shape() {
+            return Ok(None);
+        }
+        let grad = in_dtype_of(grad, self)?;
+        let out = self.alloc_like(self.shape(), self.dtype, caller())?;
+        let kernel = Kernel::GeluBackward {
+            input: self.as_arg(),
+            grad: grad.as_arg(),
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self, &grad], out.numel())?;
