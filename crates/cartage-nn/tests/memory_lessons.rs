@@ -111,8 +111,10 @@ fn emptying_the_cache_every_step_only_adds_device_allocations(device: &Device) -
     let kept = run(10, false)?;
     let emptied = run(10, true)?;
     assert_eq!(kept, 0, "{device}: a warm cache serves every step without new segments");
+    // The first of the ten steps still runs on the warm cache; each later one follows an
+    // `empty_cache` and must take its segments again.
     assert!(
-        emptied >= 10,
+        emptied >= 9,
         "{device}: emptying every step takes segments again every step ({emptied})"
     );
     println!("{device}: segments taken over 10 steps: {kept} keeping the cache, {emptied} emptying it");
