@@ -125,7 +125,7 @@ fn softmax_case(h: &Harness, dtype: DType, log: bool, shape: &[usize], dim: usiz
 }
 
 /// `GeluBackward`: `g·(Φ(x) + x·φ(x))` element by element, over inputs spread across ±5 (both
-/// tails and the turn near −0.75), in every view of [`row_cases`].
+/// tails and the turn near −0.75), in every view of the softmax cases.
 pub fn gelu_backward(h: &Harness) {
     for dtype in DType::ALL {
         if !h.supports(Op::GeluBackward, dtype) {
