@@ -8,6 +8,8 @@
 //! `CARTAGE_REQUIRE=cuda`, so that the single-GPU run stays green).
 #![cfg(feature = "nccl")]
 
+mod nccl_support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,53 +19,11 @@ use cartage_core::{
 };
 use cartage_cuda::nccl::NcclEngine;
 use half::{bf16, f16};
+use nccl_support::{backends, required, serial};
 
 const CHILD_VAR: &str = "CARTAGE_NCCL_TEST_CHILD";
 
-/// Tests of this binary share the GPUs' compute streams: they run one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 const ID_VAR: &str = "CARTAGE_NCCL_TEST_ID";
-
-fn required() -> bool {
-    std::env::var("CARTAGE_REQUIRE").is_ok_and(|v| v.split(',').any(|k| k.trim() == "cuda"))
-}
-
-fn skip(test: &str, device: &str, reason: &str) {
-    cartage_core::testsuite::skip::device_missing(&format!("nccl/{test}"), device, reason);
-}
-
-/// `count` CUDA backends with NCCL loaded, or `None` after a loud skip. A missing driver, device
-/// or NCCL library fails under `CARTAGE_REQUIRE=cuda` when `count` is 1; a second GPU is never
-/// required.
-fn backends(test: &str, count: usize) -> Option<Vec<Arc<dyn Backend>>> {
-    let mut opened = Vec::new();
-    for ordinal in 0..count {
-        match cartage_cuda::open(ordinal) {
-            Ok(b) => opened.push(b),
-            Err(e) => {
-                assert!(
-                    !(required() && ordinal == 0),
-                    "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:0: {e}"
-                );
-                skip(test, &format!("cuda:{ordinal}"), &e.to_string());
-                return None;
-            }
-        }
-    }
-    if let Err(reason) = cartage_cuda::nccl::version() {
-        assert!(
-            !required(),
-            "CARTAGE_REQUIRE names cuda but NCCL does not load: {reason}"
-        );
-        skip(test, "nccl", &reason);
-        return None;
-    }
-    Some(opened)
-}
 
 /// Rank `rank`'s `n` values for `dtype`: small integers, exact in every dtype.
 fn values(dtype: DType, rank: usize, n: usize) -> Vec<f64> {
@@ -229,7 +189,7 @@ fn nccl_loads_or_says_why() {
 #[test]
 fn world_size_one_runs_every_collective() {
     let _serial = serial();
-    let Some(backends) = backends("world_size_one_runs_every_collective", 1) else {
+    let Some(backends) = backends("nccl", "world_size_one_runs_every_collective", 1) else {
         return;
     };
     let engine = NcclEngine::new();
@@ -244,7 +204,7 @@ fn world_size_one_runs_every_collective() {
 #[test]
 fn two_gpus_in_one_process_run_every_collective() {
     let _serial = serial();
-    let Some(backends) = backends("two_gpus_in_one_process_run_every_collective", 2) else {
+    let Some(backends) = backends("nccl", "two_gpus_in_one_process_run_every_collective", 2) else {
         return;
     };
     let members = NcclEngine::new().local_group(&backends).unwrap();
@@ -260,7 +220,7 @@ fn two_gpus_in_one_process_run_every_collective() {
 #[test]
 fn a_rank_that_never_calls_fails_the_other_after_the_timeout() {
     let _serial = serial();
-    if backends("a_rank_that_never_calls_fails_the_other_after_the_timeout", 2).is_none() {
+    if backends("nccl", "a_rank_that_never_calls_fails_the_other_after_the_timeout", 2).is_none() {
         return;
     }
     let status = std::process::Command::new(std::env::current_exe().unwrap())
@@ -285,7 +245,7 @@ fn rank_that_waits_for_a_silent_peer() {
         Ok("timeout"),
         "only meaningful as a child"
     );
-    let backends = backends("rank_that_waits_for_a_silent_peer", 2).expect("two GPUs");
+    let backends = backends("nccl", "rank_that_waits_for_a_silent_peer", 2).expect("two GPUs");
     let timeout = Duration::from_secs(3);
     let members = NcclEngine::new().with_timeout(timeout).local_group(&backends).unwrap();
     let buf = upload(&backends[0], DType::F32, &[1.0; 4]);
@@ -318,7 +278,7 @@ fn rank_that_waits_for_a_silent_peer() {
 #[test]
 fn two_processes_join_with_one_id() {
     let _serial = serial();
-    let Some(backends) = backends("two_processes_join_with_one_id", 2) else {
+    let Some(backends) = backends("nccl", "two_processes_join_with_one_id", 2) else {
         return;
     };
     let id = NcclEngine::new().unique_id(&backends[0]).unwrap();

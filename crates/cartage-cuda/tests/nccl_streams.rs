@@ -12,6 +12,8 @@
 //! `CARTAGE_REQUIRE=cuda`, so that the single-GPU run stays green).
 #![cfg(feature = "nccl")]
 
+mod nccl_support;
+
 use std::sync::Arc;
 
 use cartage_core::{
@@ -19,49 +21,7 @@ use cartage_core::{
     Scalar, TensorArg,
 };
 use cartage_cuda::nccl::NcclEngine;
-
-/// Tests of this binary share the GPU and time it: they run one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn required() -> bool {
-    std::env::var("CARTAGE_REQUIRE").is_ok_and(|v| v.split(',').any(|k| k.trim() == "cuda"))
-}
-
-/// `count` CUDA backends with NCCL loaded, or `None` after a loud skip. A missing driver, device
-/// or NCCL library fails under `CARTAGE_REQUIRE=cuda` when `count` is 1; a second GPU is never
-/// required.
-fn backends(test: &str, count: usize) -> Option<Vec<Arc<dyn Backend>>> {
-    let skip = |device: &str, reason: &str| {
-        cartage_core::testsuite::skip::device_missing(&format!("nccl_streams/{test}"), device, reason);
-    };
-    let mut opened = Vec::new();
-    for ordinal in 0..count {
-        match cartage_cuda::open(ordinal) {
-            Ok(b) => opened.push(b),
-            Err(e) => {
-                assert!(
-                    !(required() && ordinal == 0),
-                    "CARTAGE_REQUIRE names cuda but {test} cannot open cuda:0: {e}"
-                );
-                skip(&format!("cuda:{ordinal}"), &e.to_string());
-                return None;
-            }
-        }
-    }
-    if let Err(reason) = cartage_cuda::nccl::version() {
-        assert!(
-            !required(),
-            "CARTAGE_REQUIRE names cuda but NCCL does not load: {reason}"
-        );
-        skip("nccl", &reason);
-        return None;
-    }
-    Some(opened)
-}
+use nccl_support::{backends, serial};
 
 /// A group of one on `backend`, through the engine's id and join.
 fn alone(backend: &Arc<dyn Backend>) -> Arc<dyn Collective> {
@@ -176,7 +136,11 @@ fn first_mismatch(got: &[f32], want: impl Fn(usize) -> f32) -> Option<(usize, f3
 #[test]
 fn a_bucket_all_reduce_runs_beside_the_compute_queued_after_it() {
     let _serial = serial();
-    let Some(backends) = backends("a_bucket_all_reduce_runs_beside_the_compute_queued_after_it", 1) else {
+    let Some(backends) = backends(
+        "nccl_streams",
+        "a_bucket_all_reduce_runs_beside_the_compute_queued_after_it",
+        1,
+    ) else {
         return;
     };
     let b = &backends[0];
@@ -227,7 +191,11 @@ fn a_bucket_all_reduce_runs_beside_the_compute_queued_after_it() {
 #[test]
 fn compute_writes_before_and_reads_after_a_collective_in_order() {
     let _serial = serial();
-    let Some(backends) = backends("compute_writes_before_and_reads_after_a_collective_in_order", 1) else {
+    let Some(backends) = backends(
+        "nccl_streams",
+        "compute_writes_before_and_reads_after_a_collective_in_order",
+        1,
+    ) else {
         return;
     };
     let b = &backends[0];
@@ -296,7 +264,11 @@ fn compute_writes_before_and_reads_after_a_collective_in_order() {
 #[test]
 fn a_block_freed_under_a_pending_collective_is_reused_after_it() {
     let _serial = serial();
-    let Some(backends) = backends("a_block_freed_under_a_pending_collective_is_reused_after_it", 1) else {
+    let Some(backends) = backends(
+        "nccl_streams",
+        "a_block_freed_under_a_pending_collective_is_reused_after_it",
+        1,
+    ) else {
         return;
     };
     let b = &backends[0];
@@ -343,7 +315,11 @@ fn a_block_freed_under_a_pending_collective_is_reused_after_it() {
 #[test]
 fn two_gpus_sum_what_compute_wrote_and_compute_reads_the_sums() {
     let _serial = serial();
-    let Some(backends) = backends("two_gpus_sum_what_compute_wrote_and_compute_reads_the_sums", 2) else {
+    let Some(backends) = backends(
+        "nccl_streams",
+        "two_gpus_sum_what_compute_wrote_and_compute_reads_the_sums",
+        2,
+    ) else {
         return;
     };
     let members = NcclEngine::new().local_group(&backends).unwrap();
