@@ -7,8 +7,9 @@
 //!
 //! - `cargo xtask kernels cuda [suite|strided|conv|ops|attention] [--quick]`: `cuda:0`, as
 //!   `RESULT<TAB>case<TAB>value<TAB>unit` lines (`kernels/cuda.rs`).
-//! - `cargo xtask kernels wgpu [suite|half|matmul-sweep] [--quick] [--reps N] [--dtype D]
-//!   [--variant NAME]`: `wgpu:0`, as a table and JSON lines (`kernels/wgpu.rs`).
+//! - `cargo xtask kernels wgpu [suite|half|matmul-sweep|gpt-profile] [--quick] [--reps N] [--dtype D]
+//!   [--variant NAME]`: `wgpu:0`, as a table and JSON lines (`kernels/wgpu.rs`); `gpt-profile`
+//!   prints where a GPT training step's device time goes, per op.
 //!
 //! Each mode is the same word on both backends where it means the same thing: `suite` (the
 //! default) is the backend's headline rows, the others one family each.
@@ -105,6 +106,9 @@ enum WgpuMode {
     /// Every matmul variant for f16, f32 and bf16 at n = 1024, 2048, 4096 and [4096, 512] ×
     /// [512, 4096], each checked against an f64 product on sampled rows: one JSON line each.
     MatmulSweep,
+    /// One training step of the benchmark's GPT, per op, dtype and operand shapes, from the
+    /// backend's op profile (`--dtype bf16`: under bf16 autocast; `--reps`: steps profiled).
+    GptProfile,
 }
 
 /// Run the chosen backend's mode.

@@ -27,7 +27,8 @@
 //!   NaN. ArgMax/ArgMin count NaN as the extreme (for both), so a slice holding a NaN gives the
 //!   index of its first NaN, as PyTorch does. A sum over zero elements is 0, a mean is NaN;
 //!   Max/Min/Arg* of zero elements is an error raised by the frontend before launch.
-//! - `Softmax` (and log-softmax) over one dimension, float only, max-subtracted.
+//! - `Softmax` (and log-softmax) over one dimension, float only, max-subtracted; `causal` masks
+//!   the elements above the diagonal of the last two dimensions (softmax over the last).
 //! - `Matmul`: `lhs` [B, M, K] × `rhs` [B, K, N] → `out` [B, M, N], any strides (batch stride 0
 //!   broadcasts), float dtypes only; `out` is contiguous.
 //! - `Gather` (torch.gather): `out[i..] = input[.. index[i..] ..]` along `dim`, `out` shaped like
@@ -643,6 +644,11 @@ pub enum Kernel {
         dim: usize,
         /// Log-softmax when true.
         log: bool,
+        /// A causal mask: `dim` is the last of at least two, and of the last two `[.., L, S]`
+        /// element `(i, j)` with `j > i` takes no part: its output is 0 (−inf for log-softmax)
+        /// and the row's other elements are normalised without it, as if the input there were
+        /// −inf (attention's `is_causal`, aligned to the top left).
+        causal: bool,
         /// Destination (same shape and dtype).
         out: TensorArg,
     },

@@ -82,11 +82,27 @@ impl Kernel {
                 Ok(())
             }
             Kernel::Reduce { op, input, dims, out } => reduce(*op, input, dims, out),
-            Kernel::Softmax { input, dim, out, .. } => {
+            Kernel::Softmax {
+                input,
+                dim,
+                causal,
+                out,
+                ..
+            } => {
                 let name = self.name();
                 same_shape(name, input, out)?;
                 same_dtype(name, input, out)?;
                 dim_in_range(name, *dim, input.layout.rank())?;
+                let rank = input.layout.rank();
+                if *causal && (rank < 2 || *dim != rank - 1) {
+                    return Err(Error::invalid(
+                        name,
+                        format!(
+                            "a causal softmax runs over the last of at least two dimensions [.., L, S]; \
+                             got dim {dim} of a rank-{rank} input"
+                        ),
+                    ));
+                }
                 aligned(name, input)?;
                 aligned(name, out)?;
                 writable(name, out)?;

@@ -124,6 +124,7 @@ fn main() {
             input: tensor(&backend, &[rows, cols], 1),
             dim: 1,
             log: false,
+            causal: false,
             out: tensor(&backend, &[rows, cols], 2),
         };
         let s = median_seconds(1, budget, || launch(&kernel));

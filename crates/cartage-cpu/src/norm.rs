@@ -63,14 +63,14 @@ unsafe fn norm_typed<T: Real>(
                 dim,
                 out,
                 #[inline(always)]
-                |row| layer_row(row, eps, w, b),
+                |_, row| layer_row(row, eps, w, b),
             ),
             NormKind::Rms => map_rows::<T>(
                 input,
                 dim,
                 out,
                 #[inline(always)]
-                |row| rms_row(row, eps, w, b),
+                |_, row| rms_row(row, eps, w, b),
             ),
         }
     }

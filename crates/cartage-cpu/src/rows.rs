@@ -84,12 +84,13 @@ fn row_geometry(shape: &[usize], dim: usize) -> (usize, cartage_core::Dims, usiz
     (shape[dim], row_shape, row_count)
 }
 
-/// Replace every row of `input` along `dim` by `f(row)` in `out` (same shape and dtype).
+/// Replace every row of `input` along `dim` by `f(index, row)` in `out` (same shape and dtype),
+/// `index` counting the rows in row-major order of the other dimensions.
 ///
 /// # Safety
 /// `launch` checked the kernel; `T` is the storage type of both operands, which share a shape;
 /// `out` is `input` itself or does not overlap it.
-pub unsafe fn map_rows<T: Real>(input: &TensorArg, dim: usize, out: &TensorArg, f: impl Fn(&mut [T::C]) + Sync) {
+pub unsafe fn map_rows<T: Real>(input: &TensorArg, dim: usize, out: &TensorArg, f: impl Fn(usize, &mut [T::C]) + Sync) {
     let (n, row_shape, row_count) = row_geometry(input.layout.shape(), dim);
     let (si, so) = (input.layout.strides()[dim], out.layout.strides()[dim]);
     let rows = Walk::new(&row_shape, [input.layout.strides(), out.layout.strides()]);
@@ -98,10 +99,12 @@ pub unsafe fn map_rows<T: Real>(input: &TensorArg, dim: usize, out: &TensorArg, 
     let body = |start: usize, end: usize| {
         let (mut stack, mut heap) = ([T::C::ZERO; STACK_ROW], Vec::new());
         let buf = row_buffer(&mut stack, &mut heap, n);
+        // Runs come in order: the first row of each is `next`.
+        let mut next = start;
         rows.runs(start, end, |[oi, oo], len| {
             for r in 0..len {
                 let (a, b) = (oi + r * ri, oo + r * ro);
-                let buf = &mut *buf;
+                let (index, buf) = (next + r, &mut *buf);
                 simd(
                     #[inline(always)]
                     || {
@@ -109,12 +112,13 @@ pub unsafe fn map_rows<T: Real>(input: &TensorArg, dim: usize, out: &TensorArg, 
                         // and output views; the row is read completely before the output row is
                         // written, and rows of `out` are disjoint across threads.
                         unsafe { load_row::<T>(x, a, si, buf) };
-                        f(buf);
+                        f(index, buf);
                         // SAFETY: as above.
                         unsafe { store_row::<T>(buf, y, b, so) };
                     },
                 )
             }
+            next += len;
         })
     };
     run_rows(row_count, n, out, body);

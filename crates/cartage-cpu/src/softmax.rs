@@ -4,6 +4,7 @@
 //! kept in the buffer, their sum, then one scale (or, for log-softmax, one subtraction) on the
 //! way out. Every pass is a loop compiled for the widest vector instructions, f32's `exp` is
 //! [`crate::fast_math::vmath::exp`] (within 2 ulp), and sums run in 16 interleaved f64 lanes.
+//! A causal softmax normalises each row's leading part and fills the masked rest.
 
 use cartage_core::{Device, Error, Result, TensorArg};
 
@@ -16,16 +17,22 @@ use crate::rows::map_rows;
     clippy::redundant_closure,
     reason = "an inline(always) closure is inlined into the row pass; a function item's shim may not be"
 )]
-pub fn softmax(input: &TensorArg, dim: usize, log: bool, out: &TensorArg) -> Result<()> {
+pub fn softmax(input: &TensorArg, dim: usize, log: bool, causal: bool, out: &TensorArg) -> Result<()> {
+    // Causal: row `index` is row `index % L` of its [L, S] matrix and keeps its first
+    // `index % L + 1` elements (validate made `dim` the last of at least two).
+    let shape = input.layout.shape();
+    let period = if causal { shape[shape.len() - 2].max(1) } else { 1 };
     with_float!(input.dtype, T => {
         // SAFETY: launch checked the kernel (same shape and float dtype, `dim` in range).
         unsafe {
             // Closures marked `inline(always)`, not the bare functions: a function item's
             // `Fn::call` shim may stay out of line, compiled without the wide instructions.
-            if log {
-                map_rows::<T>(input, dim, out, #[inline(always)] |row| log_softmax_row(row))
-            } else {
-                map_rows::<T>(input, dim, out, #[inline(always)] |row| softmax_row(row))
+            match (log, causal) {
+                (true, false) => map_rows::<T>(input, dim, out, #[inline(always)] |_, row| log_softmax_row(row)),
+                (false, false) => map_rows::<T>(input, dim, out, #[inline(always)] |_, row| softmax_row(row)),
+                (log, true) => map_rows::<T>(input, dim, out, #[inline(always)] |index, row| {
+                    causal_row(row, index % period + 1, log)
+                }),
             }
         };
         Ok(())
@@ -114,6 +121,20 @@ fn softmax_row<F: Float>(row: &mut [F]) {
     let scale = F::from_f64(1.0 / pairwise(acc));
     for v in row.iter_mut() {
         *v = *v * scale;
+    }
+}
+
+/// Causal (log-)softmax of one row, in place: the first `keep` elements normalised among
+/// themselves, the rest 0 (−inf for log-softmax).
+#[inline(always)]
+fn causal_row<F: Float>(row: &mut [F], keep: usize, log: bool) {
+    let (kept, masked) = row.split_at_mut(keep.min(row.len()));
+    if log {
+        log_softmax_row(kept);
+        masked.fill(F::NEG_INFINITY);
+    } else {
+        softmax_row(kept);
+        masked.fill(F::ZERO);
     }
 }
 

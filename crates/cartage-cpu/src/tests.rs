@@ -465,6 +465,7 @@ fn softmax_rows_sum_to_one_along_a_strided_dim() {
             input: x.clone(),
             dim: 0,
             log: false,
+            causal: false,
             out: out.clone(),
         },
     )

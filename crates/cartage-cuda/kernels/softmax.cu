@@ -6,7 +6,8 @@
 // a streaming pass of 16-byte loads keeping (max, sum of exp) online, then a second pass that
 // reads the row again (from L2: the grid is sized so the rows in flight fit there) and writes.
 // `softmax_<dtype>`: any strides, a warp or a block per row: one pass for the running
-// (max, sum of exp), one to write.
+// (max, sum of exp), one to write. It also runs the causal softmax: row r of each [L, S]
+// matrix reads its first r % L + 1 elements and writes 0 (−inf for log-softmax) past them.
 
 struct SoftmaxGeom {
     u64 rows;
@@ -18,6 +19,7 @@ struct SoftmaxGeom {
     i64 out_stride;
     i32 group;
     i32 log;
+    u64 causal_rows;  // causal: rows per [L, S] matrix (row r keeps its first r % L + 1); 0: all
 };
 
 template <typename T> __device__ void softmax(const T* in, T* out, const SoftmaxGeom& param) {
@@ -34,8 +36,9 @@ template <typename T> __device__ void softmax(const T* in, T* out, const Softmax
     for (u64 row = blockIdx.x * per_block + threadIdx.x / group; row < g.rows; row += gridDim.x * per_block) {
         i64 bi = offset_shared(row, &g.rows_shape, &g.rows_in);
         i64 bo = offset_shared(row, &g.rows_shape, &g.rows_out);
+        const u64 kept = g.causal_rows ? min(row % g.causal_rows + 1, g.cols) : g.cols;
         Acc acc = L::ident();
-        for (u64 c = lane; c < g.cols; c += group) acc = L::comb(acc, L::lift(load(in[bi + (i64)c * g.in_stride])));
+        for (u64 c = lane; c < kept; c += group) acc = L::comb(acc, L::lift(load(in[bi + (i64)c * g.in_stride])));
         acc = group_reduce<L>(acc, group);
         if (group == 32) {
             acc = shfl_acc(acc, 0);
@@ -47,8 +50,13 @@ template <typename T> __device__ void softmax(const T* in, T* out, const Softmax
         }
         C m = acc.m, logs = log_c(acc.s), inv = (C)1 / acc.s;
         for (u64 c = lane; c < g.cols; c += group) {
-            C x = load(in[bi + (i64)c * g.in_stride]);
-            C y = g.log ? x - m - logs : exp_c(x - m) * inv;
+            C y;
+            if (c < kept) {
+                C x = load(in[bi + (i64)c * g.in_stride]);
+                y = g.log ? x - m - logs : exp_c(x - m) * inv;
+            } else {
+                y = g.log ? -inf_r((C)0) : (C)0;  // masked (causal)
+            }
             out[bo + (i64)c * g.out_stride] = store<T>(y);
         }
     }

@@ -183,6 +183,7 @@ fn touch_every_module(b: &Arc<dyn Backend>) {
             input: v(&x, DType::F32),
             dim: 0,
             log: false,
+            causal: false,
             out: v(&out, DType::F32),
         },
     ];

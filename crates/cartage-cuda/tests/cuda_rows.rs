@@ -41,6 +41,7 @@ fn softmax_and_log_softmax_at_every_row_length() {
                     input: arg(&input, &[rows, cols], dtype),
                     dim: 1,
                     log,
+                    causal: false,
                     out: arg(&out, &[rows, cols], dtype),
                 }
                 .run(&[&input, &out])

@@ -1,6 +1,8 @@
 // Softmax and log-softmax along one dimension: one workgroup per row (the elements sharing all
 // other coordinates). Three passes over the row: the maximum (NaN propagates), the sum of
-// exp(x - max), then the outputs. Everything is computed in f32.
+// exp(x - max), then the outputs. Everything is computed in f32. A causal softmax takes only
+// the row's first `kept` elements into the maximum and the sum, and writes 0 (−inf for
+// log-softmax) past them.
 
 {{PRELUDE}}
 
@@ -12,7 +14,8 @@ struct Params {
     out_off: u32,
     in_step: u32,
     out_step: u32,
-    unused0: u32,
+    // Causal: rows per [L, S] matrix (row r keeps its first r % L + 1 elements); 0 keeps all.
+    causal_rows: u32,
     kept_shape: array<vec4<u32>, 2>,
     kept_in: array<vec4<u32>, 2>,
     kept_out: array<vec4<u32>, 2>,
@@ -49,8 +52,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let bases = row_bases(row);
+    var kept = P.len;
+    if P.causal_rows > 0u {
+        kept = min(row % P.causal_rows + 1u, P.len);
+    }
     var m = -inf_f32();
-    for (var j = lid; j < P.len; j = j + 256u) {
+    for (var j = lid; j < kept; j = j + 256u) {
         m = maximum_f32(m, load_x(bases.x + j * P.in_step));
     }
     tree[lid] = m;
@@ -64,7 +71,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row_max = tree[0];
     workgroupBarrier();
     var total = 0.0;
-    for (var j = lid; j < P.len; j = j + 256u) {
+    for (var j = lid; j < kept; j = j + 256u) {
         total = total + exp(load_x(bases.x + j * P.in_step) - row_max);
     }
     tree[lid] = total;
@@ -78,7 +85,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row_sum = tree[0];
     let log_sum = log(row_sum);
     for (var j = lid; j < P.len; j = j + 256u) {
-        let shifted = load_x(bases.x + j * P.in_step) - row_max;
+        // Masked elements (causal) are −inf: 0 after exp, −inf for log-softmax.
+        var shifted = -inf_f32();
+        if j < kept {
+            shifted = load_x(bases.x + j * P.in_step) - row_max;
+        }
         {{OUTPUT}}
         store_out(bases.y + j * P.out_step, y);
     }

@@ -29,6 +29,7 @@ use crate::ops::index::IndexChecks;
 use crate::ops::matmul::MatmulTiling;
 use crate::ops::update_many::{self, TableBuffer};
 use crate::pipelines::{PARAM_BYTES, PipelineCache};
+use crate::profile::{OpTiming, PendingLaunch};
 use crate::readback::{StagingPool, map_and_copy};
 use crate::ring::{CHUNK, Rings};
 use crate::timing::{WgpuEvent, span};
@@ -53,6 +54,8 @@ pub struct WgpuBackend {
     rings: Rings,
     allocator: CachingAllocator,
     capabilities: Capabilities,
+    /// The launches bracketed while an op profile is open (`None`: not profiling).
+    profile: Mutex<Option<Vec<PendingLaunch>>>,
 }
 
 impl WgpuBackend {
@@ -88,6 +91,7 @@ impl WgpuBackend {
             rings: Rings::default(),
             allocator,
             capabilities,
+            profile: Mutex::new(None),
         })
     }
 
@@ -195,6 +199,52 @@ impl WgpuBackend {
     /// [`set_native_f16`](Self::set_native_f16)).
     pub fn native_f16(&self) -> bool {
         self.native_f16.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Start timing every launched kernel on the device (two timestamp queries around each),
+    /// dropping any profile already open; [`finish_op_profile`](Self::finish_op_profile) reads
+    /// the times back. Fails when the adapter has no timestamp queries.
+    ///
+    /// ```no_run
+    /// let backend = cartage_wgpu::open_wgpu(0)?;
+    /// backend.start_op_profile()?;
+    /// // ... run tensor ops on wgpu:0 ...
+    /// for row in backend.finish_op_profile()?.iter().take(10) {
+    ///     println!("{:>10.3} ms {:>5}× {}", row.total.as_secs_f64() * 1e3, row.calls, row.label);
+    /// }
+    /// # Ok::<(), cartage_core::Error>(())
+    /// ```
+    pub fn start_op_profile(&self) -> Result<()> {
+        if !self.ctx.has(wgpu::Features::TIMESTAMP_QUERY) {
+            return Err(Error::invalid(
+                "start_op_profile",
+                format!(
+                    "{} has no timestamp queries (wgpu feature TIMESTAMP_QUERY), so kernels cannot be timed on it",
+                    self.ctx.cartage_device
+                ),
+            ));
+        }
+        *self.lock_profile() = Some(Vec::new());
+        Ok(())
+    }
+
+    /// Close the op profile: wait for the device, read every bracketed launch's time and sum
+    /// them per label (op, dtype, operand shapes), largest total first. Empty when no profile
+    /// was open.
+    pub fn finish_op_profile(&self) -> Result<Vec<OpTiming>> {
+        let Some(pending) = self.lock_profile().take() else {
+            return Ok(Vec::new());
+        };
+        self.synchronize()?;
+        let mut times = Vec::with_capacity(pending.len());
+        for launch in pending {
+            times.push((launch.label, self.elapsed(&launch.start, &launch.end)?));
+        }
+        Ok(crate::profile::aggregate(times))
+    }
+
+    fn lock_profile(&self) -> MutexGuard<'_, Option<Vec<PendingLaunch>>> {
+        self.profile.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Number of compute pipelines compiled so far.
@@ -633,7 +683,20 @@ impl Backend for WgpuBackend {
     unsafe fn launch(&self, kernel: &Kernel) -> Result<()> {
         self.check_supported(kernel)?;
         kernel.validate()?;
-        ops::launch(self, kernel)
+        if self.lock_profile().is_none() {
+            return ops::launch(self, kernel);
+        }
+        let start = self.record_event()?;
+        ops::launch(self, kernel)?;
+        let end = self.record_event()?;
+        if let Some(pending) = self.lock_profile().as_mut() {
+            pending.push(PendingLaunch {
+                label: crate::profile::label(kernel),
+                start,
+                end,
+            });
+        }
+        Ok(())
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -32,6 +32,7 @@ mod mapped;
 mod memory;
 mod ops;
 mod pipelines;
+mod profile;
 mod readback;
 mod ring;
 mod timing;
@@ -45,6 +46,7 @@ use cartage_core::{Backend, Device, Error, Result};
 pub use backend::WgpuBackend;
 pub use capabilities::capabilities_for;
 pub use ops::matmul::MatmulTiling;
+pub use profile::OpTiming;
 
 /// The number of wgpu adapters on this machine (0 without a driver; never a panic).
 pub fn device_count() -> Result<usize> {

@@ -359,6 +359,7 @@ fn misaligned_and_overlapping_operands_are_refused_before_any_work() {
             input: shifted(0),
             dim: 0,
             log: false,
+            causal: false,
             out: shifted(0),
         },
         "softmax in place",

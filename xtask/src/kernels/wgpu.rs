@@ -12,10 +12,13 @@
 //!   f16, f32 and bf16 at n = 1024, 2048 and 4096 and on a [4096, 512] × [512, 4096] product,
 //!   each checked against an f64 product on the host on sampled rows: one JSON line per variant
 //!   and problem.
+//! - `gpt-profile` (`gpt_profile.rs`): one training step of the benchmark's GPT, per op, dtype
+//!   and operand shapes, from the backend's op profile (`--dtype bf16` for bf16 autocast).
 //!
 //! Device-side figures use timestamp queries where the adapter has them (else the host clock
 //! after a synchronisation); each row is the median of `--reps` runs after warm-up.
 
+mod gpt_profile;
 mod half;
 mod suite;
 mod sweep;
@@ -129,5 +132,13 @@ pub fn run(args: WgpuArgs) -> Result<()> {
         WgpuMode::Suite => suite::run(&mut bench, args.quick),
         WgpuMode::Half => half::run(&mut bench, args.quick),
         WgpuMode::MatmulSweep => sweep::run(&bench, args.dtype.as_deref(), args.variant.as_deref()),
+        WgpuMode::GptProfile => {
+            let autocast = match args.dtype.as_deref() {
+                None | Some("f32") => false,
+                Some("bf16") => true,
+                Some(other) => anyhow::bail!("gpt-profile: `--dtype {other}`: expected f32 or bf16 (autocast)"),
+            };
+            gpt_profile::run(&bench.backend, autocast, args.quick, args.reps.unwrap_or(3))
+        }
     }
 }

@@ -389,6 +389,7 @@ fn reductions_and_selections(h: &Harness) {
                 input: a.arg(&layout(&[3, 4])),
                 dim: 2,
                 log: false,
+                causal: false,
                 out: out.arg(&layout(&[3, 4])),
             },
         );

@@ -31,6 +31,10 @@ fn matmul_cases() -> Vec<([usize; 4], ViewKind, ViewKind)> {
         ([1, 1, 1000, 1], Contiguous, Transposed),
         ([2, 65, 67, 63], Transposed, Contiguous),
         ([1, 128, 256, 96], Contiguous, Contiguous),
+        // Few outputs and a long K (a weight gradient's shape, the left operand transposed):
+        // backends may split K into slices summed afterwards.
+        ([1, 24, 4096, 20], Transposed, Contiguous),
+        ([1, 8, 3000, 12], Contiguous, Transposed),
     ]
 }
 

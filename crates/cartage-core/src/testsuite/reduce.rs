@@ -48,6 +48,11 @@ fn reduce_cases() -> Vec<(Vec<usize>, Vec<usize>, ViewKind)> {
         (vec![2, 3, 4, 5], vec![1, 3], Contiguous),
         (vec![65, 1023], vec![1], Contiguous),
         (vec![1023, 65], vec![0], Contiguous),
+        // Outer dimensions into a few dozen outputs (a bias gradient's shape): backends may
+        // split each column into chunks combined by a second pass.
+        (vec![2000, 40], vec![0], Contiguous),
+        (vec![9, 70, 33], vec![0, 1], Contiguous),
+        (vec![40, 300], vec![1], Transposed),
     ]
     .into_iter()
     .collect()
@@ -258,6 +263,7 @@ pub fn softmax(h: &Harness) {
                     input: input.contiguous(&[3]),
                     dim: 0,
                     log,
+                    causal: false,
                     out: out.contiguous(&[3]),
                 };
                 h.expect_unsupported(&format!("{} {dtype}", op.name()), &kernel);
@@ -272,6 +278,7 @@ pub fn softmax(h: &Harness) {
                     input: input.arg(),
                     dim: *dim,
                     log,
+                    causal: false,
                     out: out.arg(&layout),
                 };
                 if h.launch(&what, &kernel) {
@@ -282,6 +289,67 @@ pub fn softmax(h: &Harness) {
                     h.check_with(&what, &out, &layout, &want, |_, w| tol.allowed(w) + accumulated);
                 }
             }
+            causal_softmax(h, dtype, log);
+        }
+    }
+}
+
+/// The causal softmax over `[.., L, S]` with L below, above and equal to S, rows long enough
+/// for a block per row, and a transposed input: against the reference with the elements above
+/// the diagonal set to −inf. Masked outputs must be exactly 0 (−inf for log-softmax).
+fn causal_softmax(h: &Harness, dtype: DType, log: bool) {
+    use ViewKind::*;
+    let op = if log { Op::LogSoftmax } else { Op::Softmax };
+    let cases: [(Vec<usize>, ViewKind); 5] = [
+        (vec![2, 5, 7], Contiguous),
+        (vec![3, 9, 4], Contiguous),
+        (vec![2, 3, 33, 33], Contiguous),
+        (vec![2, 1100], Contiguous),
+        (vec![6, 4], Transposed),
+    ];
+    for (shape, kind) in cases {
+        let input = h.operand(dtype, kind, &shape, Spec::standard());
+        let layout = Layout::contiguous(&shape).expect("small");
+        let out = h.poisoned(dtype, layout.numel());
+        let dim = shape.len() - 1;
+        let what = format!("causal {} {dtype} {shape:?} ({})", op.name(), input.kind.name());
+        let kernel = Kernel::Softmax {
+            input: input.arg(),
+            dim,
+            log,
+            causal: true,
+            out: out.arg(&layout),
+        };
+        if h.launch(&what, &kernel) {
+            let (l, s) = (shape[dim - 1], shape[dim]);
+            let masked: Vec<f64> = input
+                .values
+                .iter()
+                .enumerate()
+                .map(|(at, &v)| if at % s > (at / s) % l { f64::NEG_INFINITY } else { v })
+                .collect();
+            let want = reference::softmax(&shape, &masked, dim, log);
+            let accumulated = 4.0 * accumulation_eps(dtype) * (s as f64).sqrt();
+            let tol = Tolerance::transcendental(dtype);
+            h.check_with(&what, &out, &layout, &want, |_, w| tol.allowed(w) + accumulated);
+        }
+    }
+    // A causal softmax over another dimension, or over a rank-1 input, is malformed.
+    for (shape, dim) in [(vec![4, 5], 0), (vec![5], 0)] {
+        let (input, out) = (h.upload(dtype, &[1.0; 20]), h.poisoned(dtype, 20));
+        let kernel = Kernel::Softmax {
+            input: input.contiguous(&shape),
+            dim,
+            log,
+            causal: true,
+            out: out.contiguous(&shape),
+        };
+        h.count_check();
+        if h.run(&kernel).is_ok() {
+            h.fail(format!(
+                "causal {} {dtype} {shape:?} over dim {dim}: accepted, must be refused",
+                op.name()
+            ));
         }
     }
 }

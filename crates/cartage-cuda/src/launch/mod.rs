@@ -80,7 +80,13 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             out,
         } => elementwise::select(backend, cond, on_true, on_false, out),
         Kernel::Reduce { op, input, dims, out } => reduce::reduce(backend, *op, input, dims, out),
-        Kernel::Softmax { input, dim, log, out } => reduce::softmax(backend, input, *dim, *log, out),
+        Kernel::Softmax {
+            input,
+            dim,
+            log,
+            causal,
+            out,
+        } => reduce::softmax(backend, input, *dim, *log, *causal, out),
         Kernel::Matmul { lhs, rhs, out } => {
             // SAFETY: validated operands in live blocks of this device (this function's contract).
             unsafe { matmul::matmul(backend, lhs, rhs, out) }

@@ -54,6 +54,9 @@ struct SoftmaxGeom {
     out_stride: i64,
     group: i32,
     log: i32,
+    /// Causal: rows per `[L, S]` matrix (row `r` keeps its first `r % L + 1` elements); 0 keeps
+    /// every element.
+    causal_rows: u64,
 }
 
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
@@ -173,8 +176,17 @@ pub(super) fn reduce(
     first
 }
 
-pub(super) fn softmax(backend: &CudaBackend, input: &TensorArg, dim: usize, log: bool, out: &TensorArg) -> Result<()> {
-    if super::rows::softmax_fast(backend, input, dim, log, out)? {
+/// `Kernel::Softmax`: the register-row kernels for dense rows, else (and for every causal
+/// softmax, whose rows read only their unmasked part) a warp or a block per row.
+pub(super) fn softmax(
+    backend: &CudaBackend,
+    input: &TensorArg,
+    dim: usize,
+    log: bool,
+    causal: bool,
+    out: &TensorArg,
+) -> Result<()> {
+    if !causal && super::rows::softmax_fast(backend, input, dim, log, out)? {
         return Ok(());
     }
     let op = if log { "log_softmax" } else { "softmax" };
@@ -203,6 +215,7 @@ pub(super) fn softmax(backend: &CudaBackend, input: &TensorArg, dim: usize, log:
         out_stride: out.layout.strides()[dim] as i64,
         group: group as i32,
         log: log as i32,
+        causal_rows: if causal { shape[rank - 2] as u64 } else { 0 },
     };
     let kernel = backend.modules.kernel(KernelName::new(
         SourceFile::Softmax,

@@ -21,6 +21,7 @@ use crate::bindings::{Window, bind_operand};
 use crate::encoder::ParamBlock;
 use crate::ops::elementwise;
 use crate::ops::matmul_coop::{self, CoopTiling};
+use crate::ops::matmul_split;
 use crate::ops::matmul_variant::MatmulVariant;
 use crate::wgsl;
 
@@ -380,14 +381,19 @@ fn source(plan: &Plan, in_dtype: DType) -> Result<String> {
 }
 
 /// The tiling for a problem of `tiles(t)` workgroups under the large tiling `large`.
-fn choose(backend: &WgpuBackend, large: MatmulTiling, batch: usize, m: usize, n: usize, bytes: u32) -> MatmulTiling {
-    let limits = &backend.ctx.limits;
-    let tiles = |t: MatmulTiling| batch * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
-    let enough = if backend.ctx.info.device_type == wgpu::DeviceType::Cpu {
+/// Workgroup tiles that keep the adapter busy: 192 on a GPU, 16 on a CPU adapter.
+pub(crate) fn enough_tiles(backend: &WgpuBackend) -> usize {
+    if backend.ctx.info.device_type == wgpu::DeviceType::Cpu {
         16
     } else {
         192
-    };
+    }
+}
+
+fn choose(backend: &WgpuBackend, large: MatmulTiling, batch: usize, m: usize, n: usize, bytes: u32) -> MatmulTiling {
+    let limits = &backend.ctx.limits;
+    let tiles = |t: MatmulTiling| batch * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+    let enough = enough_tiles(backend);
     let medium = MatmulTiling::new(64, 64, 16, 4, 4);
     for t in [large, medium] {
         if t.fits(limits, bytes) && tiles(t) >= enough {
@@ -402,6 +408,9 @@ fn choose(backend: &WgpuBackend, large: MatmulTiling, batch: usize, m: usize, n:
 
 /// `out[b] = lhs[b] × rhs[b]`.
 pub(crate) fn matmul(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, out: &TensorArg) -> Result<()> {
+    if let Some(chunks) = matmul_split::chunks(backend, lhs, rhs) {
+        return matmul_split::matmul(backend, lhs, rhs, out, chunks);
+    }
     let large = backend.matmul_tiling();
     let coop = if backend.cooperative_matrices() {
         Coop::Preferred(matmul_coop::default_tiling())
@@ -470,6 +479,19 @@ pub(crate) fn matmul_with(
         return result;
     }
     matmul_core(backend, lhs, rhs, out, large).map(MatmulVariant::Tiled)
+}
+
+/// `acc[b] = lhs[b] × rhs[b]` into an f32 `acc` (f64 for f64 operands) with the default
+/// kernels: cooperative matrices for f16 where the adapter has them, else the tiled kernel.
+pub(crate) fn accumulate(backend: &WgpuBackend, lhs: &TensorArg, rhs: &TensorArg, acc: &TensorArg) -> Result<()> {
+    if lhs.dtype == DType::F16
+        && backend.cooperative_matrices()
+        && let Some(subgroup) = backend.ctx.coop_f16_subgroup
+        && matmul_coop::matmul(backend, lhs, rhs, acc, subgroup, matmul_coop::default_tiling(), false)?.is_some()
+    {
+        return Ok(());
+    }
+    matmul_core(backend, lhs, rhs, acc, backend.matmul_tiling()).map(|_| ())
 }
 
 /// The tiled kernel under the large tiling `large`; returns the tiling that ran.

@@ -12,6 +12,7 @@ pub(crate) mod matmul_coop_staged;
 pub(crate) mod matmul_coop_tiling;
 #[cfg(test)]
 mod matmul_naga;
+mod matmul_split;
 pub(crate) mod matmul_variant;
 pub(crate) mod norm;
 pub(crate) mod norm_backward;
@@ -56,7 +57,13 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             out,
         } => elementwise::select(backend, cond, on_true, on_false, out),
         Kernel::Reduce { op, input, dims, out } => reduce::reduce(backend, *op, input, dims, out),
-        Kernel::Softmax { input, dim, log, out } => softmax::softmax(backend, input, *dim, *log, out),
+        Kernel::Softmax {
+            input,
+            dim,
+            log,
+            causal,
+            out,
+        } => softmax::softmax(backend, input, *dim, *log, *causal, out),
         Kernel::Matmul { lhs, rhs, out } => matmul::matmul(backend, lhs, rhs, out),
         Kernel::Gather { input, index, dim, out } => index::gather(backend, input, index, *dim, out),
         Kernel::IndexSelect { input, index, dim, out } => index::index_select(backend, input, index, *dim, out),

@@ -4,8 +4,10 @@
 //! Kept dimensions are coalesced jointly for input and output, reduced dimensions for the
 //! input. A long reduction is split over several workgroups per output, whose partial states
 //! go to scratch memory from the caching allocator and are combined by a finishing pass; many
-//! short or column-wise reductions run one invocation per output (coalesced reads across
-//! neighbouring outputs). f32 sums over contiguous rows read four elements at a time.
+//! short reductions run one invocation per output, and column-wise ones (the reduced stride not
+//! 1: neighbouring outputs read neighbouring elements) one invocation per output and chunk of
+//! the reduction, whose partial states a second pass combines. f32 sums over contiguous rows
+//! read four elements at a time.
 
 use cartage_core::{DType, Error, ReduceOp, Result, TensorArg};
 
@@ -26,7 +28,22 @@ enum Plan {
     Split(u32),
     /// One invocation per output.
     PerThread,
+    /// One invocation per (output, chunk of `groups`) writing partial states, then one per
+    /// output combining them: reductions over outer dimensions into few outputs (a bias
+    /// gradient's `[16384, 384] → [384]`), where one invocation per output would leave the
+    /// device nearly idle and walk 16384 elements each.
+    Columns(u32),
 }
+
+/// Invocations a column-wise reduction aims for (outputs × chunks).
+const COLUMN_INVOCATIONS: usize = 1 << 16;
+/// The fewest elements one invocation of a column-wise reduction combines.
+const COLUMN_MIN_CHUNK: usize = 16;
+/// The most chunks per output of a column-wise reduction (the finishing pass walks them).
+const COLUMN_MAX_GROUPS: usize = 1024;
+/// The fewest outputs for which a column-wise reduction (reduced stride not 1) is split into
+/// chunks; fewer outputs run one workgroup (or several) per output.
+const COLUMN_MIN_OUTPUTS: usize = 32;
 
 fn acc_type(dtype: DType) -> &'static str {
     wgsl::compute_type(dtype)
@@ -187,6 +204,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }}
 }}"
         ),
+        "col_partial" => "@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if i >= P.outputs * P.groups {
+        return;
+    }
+    // Neighbouring invocations take neighbouring outputs of one chunk: coalesced reads.
+    let o = i % P.outputs;
+    let g = i / P.outputs;
+    let bases = kept_bases(o);
+    let start = g * P.chunk;
+    let end = min(start + P.chunk, P.count);
+    var acc = identity();
+    for (var r = start; r < end; r = r + 1u) {
+        acc = combine(acc, element(load_x(bases.x + red_offset(r)), r));
+    }
+    partials[g * P.outputs + o] = acc;
+}"
+        .to_string(),
+        "col_finish" => "@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = gid.x + gid.y * nwg.x * 256u;
+    if o >= P.outputs {
+        return;
+    }
+    // Chunks in order, so first-index ties of argmax/argmin keep the earliest.
+    var acc = identity();
+    for (var g = 0u; g < P.groups; g = g + 1u) {
+        acc = combine(acc, partials[g * P.outputs + o]);
+    }
+    store_out(kept_bases(o).y, finish(acc));
+}"
+        .to_string(),
         "thread" => "@compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let o = gid.x + gid.y * nwg.x * 256u;
@@ -298,7 +348,12 @@ pub(crate) fn reduce(
     let out_bound = bind_operand(&backend.ctx, &backend.table, out, op.name(), None)?;
     let red_contiguous = red_g.shape.len() <= 1 && red_g.strides[0].first().is_none_or(|&s| s == 1);
     let inner_stride = red_g.strides[0].last().copied().unwrap_or(1);
-    let plan = if count == 0 || (outputs >= 256 && (inner_stride != 1 || count <= 64)) {
+    let column_groups = (COLUMN_INVOCATIONS / outputs.max(1))
+        .min(count / COLUMN_MIN_CHUNK)
+        .min(COLUMN_MAX_GROUPS);
+    let plan = if count > 0 && inner_stride != 1 && outputs >= COLUMN_MIN_OUTPUTS && column_groups > 1 {
+        Plan::Columns(column_groups as u32)
+    } else if count == 0 || (outputs >= 256 && (inner_stride != 1 || count <= 64)) {
         Plan::PerThread
     } else {
         let wanted = count.div_ceil(4096).min((2048 / outputs).max(1)).max(1);
@@ -308,14 +363,21 @@ pub(crate) fn reduce(
             Plan::Direct
         }
     };
-    let groups = match plan {
-        Plan::Split(g) => g as usize,
-        _ => 1,
+    let (groups, chunk) = match plan {
+        Plan::Split(g) => {
+            let chunk = count.div_ceil(g as usize).next_multiple_of(4).max(4);
+            (g as usize, chunk)
+        }
+        // Every chunk non-empty: as many as `chunk` needs.
+        Plan::Columns(g) => {
+            let chunk = count.div_ceil(g as usize);
+            (count.div_ceil(chunk), chunk)
+        }
+        _ => (1, count.next_multiple_of(4).max(4)),
     };
-    let chunk = count.div_ceil(groups).next_multiple_of(4).max(4);
     let vec4_sum = input.dtype == DType::F32
         && matches!(op, ReduceOp::Sum | ReduceOp::Mean)
-        && plan != Plan::PerThread
+        && matches!(plan, Plan::Direct | Plan::Split(_))
         && red_contiguous
         && count.is_multiple_of(4)
         && in_bound.element_offset.is_multiple_of(4)
@@ -407,10 +469,17 @@ pub(crate) fn reduce(
                 .get(&backend.ctx, &key("direct"), 2, || source("direct", false))?;
             backend.record(&pipeline, &windows, &params, grid(outputs as u64, 1, max_dim))
         }
-        Plan::Split(g) => {
+        Plan::Split(_) | Plan::Columns(_) => {
+            let columns = matches!(plan, Plan::Columns(_));
+            let (partial_stage, finish_stage) = if columns {
+                ("col_partial", "col_finish")
+            } else {
+                ("partial", "finish")
+            };
+            let g = groups as u64;
             // S is (v, w, i): 12 bytes, or 24 with 8-byte-aligned f64 / vec2<u32> fields.
             let state_bytes = if input.dtype.size_in_bytes() == 8 { 24 } else { 12 };
-            let scratch = backend.scratch(outputs * g as usize * state_bytes)?;
+            let scratch = backend.scratch(outputs * groups * state_bytes)?;
             let slice = scratch.slice();
             let partials = Window {
                 segment: slice.segment().id,
@@ -421,12 +490,13 @@ pub(crate) fn reduce(
                 let all = [in_bound.window, out_bound.window, partials];
                 let partial = backend
                     .pipelines
-                    .get(&backend.ctx, &key("partial"), 3, || source("partial", true))?;
-                backend.record(&partial, &all, &params, grid(outputs as u64 * u64::from(g), 1, max_dim))?;
+                    .get(&backend.ctx, &key(partial_stage), 3, || source(partial_stage, true))?;
+                let per_group = if columns { WORKGROUP } else { 1 };
+                backend.record(&partial, &all, &params, grid(outputs as u64 * g, per_group, max_dim))?;
                 let finish = backend
                     .pipelines
-                    .get(&backend.ctx, &key("finish"), 3, || source("finish", true))?;
-                backend.record(&finish, &all, &params, grid(outputs as u64, 1, max_dim))
+                    .get(&backend.ctx, &key(finish_stage), 3, || source(finish_stage, true))?;
+                backend.record(&finish, &all, &params, grid(outputs as u64, per_group, max_dim))
             })();
             cartage_core::Backend::free(backend, scratch);
             result

@@ -1,5 +1,6 @@
 //! Softmax and log-softmax along one dimension (`shaders/softmax.wgsl`), one workgroup per row,
-//! strided input and output read and written in place.
+//! strided input and output read and written in place; a causal softmax reads only each row's
+//! unmasked leading part.
 
 use cartage_core::{Error, Result, TensorArg};
 
@@ -13,7 +14,16 @@ use crate::wgsl;
 const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
 
 /// Softmax (or log-softmax when `log`) of `input` along `dim` into `out`.
-pub(crate) fn softmax(backend: &WgpuBackend, input: &TensorArg, dim: usize, log: bool, out: &TensorArg) -> Result<()> {
+/// With `causal`, row `r` (of the rows in row-major order of the other dimensions) is row
+/// `r % L` of its `[L, S]` matrix and keeps its first `r % L + 1` elements.
+pub(crate) fn softmax(
+    backend: &WgpuBackend,
+    input: &TensorArg,
+    dim: usize,
+    log: bool,
+    causal: bool,
+    out: &TensorArg,
+) -> Result<()> {
     if out.layout.numel() == 0 {
         return Ok(());
     }
@@ -43,6 +53,7 @@ pub(crate) fn softmax(backend: &WgpuBackend, input: &TensorArg, dim: usize, log:
             out_bound.element_offset as usize,
             input.layout.strides()[dim],
             out.layout.strides()[dim],
+            if causal { shape[shape.len() - 2] } else { 0 },
         ],
         "softmax size",
     )?;

@@ -178,7 +178,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax(&self, dim: isize) -> Result<Tensor> {
-        self.softmax_impl(dim, false, caller())
+        self.softmax_impl(dim, false, false, caller())
     }
 
     /// Log-softmax along `dim` (negative counts from the end; float dtypes).
@@ -192,7 +192,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: isize) -> Result<Tensor> {
-        self.softmax_impl(dim, true, caller())
+        self.softmax_impl(dim, true, false, caller())
     }
 
     fn reduce_all(&self, op: ReduceOp, site: Site) -> Result<Tensor> {
@@ -294,9 +294,23 @@ impl Tensor {
         }
     }
 
-    fn softmax_impl(&self, dim: isize, log: bool, site: Site) -> Result<Tensor> {
+    /// Softmax over the last dimension with attention's causal mask on the last two
+    /// `[.., L, S]`: element `(i, j)` with `j > i` is 0 and the rest of its row sums to 1, as
+    /// `where(j <= i, x, -inf).softmax(-1)` in one pass (and without the masked scores to
+    /// differentiate: softmax's own derivative gives them 0). `None` where the backend refuses
+    /// it with `Unsupported`: the caller masks with `where` instead.
+    #[track_caller]
+    pub(crate) fn causal_softmax(&self) -> Result<Option<Tensor>> {
+        match self.softmax_impl(-1, false, true, caller()) {
+            Ok(p) => Ok(Some(p)),
+            Err(Error::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn softmax_impl(&self, dim: isize, log: bool, causal: bool, site: Site) -> Result<Tensor> {
         if let Some(wide) = crate::autocast::widened(self)? {
-            return wide.softmax_impl(dim, log, site);
+            return wide.softmax_impl(dim, log, causal, site);
         }
         let name = if log { "log_softmax" } else { "softmax" };
         let d = resolve_dim(name, dim, self.rank())?;
@@ -306,6 +320,7 @@ impl Tensor {
             input: self.as_arg(),
             dim: d,
             log,
+            causal,
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;

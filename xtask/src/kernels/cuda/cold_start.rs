@@ -88,6 +88,7 @@ fn first_calls(b: &Dyn) -> Result<Vec<(SourceFile, Duration)>> {
                 input: t(&x, DType::F32),
                 dim: 0,
                 log: false,
+                causal: false,
                 out: t(&out, DType::F32),
             },
         ),

@@ -49,6 +49,7 @@ pub(super) fn ops(b: &Dyn) -> Result<()> {
                     input: tensor(&x, &shape, dtype),
                     dim: 1,
                     log,
+                    causal: false,
                     out: tensor(&out, &shape, dtype),
                 };
                 let name = if log { "log_softmax" } else { "softmax" };

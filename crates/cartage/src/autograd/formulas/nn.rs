@@ -140,15 +140,21 @@ pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale:
             return Ok(vec![keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
         }
         // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
-        let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
-        if causal {
-            let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
-            let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
-            let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
-            let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
-            scores = Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?;
-        }
-        let p = scores.softmax(-1)?;
+        let scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
+        let p = if causal {
+            match scores.causal_softmax()? {
+                Some(p) => p,
+                None => {
+                    let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
+                    let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
+                    let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
+                    let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
+                    Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?.softmax(-1)?
+                }
+            }
+        } else {
+            scores.softmax(-1)?
+        };
         let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
         let (gq, gk) = if need[0] || need[1] {
             let dp = g.matmul(&v.transpose(-2, -1)?)?;

@@ -126,6 +126,9 @@ impl Tensor {
             };
         }
         if causal {
+            if let Some(p) = scores.causal_softmax()? {
+                return p.matmul(v);
+            }
             let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device)?;
             let rows = rows.with_layout(rows.layout.unsqueeze(1)?);
             let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device)?;
