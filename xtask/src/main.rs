@@ -14,6 +14,7 @@
 mod bench;
 mod devices;
 mod docs;
+mod gpt_fixture;
 mod kernels;
 mod launch;
 mod lint_devices;

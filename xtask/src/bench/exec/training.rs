@@ -17,6 +17,7 @@ use super::{Outcome, random};
 #[allow(unused_imports, reason = "named in the module docs")]
 use crate::bench::cases::ModelOp;
 use crate::bench::report::MemoryPoint;
+use crate::gpt_fixture::{GptFixture, GptShape};
 
 /// The classifier of [`ModelOp::MlpTrain`]: `layers - 1` hidden `Linear(width, width)` + ReLU
 /// and a `Linear(width, 10)` head, initialised from seed 0.
@@ -102,7 +103,6 @@ fn measure_step(mut step: impl FnMut() -> Result<()>, device: &Device, bench: &B
 /// A whole GPT training step (see [`ModelOp::GptTrain`]) on random token ids. Counter: the peak
 /// of allocated memory during one step above its level before the step.
 pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome> {
-    use cartage_nn::models::{Gpt, GptConfig};
     let &ModelOp::GptTrain {
         layers,
         dim,
@@ -116,39 +116,23 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
     else {
         return Err(cartage::Error::invalid("gpt_train", "internal: not a GPT case"));
     };
-    let store = ParamStore::new(device);
-    let config = GptConfig {
-        vocab,
-        context,
+    let shape = GptShape {
+        layers,
         dim,
         heads,
-        layers,
+        context,
+        batch,
+        vocab,
     };
-    let model = Gpt::new(&store.root(), config, &mut cartage::Generator::new(0))?;
-    let mut opt = AdamW::new(&store, 1e-3)?;
-    let ids = |offset: usize| -> Result<Tensor> {
-        let v: Vec<i64> = (0..batch * context)
-            .map(|i| ((i * 7919 + offset) % vocab) as i64)
-            .collect();
-        Tensor::from_vec(v, &[batch, context], device)
-    };
-    let (x, y) = (ids(0)?, ids(1)?.reshape(&[batch * context])?);
+    let mut gpt = GptFixture::new(shape, device)?;
     let mut step = |mark: Mark<'_>| -> Result<()> {
-        let loss = {
-            let _ac = if autocast {
-                Some(cartage::autocast(device, DType::BF16)?)
-            } else {
-                None
-            };
-            let logits = model.forward(&x)?.reshape(&[batch * context, vocab])?;
-            logits.cross_entropy(&y, CrossEntropy::default())?
-        };
+        let loss = gpt.loss(autocast)?;
         mark("forward")?;
         loss.backward()?;
         mark("backward")?;
-        opt.step(&store)?;
+        gpt.opt.step(&gpt.store)?;
         mark("optimizer")?;
-        store.zero_grad();
+        gpt.store.zero_grad();
         drop(loss);
         mark("zero_grad")
     };
@@ -158,14 +142,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         // and the optimizer steps eagerly (its step count and learning rate change per step).
         step(&mut |_| Ok(()))?;
         let forward_backward = || -> Result<Tensor> {
-            let _ac = if autocast {
-                Some(cartage::autocast(device, DType::BF16)?)
-            } else {
-                None
-            };
-            let logits = model.forward(&x)?.reshape(&[batch * context, vocab])?;
-            let loss = logits.cross_entropy(&y, CrossEntropy::default())?;
-            drop(_ac);
+            let loss = gpt.loss(autocast)?;
             loss.backward()?;
             Ok(loss.detach())
         };
@@ -173,13 +150,13 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
         let measured = measure_step(
             || {
                 captured.replay()?;
-                opt.step(&store)
+                gpt.opt.step(&gpt.store)
             },
             device,
             bench,
         );
         drop(loss);
-        store.zero_grad();
+        gpt.store.zero_grad();
         drop(captured);
         return measured;
     }

@@ -9,11 +9,11 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use cartage::{CrossEntropy, DType, Device, Tensor};
-use cartage_nn::models::{Gpt, GptConfig};
-use cartage_nn::optim::{AdamW, Optimizer};
-use cartage_nn::{Module, ParamStore};
+use cartage::Device;
+use cartage_nn::optim::Optimizer;
 use cartage_wgpu::WgpuBackend;
+
+use crate::gpt_fixture::{GptFixture, GptShape};
 
 /// Rows of the printed table.
 const TOP: usize = 40;
@@ -27,36 +27,20 @@ pub fn run(backend: &WgpuBackend, autocast: bool, quick: bool, steps: usize) -> 
     } else {
         (6, 384, 6, 256, 64, 128)
     };
-    let store = ParamStore::new(&device);
-    let config = GptConfig {
-        vocab,
-        context,
+    let shape = GptShape {
+        layers,
         dim,
         heads,
-        layers,
+        context,
+        batch,
+        vocab,
     };
-    let model = Gpt::new(&store.root(), config, &mut cartage::Generator::new(0))?;
-    let mut opt = AdamW::new(&store, 1e-3)?;
-    let ids = |offset: usize| -> cartage::Result<Tensor> {
-        let v: Vec<i64> = (0..batch * context)
-            .map(|i| ((i * 7919 + offset) % vocab) as i64)
-            .collect();
-        Tensor::from_vec(v, &[batch, context], &device)
-    };
-    let (x, y) = (ids(0)?, ids(1)?.reshape(&[batch * context])?);
+    let mut gpt = GptFixture::new(shape, &device)?;
     let mut step = || -> cartage::Result<()> {
-        let loss = {
-            let _ac = if autocast {
-                Some(cartage::autocast(&device, DType::BF16)?)
-            } else {
-                None
-            };
-            let logits = model.forward(&x)?.reshape(&[batch * context, vocab])?;
-            logits.cross_entropy(&y, CrossEntropy::default())?
-        };
+        let loss = gpt.loss(autocast)?;
         loss.backward()?;
-        opt.step(&store)?;
-        store.zero_grad();
+        gpt.opt.step(&gpt.store)?;
+        gpt.store.zero_grad();
         Ok(())
     };
     for _ in 0..2 {
