@@ -385,11 +385,13 @@ pub struct RenderArgs {
 }
 
 /// `cargo xtask report`: render a report again from its `report.json`, without measuring. The
-/// figures stay those of the run (and of the commit) the JSON records.
+/// measurements stay those of the run (and of the commit) the JSON records; what is derived from
+/// them (the ceilings, each row's rate and bound) is computed again with this build's rules.
 pub fn render(args: RenderArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.from).with_context(|| format!("reading {}", args.from.display()))?;
-    let report: Report =
+    let mut report: Report =
         serde_json::from_str(&text).with_context(|| format!("{} is not a cartage report.json", args.from.display()))?;
+    report.finalize();
     write(&args.out, &report)?;
     eprintln!(
         "report rendered from {} into {}",

@@ -402,6 +402,16 @@ impl ModelOp {
         )
     }
 
+    /// The dtype the op's products run in when it differs from the row's dtype: bf16 for the
+    /// training steps under autocast (their parameters stay f32, their matmuls do not), so the
+    /// report holds them to the bf16 matmul ceiling rather than the f32 one.
+    pub fn compute_dtype(&self) -> Option<&'static str> {
+        match self {
+            ModelOp::MlpTrain { autocast: true, .. } | ModelOp::GptTrain { autocast: true, .. } => Some("bf16"),
+            _ => None,
+        }
+    }
+
     /// The work of one call for elements of `s` bytes.
     pub fn work(&self, s: f64) -> Work {
         let n = self.numel() as f64;

@@ -386,7 +386,12 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
     if t <= 0.0 {
         return;
     }
+    let autocast_key = match &row.params {
+        Case::Model(op) => op.compute_dtype().map(str::to_string),
+        _ => None,
+    };
     let compute_ceiling = matmul_key(row)
+        .or(autocast_key)
         .and_then(|k| c.matmul_gflops.get(&k).copied())
         .or_else(|| c.matmul_gflops.get(&row.dtype).copied())
         .or_else(|| c.matmul_gflops.get("f32").copied());

@@ -760,3 +760,36 @@ fn a_report_without_preallocated_references_says_they_allocated() {
     let text = format!("{:?}", build(&report));
     assert!(text.contains("predate preallocated outputs"), "{text}");
 }
+
+#[test]
+fn a_training_step_under_autocast_is_held_to_the_bf16_matmul_ceiling() {
+    use crate::bench::cases::ModelOp;
+    let gpt = |autocast| {
+        Case::Model(ModelOp::GptTrain {
+            layers: 2,
+            dim: 64,
+            heads: 4,
+            context: 32,
+            batch: 4,
+            vocab: 128,
+            autocast,
+            graph: false,
+        })
+    };
+    let mut ceilings = Ceilings::default();
+    ceilings.matmul_gflops.insert("f32".into(), 100.0);
+    ceilings.matmul_gflops.insert("bf16".into(), 1000.0);
+    let fraction = |autocast| {
+        let case = gpt(autocast);
+        let median = case.work(4).flops / 200e9;
+        let mut r = row(Section::Training, "cuda:0", "f32", case, median);
+        classify(&mut r, &ceilings);
+        (r.bound, r.fraction_of_ceiling.unwrap())
+    };
+    // The same 200 GFLOP/s is twice the f32 ceiling but a fifth of the bf16 one.
+    let (bound, f32_fraction) = fraction(false);
+    assert_eq!(bound, Some(Bound::Compute));
+    assert!((f32_fraction - 2.0).abs() < 1e-9, "{f32_fraction}");
+    let (_, bf16_fraction) = fraction(true);
+    assert!((bf16_fraction - 0.2).abs() < 1e-9, "{bf16_fraction}");
+}
