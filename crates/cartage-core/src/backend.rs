@@ -224,9 +224,8 @@ pub trait Backend: Send + Sync + 'static {
     /// memory the device offers.
     fn alloc_pinned(&self, bytes: usize) -> Result<PinnedBuffer> {
         let _ = bytes;
-        Err(Error::unsupported(
+        Err(Error::unsupported_feature(
             "alloc_pinned",
-            crate::DType::U8,
             self.device(),
             "this device's driver cannot page-lock host memory; use alloc_staging() (ordinary memory here)",
         ))
@@ -245,9 +244,8 @@ pub trait Backend: Send + Sync + 'static {
     /// and operations that wait on the host fail with [`Error::GraphCapture`]. Devices without
     /// graphs refuse with [`Error::Unsupported`].
     fn begin_capture(&self) -> Result<u64> {
-        Err(Error::unsupported(
+        Err(Error::unsupported_feature(
             "begin_capture",
-            crate::DType::U8,
             self.device(),
             "this device has no graph capture (CUDA graphs need a CUDA device)",
         ))
@@ -258,9 +256,8 @@ pub trait Backend: Send + Sync + 'static {
     /// pool stays reserved until the caller releases it ([`CachingAllocator::release_private_pool`])
     /// once the graph is dropped.
     fn end_capture(&self) -> Result<Box<dyn CapturedGraph>> {
-        Err(Error::unsupported(
+        Err(Error::unsupported_feature(
             "end_capture",
-            crate::DType::U8,
             self.device(),
             "this device has no graph capture",
         ))

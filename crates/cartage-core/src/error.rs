@@ -288,15 +288,15 @@ pub enum Error {
         numel: usize,
     },
 
-    /// A backend that cannot run an op for a dtype (R26).
-    #[error(
-        "`{op}` for {dtype} is not supported on {device}: {reason}. Ask `capabilities()` before choosing a dtype, or cast with `.to_dtype(..)`"
-    )]
+    /// A backend that cannot run an op for a dtype (R26), or lacks a feature whatever the dtype
+    /// (pinned memory, graph capture).
+    #[error("`{op}`{} is not supported on {device}: {reason}{}", for_dtype(.dtype), dtype_hint(.dtype))]
     Unsupported {
         /// The op.
         op: String,
-        /// The dtype.
-        dtype: DType,
+        /// The dtype, when the refusal depends on it; `None` for a feature the device lacks
+        /// whatever the dtype.
+        dtype: Option<DType>,
         /// The device.
         device: Device,
         /// Why (missing hardware feature, no kernel for it…).
@@ -575,12 +575,30 @@ impl Error {
         }
     }
 
-    /// Shorthand for [`Error::Unsupported`].
+    /// Shorthand for [`Error::Unsupported`] of an op in a dtype.
     #[cold]
     pub fn unsupported(op: impl Into<String>, dtype: DType, device: Device, reason: impl Into<String>) -> Self {
         Error::Unsupported {
             op: op.into(),
-            dtype,
+            dtype: Some(dtype),
+            device,
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Unsupported`] of a feature the device lacks whatever the dtype
+    /// (its message does not suggest another dtype).
+    ///
+    /// ```
+    /// use cartage_core::{Device, Error};
+    /// let e = Error::unsupported_feature("begin_capture", Device::cpu(), "this device has no graph capture");
+    /// assert_eq!(e.to_string(), "`begin_capture` is not supported on cpu: this device has no graph capture");
+    /// ```
+    #[cold]
+    pub fn unsupported_feature(op: impl Into<String>, device: Device, reason: impl Into<String>) -> Self {
+        Error::Unsupported {
+            op: op.into(),
+            dtype: None,
             device,
             reason: reason.into(),
         }
@@ -593,5 +611,18 @@ impl Error {
             op,
             reason: reason.into(),
         }
+    }
+}
+
+/// " for f16" in [`Error::Unsupported`]'s message, or nothing when no dtype is named.
+fn for_dtype(dtype: &Option<DType>) -> String {
+    dtype.map(|d| format!(" for {d}")).unwrap_or_default()
+}
+
+/// The advice of [`Error::Unsupported`]'s message when the refusal depends on the dtype.
+fn dtype_hint(dtype: &Option<DType>) -> &'static str {
+    match dtype {
+        Some(_) => ". Ask `capabilities()` before choosing a dtype, or cast with `.to_dtype(..)`",
+        None => "",
     }
 }

@@ -237,7 +237,13 @@ fn unsupported_names_op_dtype_device_and_capabilities() {
             "to_dtype",
         ],
     );
-    assert!(matches!(error, Error::Unsupported { dtype: DType::F64, .. }));
+    assert!(matches!(
+        error,
+        Error::Unsupported {
+            dtype: Some(DType::F64),
+            ..
+        }
+    ));
 }
 
 #[test]

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use cartage_core::pinned::host_oom;
 use cartage_core::raw::SegmentError;
-use cartage_core::{CopyCompletion, DType, Error, PinnedBuffer, Result};
+use cartage_core::{CopyCompletion, Error, PinnedBuffer, Result};
 
 use crate::backend::WgpuBackend;
 use crate::context::GpuContext;
@@ -72,12 +72,7 @@ impl PinnedBuffers {
     /// A mapped host buffer of `bytes` bytes, zeroed.
     pub fn alloc(&self, ctx: &Arc<GpuContext>, bytes: usize) -> Result<PinnedBuffer> {
         if let Some(reason) = unavailable(ctx) {
-            return Err(Error::unsupported(
-                "alloc_pinned",
-                DType::U8,
-                ctx.cartage_device,
-                reason,
-            ));
+            return Err(Error::unsupported_feature("alloc_pinned", ctx.cartage_device, reason));
         }
         // Map ranges must be non-empty multiples of 4 bytes.
         let size = (bytes.max(1) as u64).div_ceil(4) * 4;

@@ -109,7 +109,7 @@ fn sixty_four_bit_scatters_neither_tear_nor_lose_carries() {
     .run(&[&fb, &jb, &ob])
     {
         Err(Error::Unsupported { dtype, reason, .. }) => {
-            assert_eq!(dtype, DType::F64);
+            assert_eq!(dtype, Some(DType::F64));
             assert!(reason.contains("atomics") || reason.contains("SHADER_F64"), "{reason}");
         }
         other => panic!("expected Unsupported, got {other:?}"),

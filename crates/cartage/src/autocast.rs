@@ -54,7 +54,7 @@ pub fn autocast(device: &Device, dtype: DType) -> Result<AutocastGuard> {
     if !backend.capabilities().supports(Op::Matmul, dtype) {
         return Err(Error::Unsupported {
             op: "autocast".into(),
-            dtype,
+            dtype: Some(dtype),
             device: *device,
             reason: "this device has no matmul in that dtype; autocast to the other half type, or run in f32".into(),
         });

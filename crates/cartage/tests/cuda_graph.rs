@@ -209,4 +209,8 @@ fn memory_allocated_while_capturing_stays_the_graphs() {
 fn devices_without_graphs_say_so() {
     let err = cuda_graph(&Device::cpu(), || Ok(())).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    // Graph capture does not depend on a dtype: the message must not send the reader to one.
+    let message = err.to_string();
+    assert!(message.contains("graph capture"), "{message}");
+    assert!(!message.contains("dtype"), "{message}");
 }

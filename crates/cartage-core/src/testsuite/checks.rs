@@ -18,9 +18,9 @@ impl Harness {
         let result = self.run(kernel).and_then(|()| self.backend().synchronize());
         match result {
             Err(Error::Unsupported { op, dtype, device, .. }) => {
-                if op != kernel.op().name() || dtype != kernel.dtype() || device != self.device() {
+                if op != kernel.op().name() || dtype != Some(kernel.dtype()) || device != self.device() {
                     self.fail(format!(
-                        "{what}: Unsupported names op `{op}`, {dtype}, {device}; expected `{}`, {}, {}",
+                        "{what}: Unsupported names op `{op}`, {dtype:?}, {device}; expected `{}`, {}, {}",
                         kernel.op().name(),
                         kernel.dtype(),
                         self.device()
