@@ -793,3 +793,39 @@ fn a_training_step_under_autocast_is_held_to_the_bf16_matmul_ceiling() {
     let (_, bf16_fraction) = fraction(true);
     assert!((bf16_fraction - 0.2).abs() < 1e-9, "{bf16_fraction}");
 }
+
+#[test]
+fn a_replayed_graph_step_shows_no_peak_of_zero() {
+    use crate::bench::cases::ModelOp;
+    let mut report = sample_report();
+    let gpt = |graph| {
+        Case::Model(ModelOp::GptTrain {
+            layers: 2,
+            dim: 64,
+            heads: 4,
+            context: 32,
+            batch: 4,
+            vocab: 128,
+            autocast: false,
+            graph,
+        })
+    };
+    for (graph, peak) in [(false, 3.0 * 1024.0 * 1024.0), (true, 0.0)] {
+        let mut r = row(Section::Training, "cuda:0", "f32", gpt(graph), 1e-2);
+        r.counters.insert("step_peak_bytes".into(), peak);
+        report.rows.push(r);
+    }
+    report.finalize();
+    let table = build(&report)
+        .into_iter()
+        .find_map(|b| match b {
+            Block::Table(t) if t.headers.iter().any(|h| h == "Peak memory") => Some(t),
+            _ => None,
+        })
+        .expect("the training table");
+    let column = table.headers.iter().position(|h| h == "Peak memory").unwrap();
+    let peaks: Vec<&str> = table.rows.iter().map(|r| r[column].text.as_str()).collect();
+    assert!(peaks.contains(&"3 MiB"), "{peaks:?}");
+    assert!(peaks.contains(&"in the graph's pool"), "{peaks:?}");
+    assert!(!peaks.contains(&"0 B"), "{peaks:?}");
+}

@@ -23,7 +23,9 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          PyTorch (`torch.cuda.max_memory_allocated`). `gpt_train`: a whole step of a character-level GPT \
          (`cartage_nn::models::Gpt`; PyTorch: the same modules from `torch.nn`), in f32 and under \
          bf16 autocast; its rate counts 6 flop per parameter and token plus the causal attention \
-         scores. `adamw_step`: one AdamW update of all \
+         scores. Its graph rows replay forward and backward from memory the graph reserved in its \
+         private pool when it was captured, so a replayed step raises allocated memory by nothing \
+         and its peak reads \"in the graph's pool\". `adamw_step`: one AdamW update of all \
          parameters with their gradients given (cartage's multi-tensor `adam_step_many` against \
          `torch.optim.AdamW(fused=True)` on CUDA, the default implementation on the CPU, or numpy)."
             .into(),
@@ -55,9 +57,16 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
         } else {
             "backward_peak_bytes"
         };
+        // A replayed graph's memory was reserved at capture: its step peak above the level
+        // before the step is 0 and says nothing about what the step needs.
+        let graph = matches!(op, ModelOp::GptTrain { graph: true, .. });
         cells.extend([
             bytes(r.counters.get("activation_bytes")),
-            bytes(r.counters.get(peak)),
+            if graph {
+                Cell::plain("in the graph's pool".to_string())
+            } else {
+                bytes(r.counters.get(peak))
+            },
             bytes(r.reference.as_ref().and_then(|x| x.counters.get(peak))),
         ]);
         table.push(cells);
