@@ -634,18 +634,8 @@ fn the_committed_reports_render_by_the_rules() {
 
 #[test]
 fn the_training_section_draws_the_memory_curve_beside_the_reference() {
-    use crate::bench::cases::ModelOp;
     let mut report = sample_report();
-    let gpt = Case::Model(ModelOp::GptTrain {
-        layers: 2,
-        dim: 64,
-        heads: 4,
-        context: 32,
-        batch: 4,
-        vocab: 128,
-        autocast: false,
-        graph: false,
-    });
+    let gpt = small_gpt(false, false);
     let curve = |scale: f64| -> Vec<MemoryPoint> {
         let phases = ["forward", "backward", "optimizer", "zero_grad"];
         let mut points = vec![MemoryPoint {
@@ -763,19 +753,7 @@ fn a_report_without_preallocated_references_says_they_allocated() {
 
 #[test]
 fn a_training_step_under_autocast_is_held_to_the_bf16_matmul_ceiling() {
-    use crate::bench::cases::ModelOp;
-    let gpt = |autocast| {
-        Case::Model(ModelOp::GptTrain {
-            layers: 2,
-            dim: 64,
-            heads: 4,
-            context: 32,
-            batch: 4,
-            vocab: 128,
-            autocast,
-            graph: false,
-        })
-    };
+    let gpt = |autocast| small_gpt(autocast, false);
     let mut ceilings = Ceilings::default();
     ceilings.matmul_gflops.insert("f32".into(), 100.0);
     ceilings.matmul_gflops.insert("bf16".into(), 1000.0);
@@ -796,20 +774,8 @@ fn a_training_step_under_autocast_is_held_to_the_bf16_matmul_ceiling() {
 
 #[test]
 fn a_replayed_graph_step_shows_no_peak_of_zero() {
-    use crate::bench::cases::ModelOp;
     let mut report = sample_report();
-    let gpt = |graph| {
-        Case::Model(ModelOp::GptTrain {
-            layers: 2,
-            dim: 64,
-            heads: 4,
-            context: 32,
-            batch: 4,
-            vocab: 128,
-            autocast: false,
-            graph,
-        })
-    };
+    let gpt = |graph| small_gpt(false, graph);
     for (graph, peak) in [(false, 3.0 * 1024.0 * 1024.0), (true, 0.0)] {
         let mut r = row(Section::Training, "cuda:0", "f32", gpt(graph), 1e-2);
         r.counters.insert("step_peak_bytes".into(), peak);
@@ -828,4 +794,19 @@ fn a_replayed_graph_step_shows_no_peak_of_zero() {
     assert!(peaks.contains(&"3 MiB"), "{peaks:?}");
     assert!(peaks.contains(&"in the graph's pool"), "{peaks:?}");
     assert!(!peaks.contains(&"0 B"), "{peaks:?}");
+}
+
+/// A 2-layer GPT training case, under bf16 autocast when `autocast`, replayed as a graph when
+/// `graph`.
+fn small_gpt(autocast: bool, graph: bool) -> Case {
+    Case::Model(crate::bench::cases::ModelOp::GptTrain {
+        layers: 2,
+        dim: 64,
+        heads: 4,
+        context: 32,
+        batch: 4,
+        vocab: 128,
+        autocast,
+        graph,
+    })
 }
