@@ -14,10 +14,16 @@
 //! A copy: wait for the previous copy on the buffer, unmap it, record the copy in the shared
 //! recorder (after the work recorded before it), submit, and ask for the mapping back. The
 //! copy is complete when the mapping is: [`MappedCopy`] is its [`CopyCompletion`].
+//!
+//! wgpu runs a map callback on whichever thread's poll finds the mapping resolved. Once the
+//! copy's submission is done, the callback has run or is running on another thread that polled
+//! at the same moment; a waiter therefore waits for the callback's signal (bounded by
+//! [`MAP_CALLBACK_TIMEOUT`]) instead of concluding from its own poll that the mapping never came.
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use cartage_core::pinned::host_oom;
 use cartage_core::raw::SegmentError;
@@ -185,12 +191,14 @@ impl PinnedBuffers {
             recorder.submit(ctx)
         };
         let state: Arc<Mutex<MapState>> = Arc::new(Mutex::new(MapState::Waiting));
-        let sink = Arc::clone(&state);
+        let changed = Arc::new(Condvar::new());
+        let (sink, signal) = (Arc::clone(&state), Arc::clone(&changed));
         entry.buffer.map_async(wgpu::MapMode::Read, .., move |result| {
             *lock(&sink) = match result {
                 Ok(()) => MapState::Mapped,
                 Err(e) => MapState::Done(Err(format!("mapping the pinned buffer back failed: {e}"))),
             };
+            signal.notify_all();
         });
         let copy = Arc::new(MappedCopy {
             ctx: Arc::clone(ctx),
@@ -199,6 +207,7 @@ impl PinnedBuffers {
             op,
             submission,
             state,
+            changed,
         });
         entry.pending = Some(Arc::clone(&copy));
         Ok(copy)
@@ -224,7 +233,13 @@ pub(crate) struct MappedCopy {
     op: &'static str,
     submission: Option<wgpu::SubmissionIndex>,
     state: Arc<Mutex<MapState>>,
+    /// Notified by the map callback when it has set `state`.
+    changed: Arc<Condvar>,
 }
+
+/// How long a waiter gives a map callback, once the copy's submission is done, before it reports
+/// the mapping as lost.
+const MAP_CALLBACK_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl MappedCopy {
     /// Turn `Mapped` into `Done`, checking that the mapping kept its address; the final result,
@@ -262,10 +277,32 @@ impl CopyCompletion for MappedCopy {
         if self.settle().is_none() {
             self.ctx.wait_for(None, self.op)?;
         }
-        match self.settle() {
-            Some(Ok(())) => Ok(()),
-            Some(Err(message)) => Err(driver(&self.ctx, self.op, &message)),
-            None => Err(driver(&self.ctx, self.op, "the copy's buffer was never mapped back")),
+        // Another thread's poll may have taken the callback and not run it yet: wait for its
+        // signal, polling now and then in case no poll has resolved the mapping at all.
+        let deadline = Instant::now() + MAP_CALLBACK_TIMEOUT;
+        loop {
+            match self.settle() {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(message)) => return Err(driver(&self.ctx, self.op, &message)),
+                None if Instant::now() >= deadline => {
+                    return Err(driver(
+                        &self.ctx,
+                        self.op,
+                        "the copy's buffer was never mapped back (its map callback did not run within 10 s of the copy finishing)",
+                    ));
+                }
+                None => {
+                    let state = lock(&self.state);
+                    if matches!(*state, MapState::Waiting) {
+                        drop(
+                            self.changed
+                                .wait_timeout(state, Duration::from_millis(1))
+                                .unwrap_or_else(|p| p.into_inner()),
+                        );
+                    }
+                    let _ = self.ctx.device.poll(wgpu::PollType::Poll);
+                }
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! Host↔device copies: pinned memory as mapped wgpu buffers copied in place (both directions,
-//! repeatedly, interleaved with kernels, with forgotten handles and unaligned ranges), and large
+//! repeatedly, interleaved with kernels, with forgotten handles and unaligned ranges, waited on from
+//! several threads at once), and large
 //! copies from and to ordinary memory through the staging rings (several chunks, unaligned ends).
 
 mod common;
@@ -147,4 +148,32 @@ fn large_pageable_copies_go_through_the_rings_exactly() {
     let mut back = vec![0u8; n - 1];
     buffer.read(4, &mut back).unwrap();
     assert!(back == again, "the bytes differ on the second ring round trip");
+}
+
+#[test]
+fn pinned_copies_waited_on_from_several_threads_at_once_all_complete() {
+    let Some(b) = backend("pinned_copies_waited_on_from_several_threads_at_once_all_complete") else {
+        return;
+    };
+    // Each thread's wait polls the device, and a poll runs the map callbacks of every copy it
+    // finds finished, other threads' included: a waiter must not conclude from its own poll that
+    // its buffer was never mapped back while another thread is still running that callback.
+    let n = 64 * 1024;
+    std::thread::scope(|scope| {
+        for thread in 0..8u32 {
+            let b = &b;
+            scope.spawn(move || {
+                let buffer = DeviceBuffer::new(&device(b), n).unwrap();
+                let mut pinned = b.alloc_pinned(n).unwrap();
+                let mut back = b.alloc_pinned(n).unwrap();
+                for round in 0..400 {
+                    let data = pattern(n, thread * 1000 + round);
+                    pinned.as_mut_slice().copy_from_slice(&data);
+                    buffer.write_async(0, &pinned, n).unwrap().wait().unwrap();
+                    buffer.read_async(0, &mut back, n).unwrap().wait().unwrap();
+                    assert!(back.as_slice() == data.as_slice(), "thread {thread}, round {round}");
+                }
+            });
+        }
+    });
 }
