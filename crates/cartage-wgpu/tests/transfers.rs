@@ -1,7 +1,7 @@
 //! Host↔device copies: pinned memory as mapped wgpu buffers copied in place (both directions,
-//! repeatedly, interleaved with kernels, with forgotten handles and unaligned ranges, waited on from
-//! several threads at once), and large
-//! copies from and to ordinary memory through the staging rings (several chunks, unaligned ends).
+//! repeatedly, interleaved with kernels, with forgotten handles and unaligned ranges, waited on
+//! from several threads at once), and large copies from and to ordinary memory through the
+//! staging rings (several chunks, unaligned ends).
 
 mod common;
 
