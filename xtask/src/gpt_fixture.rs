@@ -20,50 +20,17 @@ pub struct GptFixture {
     pub x: Tensor,
     /// Next-token targets `[batch · context]`.
     pub y: Tensor,
-    /// Rows of logits per step (`batch · context`).
-    rows: usize,
     /// Vocabulary size.
     vocab: usize,
     /// Where it all lives.
     device: Device,
 }
 
-/// The shape of a [`GptFixture`].
-#[derive(Clone, Copy, Debug)]
-pub struct GptShape {
-    /// Transformer blocks.
-    pub layers: usize,
-    /// Width.
-    pub dim: usize,
-    /// Attention heads.
-    pub heads: usize,
-    /// Tokens per sequence.
-    pub context: usize,
-    /// Sequences per batch.
-    pub batch: usize,
-    /// Token ids run over `0..vocab`.
-    pub vocab: usize,
-}
-
 impl GptFixture {
-    /// Build the model, its optimizer and the batch on `device`.
-    pub fn new(shape: GptShape, device: &Device) -> Result<Self> {
-        let GptShape {
-            layers,
-            dim,
-            heads,
-            context,
-            batch,
-            vocab,
-        } = shape;
+    /// Build the model of `config`, its optimizer and a batch of `batch` sequences on `device`.
+    pub fn new(config: GptConfig, batch: usize, device: &Device) -> Result<Self> {
+        let GptConfig { vocab, context, .. } = config;
         let store = ParamStore::new(device);
-        let config = GptConfig {
-            vocab,
-            context,
-            dim,
-            heads,
-            layers,
-        };
         let model = Gpt::new(&store.root(), config, &mut cartage::Generator::new(0))?;
         let opt = AdamW::new(&store, 1e-3)?;
         let ids = |offset: usize| -> Result<Tensor> {
@@ -79,7 +46,6 @@ impl GptFixture {
             opt,
             x,
             y,
-            rows: batch * context,
             vocab,
             device: *device,
         })
@@ -93,7 +59,8 @@ impl GptFixture {
         } else {
             None
         };
-        let logits = self.model.forward(&self.x)?.reshape(&[self.rows, self.vocab])?;
+        let rows = self.y.numel();
+        let logits = self.model.forward(&self.x)?.reshape(&[rows, self.vocab])?;
         logits.cross_entropy(&self.y, CrossEntropy::default())
     }
 }

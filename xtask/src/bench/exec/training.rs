@@ -17,7 +17,7 @@ use super::{Outcome, random};
 #[allow(unused_imports, reason = "named in the module docs")]
 use crate::bench::cases::ModelOp;
 use crate::bench::report::MemoryPoint;
-use crate::gpt_fixture::{GptFixture, GptShape};
+use crate::gpt_fixture::GptFixture;
 
 /// The classifier of [`ModelOp::MlpTrain`]: `layers - 1` hidden `Linear(width, width)` + ReLU
 /// and a `Linear(width, 10)` head, initialised from seed 0.
@@ -116,15 +116,14 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
     else {
         return Err(cartage::Error::invalid("gpt_train", "internal: not a GPT case"));
     };
-    let shape = GptShape {
-        layers,
+    let config = cartage_nn::models::GptConfig {
+        vocab,
+        context,
         dim,
         heads,
-        context,
-        batch,
-        vocab,
+        layers,
     };
-    let mut gpt = GptFixture::new(shape, device)?;
+    let mut gpt = GptFixture::new(config, batch, device)?;
     let mut step = |mark: Mark<'_>| -> Result<()> {
         let loss = gpt.loss(autocast)?;
         mark("forward")?;

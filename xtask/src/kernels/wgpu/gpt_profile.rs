@@ -10,10 +10,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cartage::Device;
+use cartage_nn::models::GptConfig;
 use cartage_nn::optim::Optimizer;
 use cartage_wgpu::WgpuBackend;
 
-use crate::gpt_fixture::{GptFixture, GptShape};
+use crate::gpt_fixture::GptFixture;
 
 /// Rows of the printed table.
 const TOP: usize = 40;
@@ -22,20 +23,33 @@ const TOP: usize = 40;
 /// shrinks the model for a smoke run.
 pub fn run(backend: &WgpuBackend, autocast: bool, quick: bool, steps: usize) -> Result<()> {
     let device = Device::wgpu(0);
-    let (layers, dim, heads, context, batch, vocab) = if quick {
-        (2, 64, 4, 64, 8, 128)
+    let (config, batch) = if quick {
+        let config = GptConfig {
+            vocab: 128,
+            context: 64,
+            dim: 64,
+            heads: 4,
+            layers: 2,
+        };
+        (config, 8)
     } else {
-        (6, 384, 6, 256, 64, 128)
+        let config = GptConfig {
+            vocab: 128,
+            context: 256,
+            dim: 384,
+            heads: 6,
+            layers: 6,
+        };
+        (config, 64)
     };
-    let shape = GptShape {
-        layers,
+    let GptConfig {
+        context,
         dim,
         heads,
-        context,
-        batch,
-        vocab,
-    };
-    let mut gpt = GptFixture::new(shape, &device)?;
+        layers,
+        ..
+    } = config;
+    let mut gpt = GptFixture::new(config, batch, &device)?;
     let mut step = || -> cartage::Result<()> {
         let loss = gpt.loss(autocast)?;
         loss.backward()?;
