@@ -285,11 +285,11 @@ impl CopyCompletion for MappedCopy {
                 Some(Ok(())) => return Ok(()),
                 Some(Err(message)) => return Err(driver(&self.ctx, self.op, &message)),
                 None if Instant::now() >= deadline => {
-                    return Err(driver(
-                        &self.ctx,
-                        self.op,
-                        "the copy's buffer was never mapped back (its map callback did not run within 10 s of the copy finishing)",
-                    ));
+                    let message = format!(
+                        "the copy's buffer was never mapped back (its map callback did not run within {} s of the copy finishing)",
+                        MAP_CALLBACK_TIMEOUT.as_secs()
+                    );
+                    return Err(driver(&self.ctx, self.op, &message));
                 }
                 None => {
                     let state = lock(&self.state);
