@@ -42,6 +42,11 @@ pub struct SegmentHandle {
 /// [`crate::DeviceBuffer`] and [`crate::Kernel::run`], which borrow the owners for the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufferSlice {
+    /// The process-unique id of the [`CachingAllocator`] that handed the block out: segment ids
+    /// are unique only within one source, so two allocators (two backends, two devices, a
+    /// second allocator over a test source) can hand out equal segment ids. Comparing the
+    /// allocator too makes a slice's identity unforgeable across them.
+    allocator: u64,
     segment: SegmentHandle,
     offset: usize,
     len: usize,
@@ -78,10 +83,24 @@ impl BufferSlice {
         self.segment.addr + self.offset as u64
     }
 
-    /// True when `inner` lies inside this range (same segment, bytes within).
+    /// The process-unique id of the allocator that made the slice (each backend's caching
+    /// allocator has its own): two slices with equal segment ids are the same memory only when
+    /// their allocators are the same too.
+    #[inline]
+    pub fn allocator(&self) -> u64 {
+        self.allocator
+    }
+
+    /// True when both slices lie in one segment of one allocator (the same memory object).
+    #[inline]
+    pub fn same_segment(&self, other: &BufferSlice) -> bool {
+        self.allocator == other.allocator && self.segment.id == other.segment.id
+    }
+
+    /// True when `inner` lies inside this range (same allocator, same segment, bytes within).
     #[inline]
     pub fn contains(&self, inner: &BufferSlice) -> bool {
-        self.segment.id == inner.segment.id
+        self.same_segment(inner)
             && inner.offset >= self.offset
             && inner
                 .offset
@@ -107,6 +126,7 @@ impl BufferSlice {
             ));
         }
         Ok(BufferSlice {
+            allocator: self.allocator,
             segment: self.segment,
             offset: self.offset + offset,
             len,
@@ -690,7 +710,8 @@ impl CachingAllocator {
         };
         let mut state = self.lock();
         state.stats.alloc_count += 1;
-        if let Some(slice) = Self::take_free(&mut state, pool, rounded, bytes, site, &config) {
+        if let Some(mut slice) = Self::take_free(&mut state, pool, rounded, bytes, site, &config) {
+            slice.allocator = self.id;
             state.stats.cache_hits += 1;
             return Ok(Allocation {
                 slice,
@@ -764,8 +785,9 @@ impl CachingAllocator {
         free_set(&mut st.free, &mut st.private, owner, pool).insert((segment_size, handle.id, 0));
         state.stats.inactive_blocks += 1;
         state.stats.inactive_bytes += segment_size;
-        let slice = Self::take_free(&mut state, pool, rounded, bytes, site, &config)
+        let mut slice = Self::take_free(&mut state, pool, rounded, bytes, site, &config)
             .expect("a fresh segment always fits the request it was sized for");
+        slice.allocator = self.id;
         Ok(Allocation {
             slice,
             requested: bytes,
@@ -834,6 +856,8 @@ impl CachingAllocator {
         s.active_blocks += 1;
         s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
         Some(BufferSlice {
+            // Set by the caller (`take_free` has no `self`), before the slice leaves the allocator.
+            allocator: 0,
             segment: handle,
             offset,
             len: requested,

@@ -143,6 +143,35 @@ impl fmt::Display for RanksMissingDisplay<'_> {
     }
 }
 
+/// The body of [`Error::StateMismatch`]: every offending key, grouped, and what to do.
+struct StateMismatchDisplay<'a> {
+    what: &'a str,
+    missing: &'a [String],
+    unexpected: &'a [String],
+    mismatched: &'a [String],
+}
+
+impl fmt::Display for StateMismatchDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: the state does not match what it is loaded into", self.what)?;
+        let groups = [
+            ("missing keys", self.missing),
+            ("unexpected keys", self.unexpected),
+            ("mismatched entries", self.mismatched),
+        ];
+        for (label, keys) in groups {
+            if !keys.is_empty() {
+                write!(f, "; {} {label}: {}", keys.len(), keys.join(", "))?;
+            }
+        }
+        write!(
+            f,
+            ". Nothing was loaded. Check that the file was saved from the same architecture and \
+             configuration, or load with strict = false to take only the keys that match"
+        )
+    }
+}
+
 /// Every failure cartage reports. No user input panics; it becomes one of these.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -403,6 +432,54 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A tensor that an op saved for backward was written in place (by a kernel into an
+    /// existing tensor, `copy_from`, an optimizer step, or a write through a `detach()`ed view)
+    /// after the op was recorded: its gradient would be computed from the new values. The
+    /// message names the op and where it was recorded, and the last in-place write and its site.
+    #[error(
+        "`{op}` (recorded at {recorded_at}) saved a tensor for backward that was modified in place after it was saved (version {saved_version}, now {version}; last written by `{written_by}` at {written_at}). Its gradient would use the new values. Write into a copy (`.clone_data()`, or a fresh tensor), or run the in-place update after `backward`"
+    )]
+    ModifiedInPlace {
+        /// The recorded op whose saved tensor changed.
+        op: &'static str,
+        /// Where the op was recorded.
+        recorded_at: Site,
+        /// The storage's version when the op saved it.
+        saved_version: u64,
+        /// The storage's version now.
+        version: u64,
+        /// The last in-place write (`copy_from`, `adam_step_`, ...).
+        written_by: &'static str,
+        /// Where that write was called.
+        written_at: Site,
+    },
+
+    /// A call made in an order its object does not allow: a second `unscale` in one step, a
+    /// `step` without `update` after it, a backward re-entered from its own hook, a second
+    /// backward through a graph another thread is freeing. Nothing was changed.
+    #[error("`{op}`: {reason}")]
+    InvalidState {
+        /// The refused call.
+        op: &'static str,
+        /// What was called before, and what to call instead.
+        reason: String,
+    },
+
+    /// A checkpoint or state dict that does not match what it is loaded into: keys missing,
+    /// keys unexpected, or entries of another shape or dtype. Nothing was loaded. Each list
+    /// names every offending key; pass `strict = false` to load the keys that match.
+    #[error("{}", StateMismatchDisplay { what, missing, unexpected, mismatched })]
+    StateMismatch {
+        /// What was being loaded (`load_state_dict`, `load_checkpoint`, ...).
+        what: &'static str,
+        /// Keys the target has and the source lacks.
+        missing: Vec<String>,
+        /// Keys the source has and the target does not.
+        unexpected: Vec<String>,
+        /// `key: expected …, found …` for entries of another shape or dtype.
+        mismatched: Vec<String>,
+    },
+
     /// A file whose contents are not in the expected format.
     #[error("{path}: not a valid {format} file: {reason}")]
     Format {
@@ -462,6 +539,12 @@ pub enum ErrorKind {
     RanksMissing,
     /// [`Error::GraphCapture`].
     GraphCapture,
+    /// [`Error::ModifiedInPlace`].
+    ModifiedInPlace,
+    /// [`Error::InvalidState`].
+    InvalidState,
+    /// [`Error::StateMismatch`].
+    StateMismatch,
 }
 
 impl ErrorKind {
@@ -489,6 +572,9 @@ impl ErrorKind {
             ErrorKind::Autograd => "autograd",
             ErrorKind::RanksMissing => "ranks-missing",
             ErrorKind::GraphCapture => "graph-capture",
+            ErrorKind::ModifiedInPlace => "modified-in-place",
+            ErrorKind::InvalidState => "invalid-state",
+            ErrorKind::StateMismatch => "state-mismatch",
         }
     }
 }
@@ -531,6 +617,9 @@ impl Error {
             Error::Autograd { .. } => ErrorKind::Autograd,
             Error::GraphCapture { .. } => ErrorKind::GraphCapture,
             Error::RanksMissing { .. } => ErrorKind::RanksMissing,
+            Error::ModifiedInPlace { .. } => ErrorKind::ModifiedInPlace,
+            Error::InvalidState { .. } => ErrorKind::InvalidState,
+            Error::StateMismatch { .. } => ErrorKind::StateMismatch,
         }
     }
 
