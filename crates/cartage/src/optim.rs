@@ -11,7 +11,7 @@
 use std::ops::AddAssign;
 
 use cartage_core::kernel::UpdateSet;
-use cartage_core::{AdamUpdate, Error, Kernel, Op, Result, SgdUpdate, UpdateRule};
+use cartage_core::{AdamUpdate, Error, Kernel, Op, Result, SgdUpdate, Site, UpdateRule};
 
 use crate::Tensor;
 
@@ -80,6 +80,7 @@ impl AddAssign for StepReport {
 /// assert!((b.to_vec::<f32>()?[0] - 0.4).abs() < 1e-6);
 /// # Ok::<(), cartage::Error>(())
 /// ```
+#[track_caller]
 pub fn adam_step_many(rule: AdamUpdate, slots: &[AdamSlot<'_>]) -> Result<StepReport> {
     let update = UpdateRule::Adam(rule);
     for s in slots {
@@ -93,7 +94,8 @@ pub fn adam_step_many(rule: AdamUpdate, slots: &[AdamSlot<'_>]) -> Result<StepRe
             state: [Some(s.exp_avg), Some(s.exp_avg_sq)],
         })
         .collect();
-    step_many(update, &sets, |s| {
+    let site = std::panic::Location::caller();
+    step_many(update, &sets, site, |s| {
         s.param.adam_step_checked(
             s.grad,
             s.state[0].unwrap_or(s.param),
@@ -122,6 +124,7 @@ pub fn adam_step_many(rule: AdamUpdate, slots: &[AdamSlot<'_>]) -> Result<StepRe
 /// assert_eq!((w.to_vec::<f32>()?, b.to_vec::<f32>()?), (vec![0.5, 2.5], vec![2.0]));
 /// # Ok::<(), cartage::Error>(())
 /// ```
+#[track_caller]
 pub fn sgd_step_many(rule: SgdUpdate, slots: &[SgdSlot<'_>]) -> Result<StepReport> {
     for s in slots {
         s.param.check_sgd(s.grad, s.momentum_buffer, rule)?;
@@ -134,7 +137,8 @@ pub fn sgd_step_many(rule: SgdUpdate, slots: &[SgdSlot<'_>]) -> Result<StepRepor
             state: [s.momentum_buffer, None],
         })
         .collect();
-    step_many(UpdateRule::Sgd(rule), &sets, |s| {
+    let site = std::panic::Location::caller();
+    step_many(UpdateRule::Sgd(rule), &sets, site, |s| {
         s.param.sgd_step_checked(s.grad, s.state[0], rule)
     })
 }
@@ -162,6 +166,26 @@ impl Operands<'_> {
 /// The checked slots: one group, apart, then the fastest path the device has. `single` runs one
 /// slot alone (`true` when it was fused).
 fn step_many(
+    rule: UpdateRule,
+    sets: &[Operands<'_>],
+    site: Site,
+    single: impl Fn(&Operands<'_>) -> Result<bool>,
+) -> Result<StepReport> {
+    let name = rule.kind().many_name();
+    let report = step_many_unversioned(rule, sets, single)?;
+    // Every written operand changed: autograd refuses a backward through one saved before.
+    for s in sets {
+        for (t, _, written) in s.tensors() {
+            if written {
+                t.bump_version(name, site);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// [`step_many`] without counting the writes.
+fn step_many_unversioned(
     rule: UpdateRule,
     sets: &[Operands<'_>],
     single: impl Fn(&Operands<'_>) -> Result<bool>,

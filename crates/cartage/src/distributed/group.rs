@@ -190,6 +190,7 @@ impl ProcessGroup {
     }
 
     /// `tensor` as an operand, after the user-level checks (see the module docs).
+    #[track_caller]
     fn operand<'t>(&self, op: &'static str, tensor: &'t Tensor, written: bool) -> Result<CollectiveArg<'t>> {
         if tensor.device() != self.device() {
             return Err(Error::DeviceMismatch {
@@ -222,6 +223,10 @@ impl ProcessGroup {
                     tensor.origin()
                 ),
             });
+        }
+        if written {
+            // Counted when queued: autograd refuses a saved tensor a collective overwrote.
+            tensor.bump_version(op, std::panic::Location::caller());
         }
         CollectiveArg::new(tensor.storage().device_buffer(), tensor.as_arg())
     }

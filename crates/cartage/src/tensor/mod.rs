@@ -40,7 +40,8 @@ pub use stats::NormOrd;
 
 use std::fmt;
 use std::panic::Location;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cartage_core::raw::BufferSlice;
 
@@ -51,8 +52,16 @@ use cartage_core::{Backend, DType, Device, DeviceBuffer, Kernel, Layout, Result,
 ///
 /// It wraps core's [`DeviceBuffer`], the sound path to device memory: every kernel, copy and
 /// read of a tensor goes through it, with the storages of all operands borrowed for the call.
+///
+/// A storage counts its in-place writes (its *version*), as PyTorch's tensors do: autograd
+/// records the version of every tensor an op saves for backward, and backward refuses a tensor
+/// written since ([`cartage_core::Error::ModifiedInPlace`]), naming the last write.
 pub struct Storage {
     buffer: DeviceBuffer,
+    /// Bumped by every in-place write (one relaxed add; ops making fresh tensors never touch it).
+    version: AtomicU64,
+    /// The last in-place write: its op name and call site (read only to report an error).
+    last_write: Mutex<Option<(&'static str, Site)>>,
 }
 
 impl Storage {
@@ -60,7 +69,35 @@ impl Storage {
     pub fn new(backend: &Arc<dyn Backend>, bytes: usize, site: Site) -> Result<Storage> {
         Ok(Storage {
             buffer: DeviceBuffer::new_at(backend, bytes, site)?,
+            version: AtomicU64::new(0),
+            last_write: Mutex::new(None),
         })
+    }
+
+    /// How many in-place writes this storage has had (`copy_from`, optimizer steps, `Var::set`,
+    /// writes through a `detach()`ed view): 0 for a fresh tensor.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.storage().version(), 0);
+    /// x.copy_from(&Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// assert_eq!(x.storage().version(), 1);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Count an in-place write by `op` called at `site`.
+    pub(crate) fn bump_version(&self, op: &'static str, site: Site) {
+        *self.last_write.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((op, site));
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The last in-place write (op name and call site), if any.
+    pub(crate) fn last_write(&self) -> Option<(&'static str, Site)> {
+        *self.last_write.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The backend that owns the memory.

@@ -175,7 +175,9 @@ impl Tensor {
             input: src.as_arg(),
             out: self.as_arg(),
         };
-        self.launch(&kernel, &[src], self.numel())
+        self.launch(&kernel, &[src], self.numel())?;
+        self.storage.bump_version("copy_from", caller());
+        Ok(())
     }
 
     /// True when the element ranges the two views (of one storage and dtype) can touch meet.
@@ -214,11 +216,15 @@ impl Tensor {
     /// assert_eq!(x.to_vec::<f32>()?, vec![1.0, 2.0]);
     /// # Ok::<(), cartage::Error>(())
     /// ```
+    #[track_caller]
     pub fn copy_from_pinned_async<'a, S: HostStaging>(&self, src: &'a S) -> Result<CopyHandle<'a>> {
         self.pinned_target("copy_from_pinned_async", src.len())?;
-        self.storage
+        let handle = self
+            .storage
             .device_buffer()
-            .write_async(self.byte_offset(), src, self.size_in_bytes())
+            .write_async(self.byte_offset(), src, self.size_in_bytes())?;
+        self.storage.bump_version("copy_from_pinned_async", caller());
+        Ok(handle)
     }
 
     /// Start copying this contiguous tensor into the first [`Tensor::size_in_bytes`] bytes of

@@ -6,7 +6,7 @@
 use cartage_core::{AdamUpdate, Error, Kernel, Op, Result, SgdUpdate, TensorArg, UpdateKind, UpdateRule};
 
 use crate::autograd::graph;
-use crate::tensor::{Tensor, check};
+use crate::tensor::{Tensor, caller, check};
 
 impl Tensor {
     /// One Adam or AdamW step ([`AdamUpdate`] has the formulas, PyTorch's), in place on this
@@ -28,10 +28,16 @@ impl Tensor {
     /// assert!((moved[0] - 0.9).abs() < 1e-6 && (moved[1] + 0.9).abs() < 1e-6);
     /// # Ok::<(), cartage::Error>(())
     /// ```
+    #[track_caller]
     pub fn adam_step_(&self, grad: &Tensor, exp_avg: &Tensor, exp_avg_sq: &Tensor, rule: AdamUpdate) -> Result<()> {
         let update = UpdateRule::Adam(rule);
         self.check_update(&update, grad, &[exp_avg, exp_avg_sq])?;
-        self.adam_step_checked(grad, exp_avg, exp_avg_sq, rule).map(|_| ())
+        let site = caller();
+        self.adam_step_checked(grad, exp_avg, exp_avg_sq, rule)?;
+        for t in [self, exp_avg, exp_avg_sq] {
+            t.storage.bump_version("adam_step_", site);
+        }
+        Ok(())
     }
 
     /// [`Tensor::adam_step_`] after its checks; `true` when it ran as one fused kernel.
@@ -78,9 +84,15 @@ impl Tensor {
     /// assert_eq!(p.to_vec::<f32>()?, vec![0.5, 2.5]);
     /// # Ok::<(), cartage::Error>(())
     /// ```
+    #[track_caller]
     pub fn sgd_step_(&self, grad: &Tensor, momentum_buffer: Option<&Tensor>, rule: SgdUpdate) -> Result<()> {
         self.check_sgd(grad, momentum_buffer, rule)?;
-        self.sgd_step_checked(grad, momentum_buffer, rule).map(|_| ())
+        let site = caller();
+        self.sgd_step_checked(grad, momentum_buffer, rule)?;
+        for t in std::iter::once(self).chain(momentum_buffer) {
+            t.storage.bump_version("sgd_step_", site);
+        }
+        Ok(())
     }
 
     /// The checks of [`Tensor::sgd_step_`].
@@ -222,6 +234,12 @@ impl Tensor {
             return (id, 0, 0);
         }
         (id, self.layout.offset() * size, self.layout.extent() * size)
+    }
+
+    /// Count an in-place write by `op` at `site` on this tensor's storage (for the callers of
+    /// multi-tensor steps, which write through kernels of their own).
+    pub(crate) fn bump_version(&self, op: &'static str, site: cartage_core::Site) {
+        self.storage.bump_version(op, site);
     }
 
     /// Launch `kernel` borrowing the storages of `tensors` (which hold every operand).
