@@ -25,6 +25,7 @@ use crate::Tensor;
 
 /// Run backward from `root` with output gradient `grad` (already checked against `root`).
 pub(crate) fn run(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<Gradients> {
+    let _running = Running::enter()?;
     let _guard = super::no_grad();
     let mut out = Gradients::default();
     match root.link() {
@@ -80,16 +81,8 @@ fn count_consumers(root: &Arc<Node>) -> Result<Uses> {
     let mut stack = vec![Arc::clone(root)];
     while let Some(node) = stack.pop() {
         let state = node.lock();
-        if state.released {
-            return Err(Error::Autograd {
-                op: "backward",
-                reason: format!(
-                    "the graph through `{}` (recorded at {}) was freed by an earlier backward. Pass \
-                     `retain_graph = true` to the first `backward_with` to go through it twice, or \
-                     recompute the forward pass",
-                    node.name, node.site
-                ),
-            });
+        if state.released || state.backward.is_none() {
+            return Err(freed(&node));
         }
         for link in state.inputs.iter().flatten() {
             match link {
@@ -123,16 +116,27 @@ fn walk(root: &Arc<Node>, grad: Tensor, uses: Uses, retain_graph: bool, out: &mu
     while let Some(node) = ready.pop() {
         let grad_out = pending.remove(&key(&node));
         let (inputs, input_grads) = {
-            let state = node.lock();
+            let mut state = node.lock();
             let inputs: Vec<Option<GradLink>> = state.inputs.clone();
-            let input_grads = match (&grad_out, &state.backward) {
-                (Some(g), Some(backward)) => {
+            let input_grads = match &grad_out {
+                Some(g) => {
+                    node.check_versions(&state)?;
                     let needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
-                    let grads = backward(g, &needs).map_err(|e| in_backward_of(&node, e))?;
+                    let grads = if retain_graph {
+                        let backward = state.backward.as_ref().ok_or_else(|| freed(&node))?;
+                        backward(g, &needs)
+                    } else {
+                        // Claimed under the lock: another thread's backward through this node
+                        // finds it gone and fails, so no backward function runs twice.
+                        let backward = state.backward.take().ok_or_else(|| freed(&node))?;
+                        drop(state);
+                        backward(g, &needs)
+                    }
+                    .map_err(|e| in_backward_of(&node, e))?;
                     check_grads(&node, &grads)?;
                     grads
                 }
-                _ => vec![None; inputs.len()],
+                None => vec![None; inputs.len()],
             };
             (inputs, input_grads)
         };
@@ -245,6 +249,50 @@ fn internal(node: &Node, what: String) -> Error {
             "internal: the backward of `{}` (recorded at {}) returned {what}; this is a bug in cartage",
             node.name, node.site
         ),
+    }
+}
+
+/// The error for a node whose backward function an earlier (or concurrent) backward took.
+fn freed(node: &Node) -> Error {
+    Error::Autograd {
+        op: "backward",
+        reason: format!(
+            "the graph through `{}` (recorded at {}) was freed by an earlier backward, or is being \
+             freed by one running on another thread. Pass `retain_graph = true` to the first \
+             `backward_with` to go through it twice, or recompute the forward pass",
+            node.name, node.site
+        ),
+    }
+}
+
+thread_local! {
+    /// Set while this thread runs a backward pass (a hook that starts another is refused).
+    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as running a backward pass until dropped.
+struct Running;
+
+impl Running {
+    /// Refuse a backward started on a thread already running one (from a gradient hook): it
+    /// would recurse without end or see half-accumulated gradients.
+    fn enter() -> Result<Running> {
+        if RUNNING.with(|r| r.replace(true)) {
+            return Err(Error::InvalidState {
+                op: "backward",
+                reason: "a backward pass was started while this thread runs one (from a gradient hook?); \
+                         a hook must not call `backward`: record what it needs and run the next backward \
+                         after the current one returns"
+                    .into(),
+            });
+        }
+        Ok(Running)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.with(|r| r.set(false));
     }
 }
 

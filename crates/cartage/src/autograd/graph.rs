@@ -9,10 +9,11 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cartage_core::{DType, Device, Dims, Result, Site};
+use cartage_core::{DType, Device, Dims, Error, Result, Site};
 
 use super::var::VarCell;
 use crate::Tensor;
+use crate::tensor::Storage;
 
 /// What a gradient flows back to: a variable's cell or the node that made a tensor; or, for
 /// the result of an op with no derivative (argmax, comparisons, integer casts) computed from a
@@ -111,6 +112,8 @@ pub(crate) struct NodeState {
     pub(crate) inputs: Vec<Option<GradLink>>,
     pub(crate) backward: Option<BackwardFn>,
     pub(crate) saved_bytes: usize,
+    /// The storages the backward function reads, with their versions when recorded.
+    pub(crate) saved_versions: Vec<(Arc<Storage>, u64)>,
     /// Set once backward released the node (so a second pass can say why it fails).
     pub(crate) released: bool,
 }
@@ -125,6 +128,7 @@ impl Node {
         let mut state = self.lock();
         state.backward = None;
         state.inputs.clear();
+        state.saved_versions = Vec::new();
         state.released = true;
         let freed = std::mem::take(&mut state.saved_bytes);
         drop(state);
@@ -172,7 +176,7 @@ pub(crate) fn record(
     out: Tensor,
     name: &'static str,
     inputs: &[&Tensor],
-    make: impl FnOnce(&Tensor) -> (BackwardFn, usize),
+    make: impl FnOnce(&Tensor) -> (BackwardFn, Saved),
 ) -> Tensor {
     if inputs.iter().all(|t| t.link().is_none()) {
         return out;
@@ -195,7 +199,7 @@ fn record_slow(
     out: Tensor,
     name: &'static str,
     inputs: &[&Tensor],
-    make: impl FnOnce(&Tensor) -> (BackwardFn, usize),
+    make: impl FnOnce(&Tensor) -> (BackwardFn, Saved),
 ) -> Tensor {
     if !super::is_grad_enabled() {
         return out;
@@ -206,7 +210,8 @@ fn record_slow(
         let constant = inputs.iter().find_map(|t| t.link()).cloned();
         return out.with_link(constant);
     }
-    let (backward, saved_bytes) = make(&out);
+    let (backward, saved) = make(&out);
+    let Saved { bytes: saved_bytes, versions } = saved;
     account(out.device(), 1, saved_bytes as isize);
     let node = Node {
         name,
@@ -220,21 +225,61 @@ fn record_slow(
             inputs: inputs.iter().map(|t| t.link().filter(|l| l.flows()).cloned()).collect(),
             backward: Some(backward),
             saved_bytes,
+            saved_versions: versions,
             released: false,
         }),
     };
     out.with_link(Some(GradLink::Node(Arc::new(node))))
 }
 
-/// A backward function from a closure, with the bytes of the tensors it saved ([`bytes`]).
-pub(crate) fn saving(
-    saved_bytes: usize,
-    f: impl Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
-) -> (BackwardFn, usize) {
-    (Box::new(f), saved_bytes)
+/// What a backward function keeps: the bytes of its saved tensors (for the activation count)
+/// and each saved tensor's storage with its version at record time, which backward checks
+/// ([`Node::check_versions`]).
+pub(crate) struct Saved {
+    bytes: usize,
+    versions: Vec<(Arc<Storage>, u64)>,
 }
 
-/// The bytes of the tensors a backward function saves (by view size).
-pub(crate) fn bytes(saved: &[&Tensor]) -> usize {
-    saved.iter().map(|t| t.size_in_bytes()).sum()
+/// The tensors a backward function reads, listed before the closure that captures them:
+/// `saving(keep(&[&x, &y]), move |g, need| ...)`. List every tensor the closure captures (a
+/// missing one would escape the in-place check). Their versions are read now, so backward can
+/// refuse one written in place since.
+pub(crate) fn keep(saved: &[&Tensor]) -> Saved {
+    Saved {
+        bytes: saved.iter().map(|t| t.size_in_bytes()).sum(),
+        versions: saved
+            .iter()
+            .map(|t| (Arc::clone(t.storage()), t.storage().version()))
+            .collect(),
+    }
+}
+
+/// A backward function from a closure, with what it saved ([`keep`]).
+pub(crate) fn saving(
+    saved: Saved,
+    f: impl Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) -> (BackwardFn, Saved) {
+    (Box::new(f), saved)
+}
+
+impl Node {
+    /// Refuse to run this node's backward when a tensor it saved was written in place since it
+    /// was recorded (PyTorch's "modified by an inplace operation").
+    pub(crate) fn check_versions(&self, state: &NodeState) -> Result<()> {
+        for (storage, saved_version) in &state.saved_versions {
+            let version = storage.version();
+            if version != *saved_version {
+                let (written_by, written_at) = storage.last_write().unwrap_or(("an in-place write", self.site));
+                return Err(Error::ModifiedInPlace {
+                    op: self.name,
+                    recorded_at: self.site,
+                    saved_version: *saved_version,
+                    version,
+                    written_by,
+                    written_at,
+                });
+            }
+        }
+        Ok(())
+    }
 }

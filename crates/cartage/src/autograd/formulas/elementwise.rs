@@ -5,48 +5,48 @@ use cartage_core::{BinaryOp, DType, Device, UnaryOp};
 
 use super::{Meta, sum_to, when, zero_like};
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// The backward of `out = op(x)`. Saves `x` or `out`, whichever the derivative reads.
-pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> (BackwardFn, Saved) {
     use UnaryOp as U;
     let (x, y) = (x.detach(), out.detach());
     match op {
-        U::Neg => saving(bytes(&[]), |g, _| Ok(vec![Some(g.neg()?)])),
+        U::Neg => saving(keep(&[]), |g, _| Ok(vec![Some(g.neg()?)])),
         U::Floor | U::Ceil | U::Round | U::Trunc | U::Sign => {
-            saving(bytes(&[]), |g, _| Ok(vec![Some(g.zeros_like()?)]))
+            saving(keep(&[]), |g, _| Ok(vec![Some(g.zeros_like()?)]))
         }
-        U::Exp => saving(bytes(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y)?)])),
-        U::Expm1 => saving(bytes(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.add_scalar(1.0)?)?)])),
-        U::Sqrt => saving(bytes(&[&y]), move |g, _| Ok(vec![Some(g.div(&y.mul_scalar(2.0)?)?)])),
-        U::Rsqrt => saving(bytes(&[&y]), move |g, _| {
+        U::Exp => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y)?)])),
+        U::Expm1 => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.add_scalar(1.0)?)?)])),
+        U::Sqrt => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.div(&y.mul_scalar(2.0)?)?)])),
+        U::Rsqrt => saving(keep(&[&y]), move |g, _| {
             // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 y³
             Ok(vec![Some(g.mul(&y.mul(&y)?.mul(&y)?)?.mul_scalar(-0.5)?)])
         }),
-        U::Recip => saving(bytes(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.mul(&y)?)?.neg()?)])),
-        U::Tanh => saving(bytes(&[&y]), move |g, _| {
+        U::Recip => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.mul(&y)?)?.neg()?)])),
+        U::Tanh => saving(keep(&[&y]), move |g, _| {
             let one_minus = y.mul(&y)?.neg()?.add_scalar(1.0)?;
             Ok(vec![Some(g.mul(&one_minus)?)])
         }),
-        U::Sigmoid => saving(bytes(&[&y]), move |g, _| {
+        U::Sigmoid => saving(keep(&[&y]), move |g, _| {
             let slope = y.mul(&y.neg()?.add_scalar(1.0)?)?;
             Ok(vec![Some(g.mul(&slope)?)])
         }),
         // sign(relu(x)) is 1 where x > 0 and 0 elsewhere: two launches, no constant to fill.
-        U::Relu => saving(bytes(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.sign()?)?)])),
-        U::Abs => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sign()?)?)])),
-        U::Log => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.div(&x)?)])),
-        U::Log1p => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.div(&x.add_scalar(1.0)?)?)])),
+        U::Relu => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.sign()?)?)])),
+        U::Abs => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sign()?)?)])),
+        U::Log => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.div(&x)?)])),
+        U::Log1p => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.div(&x.add_scalar(1.0)?)?)])),
         // x + x is 2x exactly, without filling a constant.
-        U::Square => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.add(&x)?)?)])),
-        U::Sin => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.cos()?)?)])),
-        U::Cos => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sin()?)?.neg()?)])),
-        U::Erf => saving(bytes(&[&x]), move |g, _| {
+        U::Square => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.add(&x)?)?)])),
+        U::Sin => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.cos()?)?)])),
+        U::Cos => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sin()?)?.neg()?)])),
+        U::Erf => saving(keep(&[&x]), move |g, _| {
             // 2/√π · exp(-x²)
             let slope = x.square()?.neg()?.exp()?.mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?;
             Ok(vec![Some(g.mul(&slope)?)])
         }),
-        U::Gelu => saving(bytes(&[&x]), move |g, _| {
+        U::Gelu => saving(keep(&[&x]), move |g, _| {
             // Φ(x) + x·φ(x), with Φ the normal CDF and φ its density: one kernel where the
             // backend has it, else composed.
             if let Some(gx) = x.gelu_backward_fused(g)? {
@@ -64,27 +64,27 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> (BackwardFn, usize
                 .mul_scalar(0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2)?;
             Ok(vec![Some(g.mul(&cdf.add(&x.mul(&pdf)?)?)?)])
         }),
-        U::Silu => saving(bytes(&[&x]), move |g, _| {
+        U::Silu => saving(keep(&[&x]), move |g, _| {
             // s·(1 + x·(1 - s)), s = sigmoid(x)
             let s = x.sigmoid()?;
             let slope = s.mul(&x.mul(&s.neg()?.add_scalar(1.0)?)?.add_scalar(1.0)?)?;
             Ok(vec![Some(g.mul(&slope)?)])
         }),
-        U::Softplus => saving(bytes(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sigmoid()?)?)])),
+        U::Softplus => saving(keep(&[&x]), move |g, _| Ok(vec![Some(g.mul(&x.sigmoid()?)?)])),
     }
 }
 
 /// The backward of `out = lhs op rhs` with broadcasting.
-pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> (BackwardFn, Saved) {
     let (lm, rm) = (Meta::of(lhs), Meta::of(rhs));
     match op {
-        BinaryOp::Add => saving(bytes(&[]), move |g, need| {
+        BinaryOp::Add => saving(keep(&[]), move |g, need| {
             Ok(vec![
                 when(need[0], || sum_to(g, &lm.shape))?,
                 when(need[1], || sum_to(g, &rm.shape))?,
             ])
         }),
-        BinaryOp::Sub => saving(bytes(&[]), move |g, need| {
+        BinaryOp::Sub => saving(keep(&[]), move |g, need| {
             Ok(vec![
                 when(need[0], || sum_to(g, &lm.shape))?,
                 when(need[1], || sum_to(&g.neg()?, &rm.shape))?,
@@ -92,7 +92,7 @@ pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> 
         }),
         BinaryOp::Mul => {
             let (a, b) = (lhs.detach(), rhs.detach());
-            saving(bytes(&[&a, &b]), move |g, need| {
+            saving(keep(&[&a, &b]), move |g, need| {
                 Ok(vec![
                     when(need[0], || sum_to(&g.mul(&b)?, &lm.shape))?,
                     when(need[1], || sum_to(&g.mul(&a)?, &rm.shape))?,
@@ -101,7 +101,7 @@ pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> 
         }
         BinaryOp::Div => {
             let (b, y) = (rhs.detach(), out.detach());
-            saving(bytes(&[&b, &y]), move |g, need| {
+            saving(keep(&[&b, &y]), move |g, need| {
                 let ga = g.div(&b)?;
                 Ok(vec![
                     when(need[0], || sum_to(&ga, &lm.shape))?,
@@ -112,7 +112,7 @@ pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> 
         }
         BinaryOp::Pow => {
             let (a, b, y) = (lhs.detach(), rhs.detach(), out.detach());
-            saving(bytes(&[&a, &b, &y]), move |g, need| {
+            saving(keep(&[&a, &b, &y]), move |g, need| {
                 let zero = zero_like(g)?;
                 let ga = when(need[0], || {
                     // b·a^(b-1), and 0 where b == 0 (as PyTorch: no 0·inf at a == 0)
@@ -133,7 +133,7 @@ pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> 
         BinaryOp::Maximum | BinaryOp::Minimum => {
             let (a, b) = (lhs.detach(), rhs.detach());
             let max = op == BinaryOp::Maximum;
-            saving(bytes(&[&a, &b]), move |g, need| {
+            saving(keep(&[&a, &b]), move |g, need| {
                 // The larger (smaller) operand takes the gradient; a tie splits it in two.
                 let a_wins = if max { a.gt(&b)? } else { a.lt(&b)? };
                 let tie = a.eq(&b)?;
@@ -149,10 +149,10 @@ pub(crate) fn binary(op: BinaryOp, lhs: &Tensor, rhs: &Tensor, out: &Tensor) -> 
 }
 
 /// The backward of `where(cond, on_true, on_false)`; `cond` is not an input of the node.
-pub(crate) fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> (BackwardFn, Saved) {
     let (tm, fm) = (Meta::of(on_true), Meta::of(on_false));
     let cond = cond.detach();
-    saving(bytes(&[&cond]), move |g, need| {
+    saving(keep(&[&cond]), move |g, need| {
         let zero = zero_like(g)?;
         Ok(vec![
             when(need[0], || sum_to(&Tensor::where_cond(&cond, g, &zero)?, &tm.shape))?,
@@ -162,13 +162,13 @@ pub(crate) fn where_cond(cond: &Tensor, on_true: &Tensor, on_false: &Tensor) -> 
 }
 
 /// The backward of a move or cast: the gradient goes back to the input's device and dtype.
-pub(crate) fn convert(device: Device, dtype: DType) -> (BackwardFn, usize) {
-    saving(bytes(&[]), move |g, _| {
+pub(crate) fn convert(device: Device, dtype: DType) -> (BackwardFn, Saved) {
+    saving(keep(&[]), move |g, _| {
         Ok(vec![Some(g.to_device_dtype(&device, dtype)?)])
     })
 }
 
 /// The backward of an op that passes values through unchanged (`contiguous`, copies).
-pub(crate) fn identity() -> (BackwardFn, usize) {
-    saving(bytes(&[]), |g, _| Ok(vec![Some(g.clone())]))
+pub(crate) fn identity() -> (BackwardFn, Saved) {
+    saving(keep(&[]), |g, _| Ok(vec![Some(g.clone())]))
 }

@@ -5,33 +5,33 @@ use cartage_core::Result;
 
 use super::{Meta, when};
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// The backward of `x.gather(dim, index)`: the gradient is added back at the gathered places.
-pub(crate) fn gather(x: &Tensor, dim: usize, index: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn gather(x: &Tensor, dim: usize, index: &Tensor) -> (BackwardFn, Saved) {
     let m = Meta::of(x);
     let index = index.detach();
-    saving(bytes(&[&index]), move |g, _| {
+    saving(keep(&[&index]), move |g, _| {
         Ok(vec![Some(m.zeros()?.scatter_add(dim as isize, &index, g)?)])
     })
 }
 
 /// The backward of `x.index_select(dim, index)` (and `embedding`, dim 0): rows of the gradient
 /// are added back to the rows they came from, repeated indices summing.
-pub(crate) fn index_select(x: &Tensor, dim: usize, index: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn index_select(x: &Tensor, dim: usize, index: &Tensor) -> (BackwardFn, Saved) {
     let m = Meta::of(x);
     let index = index.detach();
-    saving(bytes(&[&index]), move |g, _| {
+    saving(keep(&[&index]), move |g, _| {
         Ok(vec![Some(m.zeros()?.index_add(dim as isize, &index, g)?)])
     })
 }
 
 /// The backward of `x.scatter(dim, index, src)` (`add` false) and `x.scatter_add(..)`:
 /// `src` gets the gradient gathered at its targets; `x` gets it where nothing overwrote it.
-pub(crate) fn scatter(dim: usize, index: &Tensor, src: &Tensor, add: bool) -> (BackwardFn, usize) {
+pub(crate) fn scatter(dim: usize, index: &Tensor, src: &Tensor, add: bool) -> (BackwardFn, Saved) {
     let index = index.detach();
     let src_meta = Meta::of(src);
-    saving(bytes(&[&index]), move |g, need| {
+    saving(keep(&[&index]), move |g, need| {
         let d = dim as isize;
         let gx = when(need[0], || -> Result<Tensor> {
             if add {
@@ -62,9 +62,9 @@ fn gather_like(g: &Tensor, dim: isize, index: &Tensor, src: &Meta) -> Result<Ten
 
 /// The backward of `x.index_add(dim, index, src)`: `x` passes the gradient through; `src` gets
 /// the rows it was added to.
-pub(crate) fn index_add(dim: usize, index: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn index_add(dim: usize, index: &Tensor) -> (BackwardFn, Saved) {
     let index = index.detach();
-    saving(bytes(&[&index]), move |g, need| {
+    saving(keep(&[&index]), move |g, need| {
         Ok(vec![
             when(need[0], || Ok(g.clone()))?,
             when(need[1], || g.index_select(dim as isize, &index))?,

@@ -2,13 +2,13 @@
 
 use super::{sum_to, when};
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// The backward of `out = a.matmul(b)`: `ga = g·bᵀ`, `gb = aᵀ·g`, each summed over broadcast
 /// batch dimensions; 1-D operands gain the unit dimension they had in the product.
-pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> (BackwardFn, Saved) {
     let (a, b) = (a.detach(), b.detach());
-    saving(bytes(&[&a, &b]), move |g, need| {
+    saving(keep(&[&a, &b]), move |g, need| {
         let a2 = if a.rank() == 1 { a.unsqueeze(0)? } else { a.clone() };
         let b2 = if b.rank() == 1 { b.unsqueeze(1)? } else { b.clone() };
         // The output with both unit dimensions back: [..., m, n].
@@ -66,10 +66,10 @@ fn shared_rhs_gradient(a: &Tensor, b: &Tensor, g: &Tensor) -> crate::Result<Opti
 /// The backward of `out = x·Wᵀ + b` (the fused linear layer without an activation), for `x`
 /// `[.., k]`, `W` `[n, k]` and `b` `[n]`: `gx = g·W`, `gW = gᵀ·x` over the batch-folded rows
 /// (one `[n, k]` product, in the weight's own row-major layout) and `gb` the rows' sum of `g`.
-pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (BackwardFn, usize) {
+pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (BackwardFn, Saved) {
     let (x, w) = (x.detach(), w.detach());
     let has_bias = b.is_some();
-    saving(bytes(&[&x, &w]), move |g, need| {
+    saving(keep(&[&x, &w]), move |g, need| {
         let (n, k) = (w.shape()[0], w.shape()[1]);
         let rows: usize = x.shape()[..x.rank() - 1].iter().product();
         let gx = when(need[0], || g.matmul(&w))?;

@@ -7,7 +7,7 @@ use cartage_core::{DType, Error, Kernel, NormKind, Op, Result};
 
 use super::when;
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// The dtype the backward math runs in: f32 for half types, else the input's.
 fn compute_dtype(dtype: DType) -> DType {
@@ -24,11 +24,11 @@ pub(crate) fn norm(
     weight: Option<&Tensor>,
     has_bias: bool,
     eps: f64,
-) -> (BackwardFn, usize) {
+) -> (BackwardFn, Saved) {
     let x = x.detach();
     let weight = weight.map(Tensor::detach);
-    let saved = bytes(&[&x]) + weight.as_ref().map_or(0, Tensor::size_in_bytes);
-    saving(saved, move |g, need| {
+    let saved: Vec<&Tensor> = std::iter::once(&x).chain(weight.as_ref()).collect();
+    saving(keep(&saved), move |g, need| {
         let dtype = x.dtype();
         let wide = compute_dtype(dtype);
         let gx = when(need[0], || {
@@ -102,9 +102,9 @@ pub(crate) fn cross_entropy(
     target: &Tensor,
     ignore_index: i64,
     label_smoothing: f64,
-) -> (BackwardFn, usize) {
+) -> (BackwardFn, Saved) {
     let (logits, target) = (logits.detach(), target.detach());
-    saving(bytes(&[&logits, &target]), move |g, _| {
+    saving(keep(&[&logits, &target]), move |g, _| {
         if let Some(fused) = logits.cross_entropy_backward_fused(&target, g, ignore_index, label_smoothing)? {
             return Ok(vec![Some(fused)]);
         }
@@ -132,9 +132,9 @@ pub(crate) fn cross_entropy(
 /// One fused `Kernel::AttentionBackward` where the backend lists it for the dtype and the
 /// composed formula's score matrix would be large (see [`FUSED_BACKWARD_MIN_SCORE_BYTES`]),
 /// else composed from matmuls and a softmax over the `[.., L, S]` scores.
-pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> (BackwardFn, usize) {
+pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> (BackwardFn, Saved) {
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
-    saving(bytes(&[&q, &k, &v]), move |g, need| {
+    saving(keep(&[&q, &k, &v]), move |g, need| {
         if let Some([gq, gk, gv]) = attention_fused(&q, &k, &v, g, causal, scale)? {
             let keep = |t: Tensor, i: usize| need[i].then_some(t);
             return Ok(vec![keep(gq, 0), keep(gk, 1), keep(gv, 2)]);

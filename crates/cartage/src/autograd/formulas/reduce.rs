@@ -4,7 +4,7 @@ use cartage_core::{Dims, Result};
 
 use super::Meta;
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// `g` of a reduction's output, with the reduced `dims` put back as size 1 (when the reduction
 /// dropped them), broadcast to the input's `shape`.
@@ -25,9 +25,9 @@ fn keep_dims(t: &Tensor, dims: &[usize], keepdim: bool) -> Result<Tensor> {
 }
 
 /// The backward of `sum(dims)` (`scale` = 1) and `mean(dims)` (`scale` = 1 / count).
-pub(crate) fn sum(x: &Tensor, dims: Dims, keepdim: bool, scale: f64) -> (BackwardFn, usize) {
+pub(crate) fn sum(x: &Tensor, dims: Dims, keepdim: bool, scale: f64) -> (BackwardFn, Saved) {
     let m = Meta::of(x);
-    saving(bytes(&[]), move |g, _| {
+    saving(keep(&[]), move |g, _| {
         let g = if scale == 1.0 { g.clone() } else { g.mul_scalar(scale)? };
         // A broadcast view: the consumers read it in place, and a variable's gradient is made
         // contiguous when it is stored.
@@ -37,9 +37,9 @@ pub(crate) fn sum(x: &Tensor, dims: Dims, keepdim: bool, scale: f64) -> (Backwar
 
 /// The backward of `max(dims)`/`min(dims)`: the gradient is shared evenly by the elements equal
 /// to the extreme (as PyTorch's `amax`).
-pub(crate) fn extreme(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> (BackwardFn, usize) {
+pub(crate) fn extreme(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> (BackwardFn, Saved) {
     let (x, y) = (x.detach(), out.detach());
-    saving(bytes(&[&x, &y]), move |g, _| {
+    saving(keep(&[&x, &y]), move |g, _| {
         let y = keep_dims(&y, &dims, keepdim)?;
         let hits = x.eq(&y)?.to_dtype(x.dtype())?;
         let sdims: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
@@ -51,10 +51,10 @@ pub(crate) fn extreme(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> (B
 
 /// The backward of `values = max_dim/min_dim/sort/topk(..)` given the `indices` along `dim`:
 /// each gradient goes back to the element it came from.
-pub(crate) fn take_along(x: &Tensor, dim: usize, indices: &Tensor, keepdim: bool) -> (BackwardFn, usize) {
+pub(crate) fn take_along(x: &Tensor, dim: usize, indices: &Tensor, keepdim: bool) -> (BackwardFn, Saved) {
     let m = Meta::of(x);
     let idx = indices.detach();
-    saving(bytes(&[&idx]), move |g, _| {
+    saving(keep(&[&idx]), move |g, _| {
         let (g, idx) = (keep_dims(g, &[dim], keepdim)?, keep_dims(&idx, &[dim], keepdim)?);
         Ok(vec![Some(m.zeros()?.scatter_add(dim as isize, &idx, &g)?)])
     })
@@ -62,9 +62,9 @@ pub(crate) fn take_along(x: &Tensor, dim: usize, indices: &Tensor, keepdim: bool
 
 /// The backward of `prod(dims)`, exact with zeros: each element's gradient is the product of
 /// the others, built from exclusive cumulative products from both ends.
-pub(crate) fn prod(x: &Tensor, dims: Dims, keepdim: bool) -> (BackwardFn, usize) {
+pub(crate) fn prod(x: &Tensor, dims: Dims, keepdim: bool) -> (BackwardFn, Saved) {
     let x = x.detach();
-    saving(bytes(&[&x]), move |g, _| {
+    saving(keep(&[&x]), move |g, _| {
         let rank = x.rank();
         let rest: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
         let perm: Vec<isize> = rest.iter().chain(dims.iter()).map(|&d| d as isize).collect();
@@ -104,9 +104,9 @@ fn product_of_others(flat: &Tensor) -> Result<Tensor> {
 }
 
 /// The backward of `logsumexp(dims)`: `g · exp(x - out)`.
-pub(crate) fn logsumexp(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> (BackwardFn, usize) {
+pub(crate) fn logsumexp(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> (BackwardFn, Saved) {
     let (x, y) = (x.detach(), out.detach());
-    saving(bytes(&[&x, &y]), move |g, _| {
+    saving(keep(&[&x, &y]), move |g, _| {
         let y = keep_dims(&y, &dims, keepdim)?;
         let g = keep_dims(g, &dims, keepdim)?;
         Ok(vec![Some(x.sub(&y)?.exp()?.mul(&g)?)])
@@ -116,9 +116,9 @@ pub(crate) fn logsumexp(x: &Tensor, out: &Tensor, dims: Dims, keepdim: bool) -> 
 /// The backward of `softmax(dim)` (`log` false: `y·(g - Σ g·y)`) and `log_softmax(dim)`
 /// (`g - exp(y)·Σ g`): one fused kernel where the backend has it, else composed. Saves the
 /// output only.
-pub(crate) fn softmax(out: &Tensor, dim: usize, log: bool) -> (BackwardFn, usize) {
+pub(crate) fn softmax(out: &Tensor, dim: usize, log: bool) -> (BackwardFn, Saved) {
     let y = out.detach();
-    saving(bytes(&[&y]), move |g, _| {
+    saving(keep(&[&y]), move |g, _| {
         if let Some(fused) = y.softmax_backward_fused(g, dim, log)? {
             return Ok(vec![Some(fused)]);
         }
@@ -135,8 +135,8 @@ pub(crate) fn softmax(out: &Tensor, dim: usize, log: bool) -> (BackwardFn, usize
 }
 
 /// The backward of `cumsum(dim)`: the reversed cumulative sum of the gradient.
-pub(crate) fn cumsum(dim: usize) -> (BackwardFn, usize) {
-    saving(bytes(&[]), move |g, _| {
+pub(crate) fn cumsum(dim: usize) -> (BackwardFn, Saved) {
+    saving(keep(&[]), move |g, _| {
         let d = dim as isize;
         Ok(vec![Some(g.flip(&[d])?.cumsum(d)?.flip(&[d])?)])
     })
@@ -144,9 +144,9 @@ pub(crate) fn cumsum(dim: usize) -> (BackwardFn, usize) {
 
 /// The backward of `cumprod(dim)`: `Σ_{k≥i} g_k·y_k / x_i`. Exact where `x` has no zeros; at a
 /// zero the division gives inf or NaN, as the closed form does (documented on `cumprod`).
-pub(crate) fn cumprod(x: &Tensor, out: &Tensor, dim: usize) -> (BackwardFn, usize) {
+pub(crate) fn cumprod(x: &Tensor, out: &Tensor, dim: usize) -> (BackwardFn, Saved) {
     let (x, y) = (x.detach(), out.detach());
-    saving(bytes(&[&x, &y]), move |g, _| {
+    saving(keep(&[&x, &y]), move |g, _| {
         let d = dim as isize;
         let rev = g.mul(&y)?.flip(&[d])?.cumsum(d)?.flip(&[d])?;
         Ok(vec![Some(rev.div(&x)?)])

@@ -3,11 +3,11 @@
 
 use super::when;
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// The backward of `cat(inputs, dim)`; `sizes` are the inputs' extents along `dim`.
-pub(crate) fn cat(sizes: Vec<usize>, dim: usize) -> (BackwardFn, usize) {
-    saving(bytes(&[]), move |g, need| {
+pub(crate) fn cat(sizes: Vec<usize>, dim: usize) -> (BackwardFn, Saved) {
+    saving(keep(&[]), move |g, need| {
         let mut start = 0;
         let mut grads = Vec::with_capacity(sizes.len());
         for (i, &n) in sizes.iter().enumerate() {
@@ -20,10 +20,10 @@ pub(crate) fn cat(sizes: Vec<usize>, dim: usize) -> (BackwardFn, usize) {
 
 /// The backward of `x.repeat(reps)`: the gradient viewed as `[r0, s0, r1, s1, ..]` and summed
 /// over the repeat dimensions.
-pub(crate) fn repeat(x: &Tensor, reps: &[usize]) -> (BackwardFn, usize) {
+pub(crate) fn repeat(x: &Tensor, reps: &[usize]) -> (BackwardFn, Saved) {
     let reps = reps.to_vec();
     let in_shape = x.shape().to_vec();
-    saving(bytes(&[]), move |g, _| {
+    saving(keep(&[]), move |g, _| {
         let lead = reps.len() - in_shape.len();
         // Leading new dimensions are tiles of size-1 inputs.
         let sizes: Vec<usize> = (0..reps.len())
@@ -47,10 +47,10 @@ pub(crate) fn repeat(x: &Tensor, reps: &[usize]) -> (BackwardFn, usize) {
 
 /// The backward of `x.pad(pads, value)`: the interior of the gradient. `pads` are PyTorch-style
 /// `(before, after)` pairs from the last dimension.
-pub(crate) fn pad(x: &Tensor, pads: &[usize]) -> (BackwardFn, usize) {
+pub(crate) fn pad(x: &Tensor, pads: &[usize]) -> (BackwardFn, Saved) {
     let pads = pads.to_vec();
     let in_shape = x.shape().to_vec();
-    saving(bytes(&[]), move |g, _| {
+    saving(keep(&[]), move |g, _| {
         let rank = in_shape.len();
         let mut view = g.clone();
         for (pair, chunk) in pads.chunks(2).enumerate() {

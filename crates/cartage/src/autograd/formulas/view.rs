@@ -6,34 +6,34 @@ use cartage_core::Result;
 
 use super::{Meta, embed, sum_to};
 use crate::Tensor;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 
 /// The backward of `transpose(a, b)`.
-pub(crate) fn transpose(a: usize, b: usize) -> (BackwardFn, usize) {
-    saving(bytes(&[]), move |g, _| {
+pub(crate) fn transpose(a: usize, b: usize) -> (BackwardFn, Saved) {
+    saving(keep(&[]), move |g, _| {
         Ok(vec![Some(g.transpose(a as isize, b as isize)?)])
     })
 }
 
 /// The backward of `permute(perm)`: the inverse permutation.
-pub(crate) fn permute(perm: &[usize]) -> (BackwardFn, usize) {
+pub(crate) fn permute(perm: &[usize]) -> (BackwardFn, Saved) {
     let mut inverse = vec![0isize; perm.len()];
     for (i, &p) in perm.iter().enumerate() {
         inverse[p] = i as isize;
     }
-    saving(bytes(&[]), move |g, _| Ok(vec![Some(g.permute(&inverse)?)]))
+    saving(keep(&[]), move |g, _| Ok(vec![Some(g.permute(&inverse)?)]))
 }
 
 /// The backward of any op that only changes the shape (reshape, squeeze, unsqueeze, flatten).
-pub(crate) fn reshape(x: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn reshape(x: &Tensor) -> (BackwardFn, Saved) {
     let shape = x.shape().to_vec();
-    saving(bytes(&[]), move |g, _| Ok(vec![Some(g.reshape(&shape)?)]))
+    saving(keep(&[]), move |g, _| Ok(vec![Some(g.reshape(&shape)?)]))
 }
 
 /// The backward of `broadcast_to`/`expand`: summed back over the broadcast dimensions.
-pub(crate) fn expand(x: &Tensor) -> (BackwardFn, usize) {
+pub(crate) fn expand(x: &Tensor) -> (BackwardFn, Saved) {
     let shape = x.shape().to_vec();
-    saving(bytes(&[]), move |g, _| Ok(vec![Some(sum_to(g, &shape)?)]))
+    saving(keep(&[]), move |g, _| Ok(vec![Some(sum_to(g, &shape)?)]))
 }
 
 /// The backward of a view that picks elements (`narrow`, `select`, `i(..)`): the gradient is
@@ -42,9 +42,9 @@ pub(crate) fn expand(x: &Tensor) -> (BackwardFn, usize) {
 pub(crate) fn picked(
     x: &Tensor,
     view: impl Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
-) -> (BackwardFn, usize) {
+) -> (BackwardFn, Saved) {
     let m = Meta::of(x);
-    saving(bytes(&[]), move |g, _| {
+    saving(keep(&[]), move |g, _| {
         Ok(vec![Some(embed(&m.shape, m.dtype, m.device, g, &view)?)])
     })
 }

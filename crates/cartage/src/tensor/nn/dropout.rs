@@ -4,7 +4,7 @@
 use cartage_core::{DType, Error, Result, Scalar};
 
 use crate::Generator;
-use crate::autograd::graph::{self, saving};
+use crate::autograd::graph::{self, keep, saving};
 use crate::tensor::{Tensor, caller, check};
 
 impl Tensor {
@@ -46,7 +46,7 @@ impl Tensor {
             // Everything dropped: the gradient is zero everywhere (not absent).
             let zeros = self.fill_new_like(self.shape(), self.dtype, Scalar::Int(0), site)?;
             return Ok(graph::record(zeros, name, &[self], |_| {
-                saving(0, |g, _| Ok(vec![Some(g.zeros_like()?)]))
+                saving(keep(&[]), |g, _| Ok(vec![Some(g.zeros_like()?)]))
             }));
         }
         // Half types draw in f32, so that `u ≥ p` keeps each element with probability 1 - p

@@ -11,7 +11,7 @@ use cartage_core::{Kernel, Op, Result, Scalar, Site};
 
 use super::conv::Conv2d;
 use super::window::Window;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 use crate::tensor::Tensor;
 use crate::tensor::slicing::s;
 
@@ -114,9 +114,9 @@ impl Tensor {
 /// The backward of `x.conv2d(w, bias, opts)` for a batched `x` `[N, C, H, W]` (or unbatched
 /// `[C, H, W]`); the node's inputs are `[x, w]` plus the bias when there is one. Each of the
 /// input and weight gradients is one fused kernel where the backend lists it, else composed.
-pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (BackwardFn, usize) {
+pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (BackwardFn, Saved) {
     let (x, w) = (x.detach(), w.detach());
-    saving(bytes(&[&x, &w]), move |g, need| {
+    saving(keep(&[&x, &w]), move |g, need| {
         let unbatched = x.rank() == 3;
         let (xb, gb) = batched(&x, g, unbatched)?;
         let (x, g) = (&xb, &gb);

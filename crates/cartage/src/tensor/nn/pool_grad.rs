@@ -11,14 +11,14 @@ use cartage_core::{Kernel, PoolMode, PoolWindow, Result, Scalar, Site};
 
 use super::grad::batched;
 use super::window::Window;
-use crate::autograd::graph::{BackwardFn, bytes, saving};
+use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 use crate::tensor::Tensor;
 
 /// The backward of `x.max_pool2d(..)` from the forward's `indices` (i64, the output's shape),
 /// in one `Kernel::Pool2dBackward`. Saves the indices only, not the input.
-pub(super) fn max_pool2d_fused(x: &Tensor, indices: Tensor, window: PoolWindow, site: Site) -> (BackwardFn, usize) {
+pub(super) fn max_pool2d_fused(x: &Tensor, indices: Tensor, window: PoolWindow, site: Site) -> (BackwardFn, Saved) {
     let (shape, dtype) = (x.shape().to_vec(), x.dtype());
-    saving(bytes(&[&indices]), move |g, _| {
+    saving(keep(&[&indices]), move |g, _| {
         let out = pool_backward(g, Some(&indices), PoolMode::Max, window, &shape, dtype, site)?;
         Ok(vec![Some(out)])
     })
@@ -26,9 +26,9 @@ pub(super) fn max_pool2d_fused(x: &Tensor, indices: Tensor, window: PoolWindow, 
 
 /// The backward of `x.avg_pool2d(..)`, in one `Kernel::Pool2dBackward`. Saves nothing but the
 /// input's shape.
-pub(super) fn avg_pool2d(x: &Tensor, mode: PoolMode, window: PoolWindow, site: Site) -> (BackwardFn, usize) {
+pub(super) fn avg_pool2d(x: &Tensor, mode: PoolMode, window: PoolWindow, site: Site) -> (BackwardFn, Saved) {
     let (shape, dtype) = (x.shape().to_vec(), x.dtype());
-    saving(0, move |g, _| {
+    saving(keep(&[]), move |g, _| {
         Ok(vec![Some(pool_backward(g, None, mode, window, &shape, dtype, site)?)])
     })
 }
@@ -69,7 +69,7 @@ fn pool_backward(
 
 /// The backward of `x.max_pool2d(..)` where no fused kernel is listed: each output's gradient
 /// goes to the first maximum of its window (the argmax is recomputed from the saved input).
-pub(super) fn max_pool2d_composed(x: &Tensor, window: PoolWindow, site: Site) -> (BackwardFn, usize) {
+pub(super) fn max_pool2d_composed(x: &Tensor, window: PoolWindow, site: Site) -> (BackwardFn, Saved) {
     let x = x.detach();
     let window = Window {
         kernel: window.kernel,
@@ -77,7 +77,7 @@ pub(super) fn max_pool2d_composed(x: &Tensor, window: PoolWindow, site: Site) ->
         padding: window.padding,
         dilation: window.dilation,
     };
-    saving(bytes(&[&x]), move |g, _| {
+    saving(keep(&[&x]), move |g, _| {
         let unbatched = x.rank() == 3;
         let (xb, gb) = batched(&x, g, unbatched)?;
         let (x, g) = (&xb, &gb);

@@ -9,7 +9,7 @@
 use cartage_core::{Error, Layout, Result, Scalar, Site};
 
 use crate::autograd::formulas;
-use crate::autograd::graph::{self, saving};
+use crate::autograd::graph::{self, keep, saving};
 use crate::tensor::Tensor;
 
 /// The geometry of a 2-D sliding window, one entry per spatial axis (height, width).
@@ -122,7 +122,7 @@ impl Tensor {
         let plane: [usize; 4] = [s[0], s[1], s[2], s[3]];
         let window = *window;
         Ok(graph::record(view, "window_view", &[self], |_| {
-            saving(0, move |g, _| Ok(vec![Some(g.fold_windows(&window, plane)?)]))
+            saving(keep(&[]), move |g, _| Ok(vec![Some(g.fold_windows(&window, plane)?)]))
         }))
     }
 }
