@@ -1,6 +1,6 @@
 //! [`ParamStore`]: the named parameters of a model, moved and cast in place.
 //!
-//! Parameters are [`Var`]s: shared cells whose value [`Var::set`] replaces in place. A module
+//! Parameters are [`Var`]s: shared cells whose value [`Var::rebind`] replaces in place. A module
 //! holds the `Var`s it made and reads `var.tensor()` on every forward; an optimizer keeps its
 //! state by [`cartage::VarId`] and takes the store at each step. So the stale-handle bug (R13) —
 //! building the optimizer, then moving the model, and the optimizer updating the old tensors —
@@ -150,7 +150,7 @@ impl ParamStore {
         for (_, var) in &state.params {
             if var.device() != *device {
                 let _plain = cartage::no_grad();
-                var.set(var.value().to(device)?)?;
+                var.rebind(var.value().to(device)?)?;
             }
         }
         state.device = *device;
@@ -163,7 +163,7 @@ impl ParamStore {
         for (_, var) in &state.params {
             if var.dtype() != dtype {
                 let _plain = cartage::no_grad();
-                var.set(var.value().to_dtype(dtype)?)?;
+                var.rebind(var.value().to_dtype(dtype)?)?;
             }
         }
         Ok(())

@@ -140,14 +140,16 @@ fn no_grad_and_detach_record_nothing() -> Result<()> {
 }
 
 #[test]
-fn set_replaces_the_value_for_every_holder_and_moves_the_gradient() -> Result<()> {
+fn rebind_replaces_the_value_for_every_holder_and_moves_the_gradient() -> Result<()> {
     let w = var(&[1.0, 2.0])?;
     let held = w.clone();
     w.tensor().sum_all()?.backward()?;
-    w.set(w.value().to_dtype(DType::F64)?)?;
+    w.rebind(w.value().to_dtype(DType::F64)?)?;
     assert_eq!(held.tensor().dtype(), DType::F64);
     assert_eq!(held.grad().unwrap().dtype(), DType::F64);
     assert_eq!(held.id(), w.id());
+    let err = w.rebind(Tensor::zeros(&[3], DType::F64, &cpu())?).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShapeMismatch);
     let err = w.set(Tensor::zeros(&[3], DType::F64, &cpu())?).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShapeMismatch);
     Ok(())

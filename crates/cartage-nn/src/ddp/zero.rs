@@ -252,7 +252,7 @@ impl Flat {
         for var in &self.vars {
             let shape = var.shape();
             let numel = shape.iter().product::<usize>();
-            var.set(full.narrow(0, at, numel)?.reshape(&shape)?)?;
+            var.rebind(full.narrow(0, at, numel)?.reshape(&shape)?)?;
             at += numel;
         }
         debug_assert_eq!(at, self.numel);

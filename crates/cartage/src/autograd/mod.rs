@@ -1,8 +1,9 @@
 //! Reverse-mode automatic differentiation.
 //!
 //! - [`Var`]: a variable, the leaf gradients are computed for. Its cell holds the value and the
-//!   accumulated gradient; [`Var::set`] replaces the value in place, so modules and optimizers
-//!   holding the `Var` (or its [`VarId`]) never see a stale one.
+//!   accumulated gradient; [`Var::set`] writes new values in place and [`Var::rebind`] moves or
+//!   casts the value, so modules and optimizers holding the `Var` (or its [`VarId`]) never see a
+//!   stale one.
 //! - Recording: an op records how its result was made only when an input has a link to a
 //!   variable and recording is on. The record holds its inputs (and the tensors its backward
 //!   needs) alive: a loss kept with its graph keeps every activation (LESSONS R23); keep

@@ -2,8 +2,8 @@
 //!
 //! A [`Var`] is a shared cell holding a value and the gradient accumulated for it. Every op on
 //! [`Var::tensor`] records how its result was made, so [`Tensor::backward`] can find its way
-//! back. The cell, not the tensor, is the identity: [`Var::set`] replaces the value in place (a
-//! move to another device, a cast, an optimizer step), and every holder of the `Var`, a module
+//! back. The cell, not the tensor, is the identity: [`Var::set`] writes new values in place,
+//! [`Var::rebind`] replaces the value (a move, a cast), and every holder of the `Var`, a module
 //! or an optimizer keyed by [`VarId`], sees the new value. No handle goes stale (LESSONS R13).
 
 use std::fmt;
@@ -79,6 +79,21 @@ impl VarCell {
     /// total and the hooks to run (called without the lock held).
     pub(crate) fn accumulate(&self, grad: Tensor) -> Result<(Tensor, Vec<GradHook>)> {
         let mut state = self.lock();
+        if grad.dtype() != state.value.dtype() || grad.device() != state.value.device() {
+            return Err(Error::Autograd {
+                op: "backward",
+                reason: format!(
+                    "the gradient of {} is {} on {}, but the variable is now {} on {}: it was moved or \
+                     cast (`Var::rebind`, `ParamStore::to`) after the forward pass that this backward \
+                     runs through. Move or cast the model before the forward pass, or recompute it",
+                    self.id,
+                    grad.dtype(),
+                    grad.device(),
+                    state.value.dtype(),
+                    state.value.device()
+                ),
+            });
+        }
         let total = match state.grad.take() {
             None => grad,
             Some(old) => match old.add(&grad) {
@@ -230,33 +245,74 @@ impl Var {
         Ok(())
     }
 
-    /// Replaces the value in place: every holder of this `Var` sees the new one. The shape must
-    /// stay; the dtype (a float) and device may change, and an accumulated gradient follows them
-    /// (moved and cast), so value and gradient always agree.
+    /// Writes `value` into the variable's own memory: every holder of this `Var` sees the new
+    /// values, and nothing else shares them afterwards (two models loaded from one tensor stay
+    /// apart). The shape, dtype and device must stay: a typed error says to call
+    /// [`Var::rebind`] to move or cast a variable. The write counts as an in-place write, so a
+    /// backward through a graph that saved the old value is refused.
     ///
     /// ```
     /// use cartage::{DType, Device, Tensor, Var};
     /// let w = Var::new(Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
     /// let held_elsewhere = w.clone();
-    /// w.set(w.value().to_dtype(DType::F64)?)?;
+    /// let source = Tensor::full(&[2], 3.0, DType::F32, &Device::cpu())?;
+    /// w.set(source.clone())?;
+    /// assert_eq!(held_elsewhere.value().to_vec::<f32>()?, vec![3.0, 3.0]);
+    /// assert!(!w.value().shares_storage(&source));
+    /// assert!(w.set(source.to_dtype(DType::F64)?).is_err()); // a cast is `rebind`'s job
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn set(&self, value: Tensor) -> Result<()> {
+        let state = self.cell.lock();
+        check_same_shape("Var::set", &state.value, &value)?;
+        if value.dtype() != state.value.dtype() || value.device() != state.value.device() {
+            return Err(Error::InvalidArgument {
+                op: "Var::set",
+                reason: format!(
+                    "the variable is {} on {} and the value {} on {}; `set` writes into the variable's \
+                     own memory and keeps its dtype and device. To move or cast the variable, call \
+                     `Var::rebind(value)` (or `ParamStore::to`/`to_dtype` for a whole model); to keep \
+                     it where it is, pass `value.to_device_dtype(&var.device(), var.dtype())?`",
+                    state.value.dtype(),
+                    state.value.device(),
+                    value.dtype(),
+                    value.device()
+                ),
+            });
+        }
+        let _guard = super::no_grad();
+        state.value.copy_from(&value)
+    }
+
+    /// Replaces the value with `value` itself (sharing its memory), which may have another
+    /// float dtype or device: the explicit way to move or cast a variable. The shape must stay.
+    /// An accumulated gradient follows (moved and cast), so value and gradient always agree; a
+    /// backward through a graph recorded before a move or cast is refused when it reaches the
+    /// variable.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor, Var};
+    /// let w = Var::new(Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// let held_elsewhere = w.clone();
+    /// w.rebind(w.value().to_dtype(DType::F64)?)?;
     /// assert_eq!(held_elsewhere.tensor().dtype(), DType::F64);
     /// # Ok::<(), cartage::Error>(())
     /// ```
-    pub fn set(&self, value: Tensor) -> Result<()> {
-        check_float("Var::set", value.dtype())?;
+    pub fn rebind(&self, value: Tensor) -> Result<()> {
+        check_float("Var::rebind", value.dtype())?;
         let mut state = self.cell.lock();
-        if value.shape() != state.value.shape() {
-            return Err(Error::ShapeMismatch {
-                op: "Var::set",
-                lhs: state.value.shape().to_vec(),
-                rhs: value.shape().to_vec(),
-                reason: "a variable keeps its shape; make a new `Var` for a new shape".into(),
-            });
-        }
+        check_same_shape("Var::rebind", &state.value, &value)?;
         let grad = match state.grad.take() {
             Some(g) if g.device() != value.device() || g.dtype() != value.dtype() => {
                 let _guard = super::no_grad();
-                Some(g.to_device_dtype(&value.device(), value.dtype())?)
+                match g.to_device_dtype(&value.device(), value.dtype()) {
+                    Ok(moved) => Some(moved),
+                    Err(e) => {
+                        state.grad = Some(g);
+                        return Err(e);
+                    }
+                }
             }
             other => other,
         };
@@ -308,6 +364,18 @@ fn check_float(op: &'static str, dtype: DType) -> Result<()> {
             expected: "a float dtype: only floating-point tensors have gradients",
         })
     }
+}
+
+fn check_same_shape(op: &'static str, current: &Tensor, value: &Tensor) -> Result<()> {
+    if value.shape() == current.shape() {
+        return Ok(());
+    }
+    Err(Error::ShapeMismatch {
+        op,
+        lhs: current.shape().to_vec(),
+        rhs: value.shape().to_vec(),
+        reason: "a variable keeps its shape; make a new `Var` for a new shape".into(),
+    })
 }
 
 fn check_like(op: &'static str, value: &Tensor, grad: &Tensor) -> Result<()> {
