@@ -157,8 +157,16 @@ fn an_optimizer_step_on_a_saved_parameter_is_refused() -> Result<()> {
         let loss = x.matmul(&a.tensor())?.add(&b.tensor())?.sum_all()?;
         let (pa, pb) = (a.value(), b.value());
         let slots = [
-            SgdSlot { param: &pa, grad: &grad, momentum_buffer: None },
-            SgdSlot { param: &pb, grad: &grad, momentum_buffer: None },
+            SgdSlot {
+                param: &pa,
+                grad: &grad,
+                momentum_buffer: None,
+            },
+            SgdSlot {
+                param: &pb,
+                grad: &grad,
+                momentum_buffer: None,
+            },
         ];
         sgd_step_many(SGD, &slots)?;
         assert_modified(&device, loss.backward(), "matmul", UpdateKindName::sgd());
@@ -167,7 +175,15 @@ fn an_optimizer_step_on_a_saved_parameter_is_refused() -> Result<()> {
         let loss = x.matmul(&w.tensor())?.sum_all()?;
         let p = w.value();
         let (m, v) = (p.zeros_like()?, p.zeros_like()?);
-        adam_step_many(ADAM, &[AdamSlot { param: &p, grad: &grad, exp_avg: &m, exp_avg_sq: &v }])?;
+        adam_step_many(
+            ADAM,
+            &[AdamSlot {
+                param: &p,
+                grad: &grad,
+                exp_avg: &m,
+                exp_avg_sq: &v,
+            }],
+        )?;
         assert_modified(&device, loss.backward(), "matmul", UpdateKindName::adam());
     }
     Ok(())
@@ -261,7 +277,13 @@ fn concurrent_backwards_of_one_loss_have_exactly_one_winner() -> Result<()> {
         for round in 0..rounds {
             let w = var(&[1.0, 2.0, 3.0], &device)?;
             // A chain of a few ops, so that threads meet inside the graph, not only at its root.
-            let loss = w.tensor().square()?.mul_scalar(2.0)?.exp()?.mul_scalar(0.01)?.sum_all()?;
+            let loss = w
+                .tensor()
+                .square()?
+                .mul_scalar(2.0)?
+                .exp()?
+                .mul_scalar(0.01)?
+                .sum_all()?;
             let start = Arc::new(Barrier::new(THREADS));
             let outcomes: Vec<Result<()>> = std::thread::scope(|s| {
                 let handles: Vec<_> = (0..THREADS)
@@ -273,7 +295,10 @@ fn concurrent_backwards_of_one_loss_have_exactly_one_winner() -> Result<()> {
                         })
                     })
                     .collect();
-                handles.into_iter().map(|h| h.join().expect("a backward thread panicked")).collect()
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a backward thread panicked"))
+                    .collect()
             });
             let winners = outcomes.iter().filter(|o| o.is_ok()).count();
             assert_eq!(winners, 1, "{device} round {round}: {outcomes:?}");

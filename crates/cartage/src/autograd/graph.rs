@@ -211,7 +211,10 @@ fn record_slow(
         return out.with_link(constant);
     }
     let (backward, saved) = make(&out);
-    let Saved { bytes: saved_bytes, versions } = saved;
+    let Saved {
+        bytes: saved_bytes,
+        versions,
+    } = saved;
     account(out.device(), 1, saved_bytes as isize);
     let node = Node {
         name,

@@ -13,9 +13,7 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> (BackwardFn, Saved
     let (x, y) = (x.detach(), out.detach());
     match op {
         U::Neg => saving(keep(&[]), |g, _| Ok(vec![Some(g.neg()?)])),
-        U::Floor | U::Ceil | U::Round | U::Trunc | U::Sign => {
-            saving(keep(&[]), |g, _| Ok(vec![Some(g.zeros_like()?)]))
-        }
+        U::Floor | U::Ceil | U::Round | U::Trunc | U::Sign => saving(keep(&[]), |g, _| Ok(vec![Some(g.zeros_like()?)])),
         U::Exp => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y)?)])),
         U::Expm1 => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.mul(&y.add_scalar(1.0)?)?)])),
         U::Sqrt => saving(keep(&[&y]), move |g, _| Ok(vec![Some(g.div(&y.mul_scalar(2.0)?)?)])),
