@@ -197,8 +197,8 @@ impl Var {
     /// op that used the variable has passed its share back, while the rest of the graph may
     /// still be running (data-parallel training starts reducing a bucket there). The hook gets
     /// the variable and its accumulated gradient, runs on the backward's thread without
-    /// recording, and must not run a backward itself; an error it returns ends the backward with
-    /// that error. Hooks run in the order they were added. Returns an id for
+    /// recording, and cannot run a backward itself (one started there is refused with
+    /// [`Error::InvalidState`]); an error it returns ends the backward with that error. Hooks run in the order they were added. Returns an id for
     /// [`Var::remove_grad_hook`].
     ///
     /// ```

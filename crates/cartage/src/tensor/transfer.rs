@@ -116,7 +116,9 @@ impl Tensor {
     }
 
     /// Copy `src`'s elements into this tensor's view (same shape, dtype and device). Every
-    /// tensor sharing the storage sees the new values.
+    /// tensor sharing the storage sees the new values. It counts as an in-place write (the
+    /// storage's [`crate::tensor::Storage::version`]): a backward through an op that saved
+    /// this storage before is refused with [`cartage_core::Error::ModifiedInPlace`].
     ///
     /// Overlapping views have snapshot semantics: when `src` and `self` share memory (say
     /// `x.t().copy_from(&x)`, or two overlapping `narrow`s), the result is as if `src` had been
