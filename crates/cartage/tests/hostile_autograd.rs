@@ -331,12 +331,15 @@ fn concurrent_backwards_of_one_loss_have_exactly_one_winner() -> Result<()> {
 fn a_hook_that_starts_a_backward_is_refused() -> Result<()> {
     for device in devices("a_hook_that_starts_a_backward_is_refused") {
         let w = var(&[1.0, 2.0], &device)?;
-        let inner = w.clone();
+        // A graph recorded beforehand, retained: a hook that backpropagates through it reaches
+        // `w` again and runs itself again, without end (a stack overflow before the fix).
+        let again = w.tensor().square()?.sum_all()?;
         w.on_grad_ready(Arc::new(move |_: &Var, _: &Tensor| {
-            inner.tensor().sum_all()?.backward().map(drop)
+            again.backward_with(None, true).map(drop)
         }));
-        let err = w.tensor().square()?.sum_all()?.backward().unwrap_err();
+        let err = w.tensor().mul_scalar(3.0)?.sum_all()?.backward().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidState, "{device}: {err}");
+        assert!(err.to_string().contains("hook"), "{device}: {err}");
         // The thread is usable again afterwards.
         let v = var(&[1.0], &device)?;
         v.tensor().sum_all()?.backward()?;
