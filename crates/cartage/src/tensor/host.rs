@@ -50,7 +50,12 @@ impl Tensor {
         self.expect_dtype::<T>("to_vec2", site)?;
         runtime::record_host_sync(site);
         let (count, len) = (self.shape()[0], self.shape()[1]);
-        nested_fits::<T>(self, count)?;
+        nested_fits(
+            self,
+            "to_vec2",
+            count,
+            count.saturating_mul(std::mem::size_of::<Vec<T>>()),
+        )?;
         let flat = self.read_vec::<T>(site)?;
         Ok(rows(flat, len, count))
     }
@@ -71,7 +76,10 @@ impl Tensor {
         runtime::record_host_sync(site);
         let (a, b, c) = (self.shape()[0], self.shape()[1], self.shape()[2]);
         let count = a.saturating_mul(b);
-        nested_fits::<T>(self, count)?;
+        let headers = count
+            .saturating_mul(std::mem::size_of::<Vec<T>>())
+            .saturating_add(a.saturating_mul(std::mem::size_of::<Vec<Vec<T>>>()));
+        nested_fits(self, "to_vec3", count.saturating_add(a), headers)?;
         let flat = self.read_vec::<T>(site)?;
         let inner = rows(flat, c, count);
         let mut it = inner.into_iter();
@@ -210,20 +218,35 @@ fn rows<T: Copy>(flat: Vec<T>, len: usize, count: usize) -> Vec<Vec<T>> {
     flat.chunks(len).map(<[T]>::to_vec).collect()
 }
 
-/// Fail with [`Error::SizeOverflow`] when `count` empty rows (of an empty tensor such as
-/// `[huge, 0]`) would not fit in host memory's address space.
-fn nested_fits<T>(t: &Tensor, count: usize) -> Result<()> {
-    let fits = count
-        .checked_mul(std::mem::size_of::<Vec<T>>())
-        .is_some_and(|bytes| bytes <= isize::MAX as usize / 2);
-    if fits {
-        Ok(())
-    } else {
-        Err(Error::SizeOverflow {
-            shape: t.shape().to_vec(),
-            dtype: t.dtype,
-        })
+/// Row headers a nested read may always build, whatever its elements weigh: 1 GiB.
+const NESTED_HEADER_FLOOR: usize = 1 << 30;
+
+/// Refuse a nested read (`to_vec2`, `to_vec3`) whose `vecs` row vectors need `header_bytes` of
+/// host memory for their headers alone, before anything is allocated. The headers may weigh as
+/// much as the elements, or [`NESTED_HEADER_FLOOR`]: an empty tensor such as `[2^32, 0]` holds
+/// nothing, yet its rows would be 2^32 empty vectors (96 GiB of headers), which would abort the
+/// process on the host allocation. [`Error::InvalidArgument`] naming the shape, the row count and
+/// the bytes otherwise ([`Error::SizeOverflow`] when the count does not even fit in `usize`).
+fn nested_fits(t: &Tensor, op: &'static str, vecs: usize, header_bytes: usize) -> Result<()> {
+    if vecs == usize::MAX || header_bytes == usize::MAX {
+        return Err(Error::size_overflow(t.shape(), t.dtype));
     }
+    let elements = t.numel().saturating_mul(t.dtype.size_in_bytes());
+    if header_bytes <= elements.max(NESTED_HEADER_FLOOR) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        format!(
+            "the tensor has shape {:?} ({} elements), so its rows would be {vecs} vectors needing {} of host memory \
+             for their headers alone (the elements take {}); refused rather than abort on the allocation. \
+             Read it flat with `to_vec` (and index rows yourself), or narrow it first. Check how the shape was computed",
+            t.shape(),
+            t.numel(),
+            cartage_core::format_bytes(header_bytes as u64),
+            cartage_core::format_bytes(elements as u64),
+        ),
+    ))
 }
 
 /// Plain element types: every byte pattern of their size is a valid value, with no padding.
