@@ -8,13 +8,20 @@
 
 mod common;
 
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::Mutex;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cartage::Error;
+use cartage::distributed::env::MAX_WORLD_SIZE;
+use cartage::distributed::{DistEnv, Rendezvous};
 use cartage::prelude::*;
 
-#[allow(dead_code)]
+/// Held by every test that sets or reads the distributed variables.
+static ENV_LOCK: Mutex<()> = Mutex::new(());
+
 /// Run `action` on a thread; its result, or a panic naming `what` if it takes longer than `bound`.
 fn bounded<T: Send + 'static>(what: &str, bound: Duration, action: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
@@ -73,5 +80,216 @@ fn nested_reads_of_huge_empty_shapes_are_refused() -> Result<()> {
         let _ = format!("{t}");
     }
     Ok(())
+}
+
+// ---- 2. distributed environment and rendezvous -----------------------------------------------
+
+fn lookup(vars: &[(&str, &str)]) -> Result<DistEnv> {
+    let vars: Vec<(String, String)> = vars.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    DistEnv::from_lookup(move |name| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()))
+}
+
+/// Absurd world sizes are typed errors naming the variable and its value, before the rendezvous
+/// allocates a slot per rank.
+#[test]
+fn absurd_world_sizes_are_refused() {
+    let huge = (1u64 << 40).to_string();
+    let max = u64::MAX.to_string();
+    let beyond = "1".repeat(200);
+    for world in [huge.as_str(), max.as_str(), beyond.as_str()] {
+        let vars = [
+            ("RANK", "0"),
+            ("WORLD_SIZE", world),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "1"),
+        ];
+        let err = bounded("DistEnv::from_lookup", Duration::from_secs(5), {
+            let vars: Vec<(String, String)> = vars.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+            move || {
+                DistEnv::from_lookup(move |name| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()))
+                    .unwrap_err()
+            }
+        });
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert!(err.to_string().contains("WORLD_SIZE=`"), "{err}");
+    }
+    let limit = MAX_WORLD_SIZE.to_string();
+    assert!(
+        lookup(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", &limit),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1")
+        ])
+        .is_ok()
+    );
+
+    // A `DistEnv` built by hand gets the same check from the rendezvous itself.
+    for world_size in [1usize << 40, usize::MAX, 0] {
+        let env = DistEnv {
+            rank: 1,
+            world_size,
+            local_rank: None,
+            master_addr: "127.0.0.1".into(),
+            master_port: free_port(),
+        };
+        let err = bounded("Rendezvous::exchange", Duration::from_secs(5), move || {
+            Rendezvous::new(&env, Duration::from_millis(200))
+                .exchange(b"id")
+                .unwrap_err()
+        });
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{world_size}: {err}");
+    }
+    let env = DistEnv {
+        rank: 3,
+        world_size: 2,
+        local_rank: None,
+        master_addr: "127.0.0.1".into(),
+        master_port: free_port(),
+    };
+    let err = Rendezvous::new(&env, Duration::from_millis(200))
+        .exchange(b"id")
+        .unwrap_err();
+    assert!(err.to_string().contains("rank 3"), "{err}");
+}
+
+/// A value that is not UTF-8 is an error naming the variable, never "unset" (a group of one).
+#[cfg(unix)]
+#[test]
+fn non_utf8_distributed_variables_are_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let _guard = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let bad = std::ffi::OsStr::from_bytes(b"2\xff");
+    for name in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"] {
+        // SAFETY: every test of this binary that touches these variables holds ENV_LOCK, and no
+        // other reads them.
+        unsafe {
+            for other in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"] {
+                std::env::remove_var(other);
+            }
+            std::env::set_var(name, bad);
+        }
+        let out = DistEnv::from_env();
+        // SAFETY: as above.
+        unsafe { std::env::remove_var(name) };
+        let err = out.expect_err(name);
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{name}: {err}");
+        assert!(err.to_string().contains(&format!("{name}=`2")), "{name}: {err}");
+        assert!(err.to_string().contains("UTF-8"), "{name}: {err}");
+    }
+    assert_eq!(DistEnv::from_env().unwrap(), DistEnv::single());
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A timeout too large for the clock (`Duration::MAX`) is no panic; the rendezvous still
+/// completes.
+#[test]
+fn a_rendezvous_timeout_of_duration_max_does_not_panic() {
+    let port = free_port();
+    let env = |rank| DistEnv {
+        rank,
+        world_size: 2,
+        local_rank: None,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+    };
+    let (host, peer) = (env(0), env(1));
+    let out = bounded("rendezvous with Duration::MAX", Duration::from_secs(20), move || {
+        let host = std::thread::spawn(move || Rendezvous::new(&host, Duration::MAX).exchange(b"the id"));
+        let peer = Rendezvous::new(&peer, Duration::MAX).exchange(b"");
+        (host.join().map_err(|_| "rank 0 panicked"), peer)
+    });
+    assert_eq!(out.0.unwrap().unwrap(), b"the id");
+    assert_eq!(out.1.unwrap(), b"the id");
+}
+
+/// Silent connections that keep arriving at rank 0 cannot stretch its deadline: a 1 s timeout
+/// fails with `RanksMissing` within the timeout plus a small margin.
+#[test]
+fn silent_connections_do_not_stretch_the_rendezvous_deadline() {
+    let port = free_port();
+    let timeout = Duration::from_secs(1);
+    let env = DistEnv {
+        rank: 0,
+        world_size: 2,
+        local_rank: None,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut open = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                    // One byte of a hello, then silence.
+                    let _ = s.write_all(b"C");
+                    open.push(s);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let (err, took) = bounded("rendezvous under a flood", timeout * 10, move || {
+        let start = Instant::now();
+        let out = Rendezvous::new(&env, timeout).exchange(b"id");
+        (out.unwrap_err(), start.elapsed())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flood.join();
+    assert!(matches!(err, Error::RanksMissing { .. }), "{err}");
+    assert!(
+        took < timeout + Duration::from_millis(700),
+        "a 1 s rendezvous took {took:?}"
+    );
+}
+
+/// A rank 0 that dribbles its reply one byte at a time cannot hold a peer past its deadline and
+/// grace.
+#[test]
+fn a_dribbling_rank_zero_cannot_hold_a_peer() {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            // A valid reply head announcing a 128-byte id, whose bytes then come one at a time.
+            let mut head = b"CTRV\0".to_vec();
+            head.extend_from_slice(&128u32.to_le_bytes());
+            let _ = s.write_all(&head);
+            for _ in 0..128 {
+                if s.write_all(b"C").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    });
+    let env = DistEnv {
+        rank: 1,
+        world_size: 2,
+        local_rank: None,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+    };
+    let timeout = Duration::from_millis(500);
+    let (err, took) = bounded("peer facing a dribbling rank 0", Duration::from_secs(15), move || {
+        let start = Instant::now();
+        let out = Rendezvous::new(&env, timeout).exchange(b"");
+        (out.unwrap_err(), start.elapsed())
+    });
+    assert!(
+        matches!(err, Error::RanksMissing { .. } | Error::InvalidArgument { .. }),
+        "{err}"
+    );
+    // The deadline, the 2 s grace for rank 0's verdict, and a margin.
+    assert!(took < timeout + Duration::from_secs(3), "took {took:?}");
 }
 
