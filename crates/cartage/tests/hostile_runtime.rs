@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use cartage::Error;
 use cartage::distributed::env::MAX_WORLD_SIZE;
 use cartage::distributed::{DistEnv, Rendezvous};
+use cartage::loader::{DROP_JOIN_TIMEOUT, HostBatch, PrefetchLoader, PrefetchMode};
 use cartage::prelude::*;
 
 /// Held by every test that sets or reads the distributed variables.
@@ -291,5 +292,49 @@ fn a_dribbling_rank_zero_cannot_hold_a_peer() {
     );
     // The deadline, the 2 s grace for rank 0's verdict, and a margin.
     assert!(took < timeout + Duration::from_secs(3), "took {took:?}");
+}
+
+// ---- 3. dropping a loader whose producer blocks ----------------------------------------------
+
+/// A pipelined loader whose batch iterator blocks (far longer than any test) is dropped within
+/// the join bound: the worker is detached, the caller does not hang.
+#[test]
+fn dropping_a_loader_with_a_blocked_producer_returns() -> Result<()> {
+    for device in devices("dropping_a_loader_with_a_blocked_producer_returns") {
+        let blocked = (0..).map(|i| {
+            if i >= 1 {
+                std::thread::sleep(Duration::from_secs(600));
+            }
+            HostBatch::new(vec![i as f32; 4], &[4])
+        });
+        let mut loader = PrefetchLoader::with_mode(blocked, &device, PrefetchMode::Pipelined)?;
+        assert!(loader.next().unwrap().is_ok());
+        let took = bounded(
+            "drop of a blocked loader",
+            DROP_JOIN_TIMEOUT + Duration::from_secs(3),
+            move || {
+                let start = Instant::now();
+                drop(loader);
+                start.elapsed()
+            },
+        );
+        assert!(
+            took >= DROP_JOIN_TIMEOUT.saturating_sub(Duration::from_millis(100)),
+            "{took:?}"
+        );
+
+        // The same with a `fill` function that blocks.
+        let loader =
+            PrefetchLoader::from_fn_with_mode(&[2], DType::F32, 10, &device, PrefetchMode::Pipelined, |_, _| {
+                std::thread::sleep(Duration::from_secs(600));
+                Ok(())
+            })?;
+        bounded(
+            "drop of a blocked from_fn loader",
+            DROP_JOIN_TIMEOUT + Duration::from_secs(3),
+            move || drop(loader),
+        );
+    }
+    Ok(())
 }
 
