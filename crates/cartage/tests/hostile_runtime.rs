@@ -338,3 +338,26 @@ fn dropping_a_loader_with_a_blocked_producer_returns() -> Result<()> {
     Ok(())
 }
 
+// ---- 4. the origin of loaded tensors ----------------------------------------------------------
+
+/// Tensors loaded from a safetensors file name the caller's line as their origin, through
+/// `load_safetensors`, `SafetensorsFile::load` and `SafetensorsFile::load_only`.
+#[test]
+fn loaded_tensors_originate_at_the_callers_line() -> Result<()> {
+    let dir = tempfile::tempdir().map_err(|e| Error::io("tempdir", e))?;
+    let path = dir.path().join("w.safetensors");
+    let w = Tensor::new([[1.0f32, 2.0], [3.0, 4.0]], &Device::cpu())?;
+    cartage::save_safetensors(&path, &[("w", &w)])?;
+    let here = file!();
+    for device in devices("loaded_tensors_originate_at_the_callers_line") {
+        let (all, line) = (cartage::load_safetensors(&path, &device)?, line!());
+        let file = cartage::safetensors_io::SafetensorsFile::open(&path)?;
+        let (loaded, load_line) = (file.load(&device)?, line!());
+        let (only, only_line) = (file.load_only(&["w"], &device)?, line!());
+        for (map, line) in [(all, line), (loaded, load_line), (only, only_line)] {
+            let origin = map["w"].origin();
+            assert_eq!((origin.file(), origin.line()), (here, line), "{device}: {origin}");
+        }
+    }
+    Ok(())
+}
