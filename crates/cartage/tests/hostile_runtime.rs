@@ -361,3 +361,67 @@ fn loaded_tensors_originate_at_the_callers_line() -> Result<()> {
     }
     Ok(())
 }
+
+// ---- 5. other hostile arguments ---------------------------------------------------------------
+
+/// An in-process group of 2^40 ranks is a typed error, not an abort allocating a slot per rank.
+#[test]
+fn a_huge_in_process_group_is_refused() {
+    for world_size in [MAX_WORLD_SIZE + 1, 1 << 40, usize::MAX] {
+        let err = bounded("InProcessCollective::group", Duration::from_secs(5), move || {
+            cartage::distributed::InProcessCollective::group(&Device::cpu(), world_size, Duration::from_secs(1))
+                .unwrap_err()
+        });
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{world_size}: {err}");
+        assert!(err.to_string().contains(&world_size.to_string()), "{err}");
+    }
+}
+
+/// `randint` refuses a range its dtype cannot hold (as PyTorch does) instead of wrapping the
+/// drawn values: `[-5, 300)` as u8, `[0, 2^40)` as i32, `[0, 2^30)` as f16.
+#[test]
+fn randint_refuses_a_range_the_dtype_cannot_hold() -> Result<()> {
+    for device in devices("randint_refuses_a_range_the_dtype_cannot_hold") {
+        for (low, high, dtype) in [
+            (-5, 300, DType::U8),
+            (0, 257, DType::U8),
+            (0, 1 << 40, DType::I32),
+            (i64::from(i32::MIN) - 1, 0, DType::I32),
+            (0, 1 << 30, DType::F16),
+        ] {
+            let err = Tensor::randint(low, high, &[64], dtype, 7, &device).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidArgument { .. }),
+                "{device} {dtype} [{low}, {high}): {err}"
+            );
+            assert!(err.to_string().contains(&format!("does not fit {dtype}")), "{err}");
+        }
+        // The edges of a dtype still draw.
+        let x = Tensor::randint(0, 256, &[256], DType::U8, 7, &device)?;
+        assert_eq!(x.dtype(), DType::U8);
+        let x = Tensor::randint(-128, 128, &[64], DType::I32, 7, &device)?;
+        assert!(x.to_vec::<i32>()?.iter().all(|v| (-128..128).contains(v)));
+    }
+    Ok(())
+}
+
+/// A benchmark asked for `usize::MAX` samples whose work fails ends with the work's error, not a
+/// capacity-overflow panic reserving room for every sample first.
+#[test]
+fn a_bench_with_absurd_sample_counts_does_not_panic() -> Result<()> {
+    let backend = cartage::backend(&Device::cpu())?;
+    let mut calls = 0;
+    let out = cartage::bench::Bench::new()
+        .warmup(Duration::ZERO)
+        .samples(usize::MAX, usize::MAX)
+        .run(backend.as_ref(), || {
+            calls += 1;
+            if calls > 3 {
+                Err(Error::invalid("work", "stop here"))
+            } else {
+                Ok(())
+            }
+        });
+    assert!(out.unwrap_err().to_string().contains("stop here"));
+    Ok(())
+}
