@@ -253,6 +253,46 @@ fn silent_connections_do_not_stretch_the_rendezvous_deadline() {
     );
 }
 
+/// Silent connections arriving all along keep no rank out: rank 1 still joins rank 0 well
+/// before the timeout.
+#[test]
+fn silent_connections_keep_no_rank_out() {
+    let port = free_port();
+    let env = |rank| DistEnv {
+        rank,
+        world_size: 2,
+        local_rank: None,
+        master_addr: "127.0.0.1".into(),
+        master_port: port,
+    };
+    let (host, peer) = (env(0), env(1));
+    let timeout = Duration::from_secs(20);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let host = std::thread::spawn(move || Rendezvous::new(&host, timeout).exchange(b"the id"));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut open = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+                    open.push(s);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (out, took) = bounded("rank 1 joining through a flood", Duration::from_secs(15), move || {
+        let start = Instant::now();
+        (Rendezvous::new(&peer, timeout).exchange(b""), start.elapsed())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flood.join();
+    assert_eq!(out.unwrap(), b"the id");
+    assert_eq!(host.join().unwrap().unwrap(), b"the id");
+    assert!(took < Duration::from_secs(3), "rank 1 took {took:?}");
+}
+
 /// A rank 0 that dribbles its reply one byte at a time cannot hold a peer past its deadline and
 /// grace.
 #[test]

@@ -10,7 +10,8 @@
 //! Nobody hangs: rank 0 gives up at the timeout, a peer at the timeout plus a short grace for
 //! rank 0's verdict to arrive. Every accept and every read is bounded by the time left to that
 //! overall deadline (never by a fixed per-connection timeout), so connections that arrive and
-//! stay silent, or dribble bytes, cannot stretch it. A timeout too large to add to the clock
+//! stay silent, or dribble bytes, cannot stretch it. Rank 0 reads the hellos of every pending
+//! connection without blocking, so a silent one (a port scanner) keeps no rank out either. A timeout too large to add to the clock
 //! (`Duration::MAX`) means no deadline.
 //!
 //! A world size above [`MAX_WORLD_SIZE`] or a rank outside the group is refused with
@@ -38,6 +39,8 @@ pub const MAX_PAYLOAD: usize = 64 * 1024;
 const GRACE: Duration = Duration::from_secs(2);
 /// How long rank 0 waits for a connected peer to say who it is.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many connections rank 0 keeps waiting for a hello at once (the oldest goes first).
+const MAX_PENDING: usize = 1024;
 const POLL: Duration = Duration::from_millis(10);
 
 /// A rendezvous for one rank; see the module docs.
@@ -123,25 +126,79 @@ impl Rendezvous {
         listener.set_nonblocking(true).map_err(io("listen"))?;
         tracing::debug!(addr = %self.addr, port = self.port, world_size = self.world_size, "rendezvous: rank 0 listening");
         let mut peers: Vec<Option<TcpStream>> = (0..self.world_size).map(|_| None).collect();
+        // Connections whose hello is still arriving, read without blocking, so a silent one
+        // (a port scanner, a stray client) delays nobody.
+        let mut pending: Vec<Pending> = Vec::new();
         while peers[1..].iter().any(Option::is_none) {
-            // Checked before every accept: connections that keep arriving cannot stretch it.
+            // Checked on every round: connections that keep arriving cannot stretch it.
             if Instant::now() >= deadline {
                 let missing = (1..self.world_size).filter(|&r| peers[r].is_none()).collect();
                 let failure = Failure::Missing(missing);
                 broadcast_verdict(&mut peers, &failure);
                 return Err(failure);
             }
-            match listener.accept() {
-                Ok((stream, from)) => {
-                    if let Err(failure) = self.admit(stream, from, &mut peers, deadline) {
-                        broadcast_verdict(&mut peers, &failure);
-                        return Err(failure);
+            let mut progress = false;
+            loop {
+                match listener.accept() {
+                    Ok((stream, from)) => {
+                        progress = true;
+                        if stream.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        if pending.len() >= MAX_PENDING {
+                            let oldest = pending.remove(0);
+                            tracing::warn!(from = %oldest.from, "rendezvous: too many connections without a hello; the oldest was dropped");
+                        }
+                        pending.push(Pending {
+                            stream,
+                            from,
+                            hello: [0; 16],
+                            filled: 0,
+                            since: Instant::now(),
+                        });
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => break,
+                    Err(e) => return Err(io("accept")(e)),
+                }
+            }
+            let mut i = 0;
+            while i < pending.len() {
+                let p = &mut pending[i];
+                match p.stream.read(&mut p.hello[p.filled..]) {
+                    Ok(0) => {
+                        tracing::warn!(from = %p.from, "rendezvous: a connection closed before its hello was dropped");
+                        pending.swap_remove(i);
+                        continue;
+                    }
+                    Ok(n) => {
+                        progress = true;
+                        p.filled += n;
+                        if p.filled == p.hello.len() {
+                            let p = pending.swap_remove(i);
+                            if let Err(failure) = self.admit(p.stream, p.from, p.hello, &mut peers) {
+                                broadcast_verdict(&mut peers, &failure);
+                                return Err(failure);
+                            }
+                            continue;
+                        }
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => {
+                        if p.since.elapsed() >= HELLO_TIMEOUT {
+                            tracing::warn!(from = %p.from, "rendezvous: a connection that sent no hello was dropped");
+                            pending.swap_remove(i);
+                            continue;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(from = %p.from, error = %e, "rendezvous: a connection failed before its hello");
+                        pending.swap_remove(i);
+                        continue;
                     }
                 }
-                Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => {
-                    std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
-                }
-                Err(e) => return Err(io("accept")(e)),
+                i += 1;
+            }
+            if !progress {
+                std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
             }
         }
         let mut reply = frame(OK);
@@ -159,26 +216,25 @@ impl Rendezvous {
         Ok(payload.to_vec())
     }
 
-    /// Rank 0: read a connected peer's hello and keep its stream. A stranger (not a cartage
+    /// Rank 0: check a connected peer's `hello` and keep its stream. A stranger (not a cartage
     /// rank) is dropped; a rank that contradicts the group fails the rendezvous.
     fn admit(
         &self,
         mut stream: TcpStream,
         from: SocketAddr,
+        hello: [u8; 16],
         peers: &mut [Option<TcpStream>],
-        deadline: Instant,
     ) -> std::result::Result<(), Failure> {
-        // At most HELLO_TIMEOUT for the whole hello, and never past the overall deadline.
-        let by = Instant::now()
-            .checked_add(HELLO_TIMEOUT)
-            .map_or(deadline, |hello| hello.min(deadline));
-        let hello = stream
+        // Blocking again for the replies, each write bounded: a peer that stops reading cannot
+        // hold rank 0.
+        if stream
             .set_nonblocking(false)
-            .and_then(|()| read_array_by::<16>(&mut stream, by));
-        let Ok(hello) = hello else {
-            tracing::warn!(%from, "rendezvous: a connection that sent no hello was dropped");
+            .and_then(|()| stream.set_write_timeout(Some(GRACE)))
+            .is_err()
+        {
+            tracing::warn!(%from, "rendezvous: a connection that could not be configured was dropped");
             return Ok(());
-        };
+        }
         if hello[..4] != MAGIC {
             tracing::warn!(%from, "rendezvous: a connection that is not a cartage rank was dropped");
             return Ok(());
@@ -301,6 +357,15 @@ impl Rendezvous {
             Failure::Refused(reason) => Error::invalid("rendezvous", reason),
         }
     }
+}
+
+/// A connection rank 0 accepted whose 16-byte hello is still arriving.
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    hello: [u8; 16],
+    filled: usize,
+    since: Instant,
 }
 
 /// Why a rendezvous failed, before it becomes an [`Error`].
