@@ -3,14 +3,13 @@
 //! values, rendezvous timeouts that overflow the clock or are flooded with silent connections,
 //! prefetch loaders dropped while their producer blocks, and the origin of tensors loaded from
 //! safetensors files. Every action that could hang runs on a thread and must finish within a
-//! bound. The one test that changes the environment holds [`ENV_LOCK`] (no other test in this
-//! binary reads the variables it sets).
+//! bound. No test changes the environment of this process: the environment cases run this
+//! binary again as a child with the variable set at spawn.
 
 mod common;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -19,9 +18,6 @@ use cartage::distributed::env::MAX_WORLD_SIZE;
 use cartage::distributed::{DistEnv, Rendezvous};
 use cartage::loader::{DROP_JOIN_TIMEOUT, HostBatch, PrefetchLoader, PrefetchMode};
 use cartage::prelude::*;
-
-/// Held by every test that sets or reads the distributed variables.
-static ENV_LOCK: Mutex<()> = Mutex::new(());
 
 /// Run `action` on a thread; its result, or a panic naming `what` if it takes longer than `bound`.
 fn bounded<T: Send + 'static>(what: &str, bound: Duration, action: impl FnOnce() -> T + Send + 'static) -> T {
@@ -154,31 +150,69 @@ fn absurd_world_sizes_are_refused() {
     assert!(err.to_string().contains("rank 3"), "{err}");
 }
 
-/// A value that is not UTF-8 is an error naming the variable, never "unset" (a group of one).
+/// The variables the environment tests below set, each in a child process of its own.
+const LAUNCHER_VARIABLES: [&str; 6] = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_PORT",
+    "MASTER_ADDR",
+    "CARTAGE_DEVICE",
+];
+
+/// Set in a child process: the variable whose non-UTF-8 value it checks.
+const CHILD_CHECKS: &str = "CARTAGE_HOSTILE_CHILD_CHECKS";
+
+/// A launcher variable that is not UTF-8 is an error naming the variable, never "unset" (which
+/// made a silent group of one, or the default device). Each case runs this binary again as a
+/// child with the value set at spawn: no test here changes the environment of a running
+/// process.
 #[cfg(unix)]
 #[test]
-fn non_utf8_distributed_variables_are_refused() {
+fn non_utf8_launcher_variables_are_refused() {
     use std::os::unix::ffi::OsStrExt;
-    let _guard = ENV_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let bad = std::ffi::OsStr::from_bytes(b"2\xff");
-    for name in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"] {
-        // SAFETY: every test of this binary that touches these variables holds ENV_LOCK, and no
-        // other reads them.
-        unsafe {
-            for other in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"] {
-                std::env::remove_var(other);
-            }
-            std::env::set_var(name, bad);
+    for name in LAUNCHER_VARIABLES {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", "non_utf8_child", "--nocapture", "--test-threads=1"]);
+        for other in LAUNCHER_VARIABLES {
+            child.env_remove(other);
         }
-        let out = DistEnv::from_env();
-        // SAFETY: as above.
-        unsafe { std::env::remove_var(name) };
-        let err = out.expect_err(name);
-        assert!(matches!(err, Error::InvalidArgument { .. }), "{name}: {err}");
-        assert!(err.to_string().contains(&format!("{name}=`2")), "{name}: {err}");
-        assert!(err.to_string().contains("UTF-8"), "{name}: {err}");
+        let out = child.env(name, bad).env(CHILD_CHECKS, name).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: the child failed:\n{text}");
+        assert!(
+            text.contains(&format!("checked {name}")),
+            "{name}: the child checked nothing:\n{text}"
+        );
     }
-    assert_eq!(DistEnv::from_env().unwrap(), DistEnv::single());
+}
+
+/// The child of [`non_utf8_launcher_variables_are_refused`] (does nothing in a normal run).
+#[test]
+fn non_utf8_child() {
+    let Ok(name) = std::env::var(CHILD_CHECKS) else {
+        return;
+    };
+    let err = if name == "CARTAGE_DEVICE" || name == "LOCAL_RANK" {
+        let err = Device::pick().expect_err(&name);
+        assert!(matches!(err, Error::InvalidDevice { .. }), "{name}: {err}");
+        if name == "CARTAGE_DEVICE" {
+            err
+        } else {
+            // LOCAL_RANK is the distributed environment's too.
+            DistEnv::from_env().expect_err(&name)
+        }
+    } else {
+        DistEnv::from_env().expect_err(&name)
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("{name}=`2")) || text.contains(&format!("{name}=2")),
+        "{name}: {text}"
+    );
+    assert!(text.contains("UTF-8"), "{name}: {text}");
+    println!("checked {name}");
 }
 
 fn free_port() -> u16 {
