@@ -152,7 +152,8 @@ impl Bench {
             self.min_samples,
             self.max_samples,
         );
-        let mut samples = Vec::with_capacity(count);
+        // Reserved up to a bound: `samples(usize::MAX, ..)` asks for more than any memory holds.
+        let mut samples = Vec::with_capacity(count.min(1 << 16));
         for _ in 0..count {
             let region = match timing {
                 Timing::DeviceEvents => time_with_events(backend, iters, &mut work)?,

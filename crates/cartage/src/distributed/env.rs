@@ -14,7 +14,10 @@
 //! With neither `RANK` nor `WORLD_SIZE` set, the program is a group of one (rank 0) and needs
 //! nothing else. Otherwise `RANK` and `WORLD_SIZE` are required, and so are `MASTER_ADDR` and
 //! `MASTER_PORT` when `WORLD_SIZE` is above 1. A missing or malformed value is an
-//! [`Error::InvalidArgument`] naming the variable and its value.
+//! [`Error::InvalidArgument`] naming the variable and its value: that includes a value that is
+//! not UTF-8 (never read as "unset"), a `WORLD_SIZE` above [`MAX_WORLD_SIZE`] (sizes are checked
+//! before the rendezvous allocates anything per rank), a `RANK` or `LOCAL_RANK` outside the
+//! group, and a `MASTER_PORT` outside 1..=65535.
 
 use cartage_core::{Error, Result};
 
@@ -28,6 +31,11 @@ pub const LOCAL_RANK_ENV: &str = "LOCAL_RANK";
 pub const MASTER_ADDR_ENV: &str = "MASTER_ADDR";
 /// The TCP port rank 0 listens on.
 pub const MASTER_PORT_ENV: &str = "MASTER_PORT";
+
+/// The largest `WORLD_SIZE` accepted: 2^20 (1,048,576) processes, far above any real run. The
+/// rendezvous keeps one slot per rank, so a larger value (a typo, or a hostile environment) is
+/// refused before anything is allocated for it.
+pub const MAX_WORLD_SIZE: usize = 1 << 20;
 
 /// This process's place in a distributed run. See the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +75,23 @@ impl DistEnv {
     /// # Ok::<(), cartage::Error>(())
     /// ```
     pub fn from_env() -> Result<DistEnv> {
+        for name in [
+            RANK_ENV,
+            WORLD_SIZE_ENV,
+            LOCAL_RANK_ENV,
+            MASTER_ADDR_ENV,
+            MASTER_PORT_ENV,
+        ] {
+            if let Some(value) = std::env::var_os(name)
+                && value.to_str().is_none()
+            {
+                return Err(bad(
+                    name,
+                    &value.to_string_lossy(),
+                    "it is not valid UTF-8 (the replacement characters show where)",
+                ));
+            }
+        }
         DistEnv::from_lookup(|name| std::env::var(name).ok())
     }
 
@@ -98,6 +123,13 @@ impl DistEnv {
         let world_size = count(WORLD_SIZE_ENV, &required(WORLD_SIZE_ENV, world_size)?)?;
         if world_size == 0 {
             return Err(bad(WORLD_SIZE_ENV, "0", "a group has at least one process"));
+        }
+        if world_size > MAX_WORLD_SIZE {
+            return Err(bad(
+                WORLD_SIZE_ENV,
+                &world_size.to_string(),
+                &format!("a group has at most {MAX_WORLD_SIZE} processes"),
+            ));
         }
         if rank >= world_size {
             return Err(bad(
@@ -156,15 +188,26 @@ fn required(name: &str, value: Option<String>) -> Result<String> {
     })
 }
 
-/// A non-negative integer, or an error naming the variable.
+/// A non-negative integer, or an error naming the variable (and its value, cut short when long).
 fn count(name: &str, value: &str) -> Result<usize> {
-    value
-        .parse::<usize>()
-        .map_err(|_| bad(name, value, "it must be a non-negative integer"))
+    value.parse::<usize>().map_err(|_| {
+        let why = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            format!("it is larger than any group ({MAX_WORLD_SIZE} processes at most)")
+        } else {
+            "it must be a non-negative integer".to_string()
+        };
+        bad(name, value, &why)
+    })
 }
 
 #[cold]
 fn bad(name: &str, value: &str, why: &str) -> Error {
+    // An over-long value is shown cut short.
+    let value: String = if value.chars().count() > 64 {
+        value.chars().take(64).chain("…".chars()).collect()
+    } else {
+        value.to_string()
+    };
     Error::invalid(
         "distributed environment",
         format!("{name}=`{value}` is not valid: {why}. Check how the launcher sets {name}"),

@@ -47,6 +47,8 @@ use cartage_core::collective::{CallKind, CollectiveCall};
 use cartage_core::{Collective, CollectiveHandle, DType, Device, Element, Error, ReduceKind, Result};
 use half::{bf16, f16};
 
+use super::env::MAX_WORLD_SIZE;
+
 /// What every rank's call of one collective must agree on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Signature {
@@ -116,12 +118,22 @@ impl std::fmt::Debug for InProcessCollective {
 
 impl InProcessCollective {
     /// The members of a new group of `world_size` ranks on `device`, rank 0 first: hand one to
-    /// each thread. A rank waits at most `timeout` for the others.
+    /// each thread. A rank waits at most `timeout` for the others. A `world_size` of 0 or above
+    /// [`MAX_WORLD_SIZE`] is an [`Error::InvalidArgument`] (nothing is allocated for it).
     pub fn group(device: &Device, world_size: usize, timeout: Duration) -> Result<Vec<InProcessCollective>> {
         if world_size == 0 {
             return Err(Error::invalid(
                 "InProcessCollective::group",
                 "a group has at least one rank",
+            ));
+        }
+        if world_size > MAX_WORLD_SIZE {
+            return Err(Error::invalid(
+                "InProcessCollective::group",
+                format!(
+                    "a group of {world_size} ranks is more than the {MAX_WORLD_SIZE} a group may hold (one thread \
+                     each): check how the world size was computed"
+                ),
             ));
         }
         let hub = Arc::new(Hub {

@@ -8,7 +8,14 @@
 //! arrived, and tells the connected peers, which fail with the same list. A peer that cannot
 //! reach rank 0 fails naming rank 0; a peer whose rank 0 disappears fails naming rank 0 too.
 //! Nobody hangs: rank 0 gives up at the timeout, a peer at the timeout plus a short grace for
-//! rank 0's verdict to arrive.
+//! rank 0's verdict to arrive. Every accept and every read is bounded by the time left to that
+//! overall deadline (never by a fixed per-connection timeout), so connections that arrive and
+//! stay silent, or dribble bytes, cannot stretch it. Rank 0 reads the hellos of every pending
+//! connection without blocking, so a silent one (a port scanner) keeps no rank out either. A timeout too large to add to the clock
+//! (`Duration::MAX`) means no deadline.
+//!
+//! A world size above [`MAX_WORLD_SIZE`] or a rank outside the group is refused with
+//! [`Error::InvalidArgument`] before anything is allocated per rank.
 //!
 //! The wire format is private to cartage (a magic, a version, fixed little-endian fields); all
 //! ranks must run the same cartage.
@@ -19,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use cartage_core::{Error, Result};
 
-use super::env::DistEnv;
+use super::env::{DistEnv, MAX_WORLD_SIZE};
 
 const MAGIC: [u8; 4] = *b"CTRV";
 const VERSION: u32 = 1;
@@ -32,6 +39,8 @@ pub const MAX_PAYLOAD: usize = 64 * 1024;
 const GRACE: Duration = Duration::from_secs(2);
 /// How long rank 0 waits for a connected peer to say who it is.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many connections rank 0 keeps waiting for a hello at once (the oldest goes first).
+const MAX_PENDING: usize = 1024;
 const POLL: Duration = Duration::from_millis(10);
 
 /// A rendezvous for one rank; see the module docs.
@@ -48,7 +57,9 @@ impl Rendezvous {
     /// The default timeout: how long rank 0 waits for every rank to arrive.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-    /// The rendezvous of `env`'s rank, giving up after `timeout`.
+    /// The rendezvous of `env`'s rank, giving up after `timeout` (`Duration::MAX`, or any
+    /// timeout past the clock's range: never). `env` is checked when [`Rendezvous::exchange`]
+    /// runs.
     pub fn new(env: &DistEnv, timeout: Duration) -> Rendezvous {
         Rendezvous {
             addr: env.master_addr.clone(),
@@ -61,13 +72,15 @@ impl Rendezvous {
 
     /// Meet every other rank. Rank 0 gives `payload` (at most [`MAX_PAYLOAD`] bytes); every rank
     /// returns it once all ranks have arrived. Other ranks' `payload` is ignored. A group of one
-    /// returns at once.
+    /// returns at once. A world size of 0 or above [`MAX_WORLD_SIZE`], or a rank outside the
+    /// group, is an [`Error::InvalidArgument`].
     pub fn exchange(&self, payload: &[u8]) -> Result<Vec<u8>> {
+        self.check_group()?;
         if self.world_size <= 1 {
             return Ok(payload.to_vec());
         }
         let started = Instant::now();
-        let deadline = started + self.timeout;
+        let deadline = deadline_after(started, self.timeout);
         let outcome = if self.rank == 0 {
             if payload.len() > MAX_PAYLOAD {
                 return Err(Error::invalid(
@@ -82,6 +95,25 @@ impl Rendezvous {
         outcome.map_err(|failure| self.error(failure, started.elapsed()))
     }
 
+    /// Refuse a group no rendezvous can hold (its fields are public, so a `DistEnv` may come from
+    /// anywhere, not only [`DistEnv::from_env`]'s checks).
+    fn check_group(&self) -> Result<()> {
+        let reason = if self.world_size == 0 || self.world_size > MAX_WORLD_SIZE {
+            format!(
+                "a world size of {} is not valid: a group has 1 to {MAX_WORLD_SIZE} processes. Check WORLD_SIZE",
+                self.world_size
+            )
+        } else if self.rank >= self.world_size {
+            format!(
+                "rank {} is not in a group of {} (ranks 0..{}). Check RANK and WORLD_SIZE",
+                self.rank, self.world_size, self.world_size
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Error::invalid("rendezvous", reason))
+    }
+
     /// Rank 0: accept every peer, then hand out `payload`.
     fn host(&self, payload: &[u8], deadline: Instant) -> std::result::Result<Vec<u8>, Failure> {
         let listener = TcpListener::bind((self.addr.as_str(), self.port)).map_err(|e| {
@@ -94,24 +126,79 @@ impl Rendezvous {
         listener.set_nonblocking(true).map_err(io("listen"))?;
         tracing::debug!(addr = %self.addr, port = self.port, world_size = self.world_size, "rendezvous: rank 0 listening");
         let mut peers: Vec<Option<TcpStream>> = (0..self.world_size).map(|_| None).collect();
+        // Connections whose hello is still arriving, read without blocking, so a silent one
+        // (a port scanner, a stray client) delays nobody.
+        let mut pending: Vec<Pending> = Vec::new();
         while peers[1..].iter().any(Option::is_none) {
-            match listener.accept() {
-                Ok((stream, from)) => {
-                    if let Err(failure) = self.admit(stream, from, &mut peers, deadline) {
-                        broadcast_verdict(&mut peers, &failure);
-                        return Err(failure);
+            // Checked on every round: connections that keep arriving cannot stretch it.
+            if Instant::now() >= deadline {
+                let missing = (1..self.world_size).filter(|&r| peers[r].is_none()).collect();
+                let failure = Failure::Missing(missing);
+                broadcast_verdict(&mut peers, &failure);
+                return Err(failure);
+            }
+            let mut progress = false;
+            loop {
+                match listener.accept() {
+                    Ok((stream, from)) => {
+                        progress = true;
+                        if stream.set_nonblocking(true).is_err() {
+                            continue;
+                        }
+                        if pending.len() >= MAX_PENDING {
+                            let oldest = pending.remove(0);
+                            tracing::warn!(from = %oldest.from, "rendezvous: too many connections without a hello; the oldest was dropped");
+                        }
+                        pending.push(Pending {
+                            stream,
+                            from,
+                            hello: [0; 16],
+                            filled: 0,
+                            since: Instant::now(),
+                        });
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => break,
+                    Err(e) => return Err(io("accept")(e)),
+                }
+            }
+            let mut i = 0;
+            while i < pending.len() {
+                let p = &mut pending[i];
+                match p.stream.read(&mut p.hello[p.filled..]) {
+                    Ok(0) => {
+                        tracing::warn!(from = %p.from, "rendezvous: a connection closed before its hello was dropped");
+                        pending.swap_remove(i);
+                        continue;
+                    }
+                    Ok(n) => {
+                        progress = true;
+                        p.filled += n;
+                        if p.filled == p.hello.len() {
+                            let p = pending.swap_remove(i);
+                            if let Err(failure) = self.admit(p.stream, p.from, p.hello, &mut peers) {
+                                broadcast_verdict(&mut peers, &failure);
+                                return Err(failure);
+                            }
+                            continue;
+                        }
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => {
+                        if p.since.elapsed() >= HELLO_TIMEOUT {
+                            tracing::warn!(from = %p.from, "rendezvous: a connection that sent no hello was dropped");
+                            pending.swap_remove(i);
+                            continue;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(from = %p.from, error = %e, "rendezvous: a connection failed before its hello");
+                        pending.swap_remove(i);
+                        continue;
                     }
                 }
-                Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => {
-                    if Instant::now() >= deadline {
-                        let missing = (1..self.world_size).filter(|&r| peers[r].is_none()).collect();
-                        let failure = Failure::Missing(missing);
-                        broadcast_verdict(&mut peers, &failure);
-                        return Err(failure);
-                    }
-                    std::thread::sleep(POLL);
-                }
-                Err(e) => return Err(io("accept")(e)),
+                i += 1;
+            }
+            if !progress {
+                std::thread::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())));
             }
         }
         let mut reply = frame(OK);
@@ -129,26 +216,25 @@ impl Rendezvous {
         Ok(payload.to_vec())
     }
 
-    /// Rank 0: read a connected peer's hello and keep its stream. A stranger (not a cartage
+    /// Rank 0: check a connected peer's `hello` and keep its stream. A stranger (not a cartage
     /// rank) is dropped; a rank that contradicts the group fails the rendezvous.
     fn admit(
         &self,
         mut stream: TcpStream,
         from: SocketAddr,
+        hello: [u8; 16],
         peers: &mut [Option<TcpStream>],
-        deadline: Instant,
     ) -> std::result::Result<(), Failure> {
-        let wait = deadline
-            .saturating_duration_since(Instant::now())
-            .clamp(POLL, HELLO_TIMEOUT);
-        let hello = stream
+        // Blocking again for the replies, each write bounded: a peer that stops reading cannot
+        // hold rank 0.
+        if stream
             .set_nonblocking(false)
-            .and_then(|()| stream.set_read_timeout(Some(wait)))
-            .and_then(|()| read_array::<16>(&mut stream));
-        let Ok(hello) = hello else {
-            tracing::warn!(%from, "rendezvous: a connection that sent no hello was dropped");
+            .and_then(|()| stream.set_write_timeout(Some(GRACE)))
+            .is_err()
+        {
+            tracing::warn!(%from, "rendezvous: a connection that could not be configured was dropped");
             return Ok(());
-        };
+        }
         if hello[..4] != MAGIC {
             tracing::warn!(%from, "rendezvous: a connection that is not a cartage rank was dropped");
             return Ok(());
@@ -195,36 +281,36 @@ impl Rendezvous {
             hello.extend_from_slice(&field.to_le_bytes());
         }
         stream.write_all(&hello).map_err(|_| Failure::Missing(vec![0]))?;
-        let wait = deadline.saturating_duration_since(Instant::now()) + GRACE;
-        stream.set_read_timeout(Some(wait)).map_err(io("set a read timeout"))?;
+        // Rank 0's verdict comes by the deadline plus a grace; every read is bounded by that.
+        let by = deadline.checked_add(GRACE).unwrap_or(deadline);
         let lost = |e: std::io::Error| match e.kind() {
             IoKind::WouldBlock | IoKind::TimedOut => Failure::Missing(Vec::new()),
             _ => Failure::Missing(vec![0]),
         };
-        let head = read_array::<5>(&mut stream).map_err(lost)?;
+        let head = read_array_by::<5>(&mut stream, by).map_err(lost)?;
         if head[..4] != MAGIC {
             return Err(Failure::Refused(format!(
                 "{}:{} answered, but it is not a cartage rank 0: check MASTER_ADDR and MASTER_PORT",
                 self.addr, self.port
             )));
         }
-        let len = u32::from_le_bytes(read_array::<4>(&mut stream).map_err(lost)?) as usize;
+        let len = u32::from_le_bytes(read_array_by::<4>(&mut stream, by).map_err(lost)?) as usize;
         match head[4] {
             OK if len <= MAX_PAYLOAD => {
                 let mut payload = vec![0u8; len];
-                stream.read_exact(&mut payload).map_err(lost)?;
+                read_exact_by(&mut stream, &mut payload, by).map_err(lost)?;
                 Ok(payload)
             }
             MISSING if len <= self.world_size => {
                 let mut missing = Vec::with_capacity(len);
                 for _ in 0..len {
-                    missing.push(u32::from_le_bytes(read_array::<4>(&mut stream).map_err(lost)?) as usize);
+                    missing.push(u32::from_le_bytes(read_array_by::<4>(&mut stream, by).map_err(lost)?) as usize);
                 }
                 Err(Failure::Missing(missing))
             }
             REFUSED if len <= MAX_PAYLOAD => {
                 let mut reason = vec![0u8; len];
-                stream.read_exact(&mut reason).map_err(lost)?;
+                read_exact_by(&mut stream, &mut reason, by).map_err(lost)?;
                 Err(Failure::Refused(format!(
                     "rank 0 refused the rendezvous: {}",
                     String::from_utf8_lossy(&reason)
@@ -273,6 +359,15 @@ impl Rendezvous {
     }
 }
 
+/// A connection rank 0 accepted whose 16-byte hello is still arriving.
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    hello: [u8; 16],
+    filled: usize,
+    since: Instant,
+}
+
 /// Why a rendezvous failed, before it becomes an [`Error`].
 enum Failure {
     /// These ranks never arrived (empty: unknown).
@@ -316,10 +411,43 @@ fn broadcast_verdict(peers: &mut [Option<TcpStream>], failure: &Failure) {
     }
 }
 
-fn read_array<const N: usize>(stream: &mut TcpStream) -> std::io::Result<[u8; N]> {
+/// `start + timeout`, or the latest instant the clock can add to `start` when that overflows
+/// (`Duration::MAX`: in effect no deadline).
+fn deadline_after(start: Instant, timeout: Duration) -> Instant {
+    let mut timeout = timeout;
+    loop {
+        if let Some(deadline) = start.checked_add(timeout) {
+            return deadline;
+        }
+        timeout /= 2;
+    }
+}
+
+fn read_array_by<const N: usize>(stream: &mut TcpStream, by: Instant) -> std::io::Result<[u8; N]> {
     let mut bytes = [0u8; N];
-    stream.read_exact(&mut bytes)?;
+    read_exact_by(stream, &mut bytes, by)?;
     Ok(bytes)
+}
+
+/// `read_exact` that gives up at `by` ([`IoKind::TimedOut`]) however the bytes trickle in: each
+/// read waits at most the time left to `by`.
+fn read_exact_by(stream: &mut TcpStream, buf: &mut [u8], by: Instant) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let left = by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(IoKind::TimedOut, "the rendezvous deadline passed"));
+        }
+        // A zero read timeout would mean "block forever": `left` is at least a nanosecond here.
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[done..]) {
+            Ok(0) => return Err(IoKind::UnexpectedEof.into()),
+            Ok(n) => done += n,
+            Err(e) if matches!(e.kind(), IoKind::WouldBlock | IoKind::TimedOut | IoKind::Interrupted) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> Failure {

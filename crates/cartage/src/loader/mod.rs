@@ -15,6 +15,11 @@
 //! buffers outlive the loader: the next loader (the next epoch) takes them from a small pool
 //! instead of pinning memory again ([`release_loader_staging`] frees them).
 //!
+//! Dropping a pipelined loader closes its channel, which stops the worker at its next hand-over,
+//! and waits for the worker at most [`DROP_JOIN_TIMEOUT`] (as PyTorch's `DataLoader` joins its
+//! workers with a timeout): a worker stuck in the caller's own iterator or `fill` function is
+//! left to finish on its own, with a `tracing` warning, rather than hang the drop.
+//!
 //! On a device without asynchronous copies (the CPU backend) it degrades to a plain iterator that
 //! writes each batch in place; [`PrefetchMode`] can force either behaviour.
 //!
@@ -40,12 +45,18 @@ mod worker;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use cartage_core::{DType, Device, Element, Error, Result, StagingBuffer};
 
 use self::source::{Source, byte_len};
 pub use self::staging_pool::{kept_loader_staging, release_loader_staging};
 use crate::{Tensor, runtime};
+
+/// How long dropping a pipelined [`PrefetchLoader`] waits for its worker thread to stop (5 s,
+/// PyTorch's `DataLoader` worker join timeout). A worker still blocked after that (inside the
+/// caller's iterator or `fill` function) is detached with a warning.
+pub const DROP_JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A batch's bytes: its own, or shared with other batches (handed out again without a copy).
 #[derive(Clone, Debug)]
@@ -346,7 +357,7 @@ impl Drop for PrefetchLoader {
                 // Closing the channel stops the worker at its next hand-over.
                 drop(receiver.take());
                 if let Some(handle) = worker.take() {
-                    let _ = handle.join();
+                    join_bounded(handle, DROP_JOIN_TIMEOUT);
                 }
             }
             Inner::Plain { device, scratch, .. } => {
@@ -355,6 +366,30 @@ impl Drop for PrefetchLoader {
                 }
             }
         }
+    }
+}
+
+/// Join `handle` if it finishes within `bound`; otherwise leave it running, detached, with a
+/// warning (it holds only what the loader gave it, and exits at its next hand-over). A panic in
+/// the worker is logged, not carried into a drop.
+fn join_bounded(handle: JoinHandle<()>, bound: Duration) {
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(50);
+    while !handle.is_finished() {
+        if start.elapsed() >= bound {
+            tracing::warn!(
+                thread = handle.thread().name().unwrap_or("prefetch"),
+                waited = ?bound,
+                "PrefetchLoader dropped while its worker is still producing a batch (blocked in the batch \
+                 iterator or `fill` function?): the thread is left to finish on its own"
+            );
+            return;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+    if handle.join().is_err() {
+        tracing::warn!("the PrefetchLoader's worker thread panicked");
     }
 }
 

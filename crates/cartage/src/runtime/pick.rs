@@ -12,7 +12,8 @@
 //! rank (`cuda:0` becomes `cuda:<LOCAL_RANK>`; `CARTAGE_DEVICE=cuda:2` with two ranks gives
 //! `cuda:2` and `cuda:3`); the CPU stays the CPU. A malformed `LOCAL_RANK` is
 //! [`Error::InvalidDevice`]; an ordinal beyond the node's devices is
-//! [`Error::BackendUnavailable`] naming `LOCAL_RANK`.
+//! [`Error::BackendUnavailable`] naming `LOCAL_RANK`. A value of either variable that is not
+//! UTF-8 is an [`Error::InvalidDevice`] naming it (never read as unset).
 
 use cartage_core::{Device, Error, Result};
 
@@ -35,8 +36,8 @@ pub trait DevicePick: Sized {
 
 impl DevicePick for Device {
     fn pick() -> Result<Device> {
-        let setting = std::env::var(DEVICE_ENV).ok();
-        let local_rank = std::env::var(LOCAL_RANK_ENV).ok();
+        let setting = env_text(DEVICE_ENV)?;
+        let local_rank = env_text(LOCAL_RANK_ENV)?;
         pick_for_local_rank(setting.as_deref(), local_rank.as_deref())
     }
 
@@ -51,6 +52,23 @@ impl DevicePick for Device {
             Err(e) => tracing::debug!(device = "wgpu:0", error = %e, "not available"),
         }
         Device::cpu()
+    }
+}
+
+/// The value of the variable `name` (`None` when unset); [`Error::InvalidDevice`] naming it when
+/// it is not UTF-8, where `std::env::var(..).ok()` would silently read it as unset.
+fn env_text(name: &str) -> Result<Option<String>> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(value) => match value.into_string() {
+            Ok(text) => Ok(Some(text)),
+            Err(raw) => Err(Error::InvalidDevice {
+                input: format!("{name}={}", raw.to_string_lossy()),
+                reason: format!(
+                    "{name} is not valid UTF-8 (the replacement characters show where): check how it is set"
+                ),
+            }),
+        },
     }
 }
 
@@ -94,7 +112,13 @@ fn pick_for_local_rank(setting: Option<&str>, local_rank: Option<&str>) -> Resul
     if base.is_cpu() || rank == 0 {
         return Ok(base);
     }
-    let device = Device::new(base.kind(), base.ordinal() + rank);
+    let Some(ordinal) = base.ordinal().checked_add(rank) else {
+        return Err(Error::InvalidDevice {
+            input: format!("{LOCAL_RANK_ENV}={rank}"),
+            reason: format!("{base} moved up by {LOCAL_RANK_ENV}={rank} is past any device ordinal"),
+        });
+    };
+    let device = Device::new(base.kind(), ordinal);
     backend(&device).map_err(|e| match e {
         Error::BackendUnavailable { device, reason } => Error::BackendUnavailable {
             device,

@@ -23,6 +23,9 @@ pub const STAGING_BYTES: usize = 16 << 20;
 /// device cannot hold). To read the file's `__metadata__` or load only some tensors, use
 /// [`SafetensorsFile`].
 ///
+/// Each tensor's origin ([`Tensor::origin`], named in error messages) is the line that called
+/// this function, not a line inside cartage.
+///
 /// ```no_run
 /// use cartage::prelude::*;
 /// # fn main() -> cartage::Result<()> {
@@ -32,6 +35,7 @@ pub const STAGING_BYTES: usize = 16 << 20;
 /// assert_eq!(w.device(), device);
 /// # Ok(()) }
 /// ```
+#[track_caller]
 pub fn load_safetensors(path: impl AsRef<Path>, device: &Device) -> Result<HashMap<String, Tensor>> {
     SafetensorsFile::open(path)?.load(device)
 }
@@ -116,7 +120,9 @@ impl SafetensorsFile {
         self.header.entries.iter().find(|e| e.name == name)
     }
 
-    /// Load every tensor onto `device`, keyed by name (see [`load_safetensors`]).
+    /// Load every tensor onto `device`, keyed by name (see [`load_safetensors`]). Each tensor's
+    /// origin is the caller's line.
+    #[track_caller]
     pub fn load(&self, device: &Device) -> Result<HashMap<String, Tensor>> {
         let entries: Vec<&Entry> = self.header.entries.iter().collect();
         self.load_entries(&entries, device)
@@ -124,7 +130,9 @@ impl SafetensorsFile {
 
     /// Load only the tensors named in `names` onto `device`, keyed by name; the others' bytes are
     /// never read. A name the file lacks is an [`cartage_core::Error::InvalidArgument`] listing
-    /// some of the names it has; nothing is loaded then.
+    /// some of the names it has; nothing is loaded then. Each tensor's origin is the caller's
+    /// line.
+    #[track_caller]
     pub fn load_only<S: AsRef<str>>(&self, names: &[S], device: &Device) -> Result<HashMap<String, Tensor>> {
         let mut wanted: Vec<&Entry> = Vec::with_capacity(names.len());
         for name in names {
@@ -163,7 +171,9 @@ impl SafetensorsFile {
         )
     }
 
-    /// Stream `entries` (in data order) onto `device` through one staging buffer.
+    /// Stream `entries` (in data order) onto `device` through one staging buffer (the tensors'
+    /// origin is the caller's caller: every public loader is `#[track_caller]`).
+    #[track_caller]
     fn load_entries(&self, entries: &[&Entry], device: &Device) -> Result<HashMap<String, Tensor>> {
         let path = self.path.as_path();
         let backend = runtime::backend(device)?;

@@ -318,7 +318,9 @@ impl Tensor {
     /// Integers drawn uniformly from `[low, high)`, reproducible from `seed`, as `dtype` (any
     /// numeric dtype). Drawn on the device: uniform floats in `[0, high - low)`, floored by the
     /// cast to i64, shifted by `low`, cast to `dtype`. `high - low` may be at most 2^24 where the
-    /// device has no f64 random numbers, else 2^52.
+    /// device has no f64 random numbers, else 2^52. A range with integers that `dtype` cannot
+    /// hold (exactly, for a float dtype) is an [`Error::InvalidArgument`], as in PyTorch: `[-5,
+    /// 300)` for u8 would otherwise wrap.
     ///
     /// ```
     /// use cartage::{DType, Device, Tensor};
@@ -369,6 +371,27 @@ impl Tensor {
                 dtype,
                 expected: "a numeric dtype",
             });
+        }
+        // PyTorch's `check_from_to_in_range`: every integer of the range must be a value of
+        // `dtype` (exactly, for a float dtype), else the cast at the end would wrap or round.
+        let (min, max) = match dtype {
+            DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+            DType::U8 => (0, 255),
+            DType::I64 => (i64::MIN, i64::MAX),
+            DType::F64 => (-(1 << 53), 1 << 53),
+            DType::F32 => (-(1 << 24), 1 << 24),
+            DType::F16 => (-(1 << 11), 1 << 11),
+            DType::BF16 | DType::Bool => (-(1 << 8), 1 << 8),
+        };
+        if low < min || high.saturating_sub(1) > max {
+            return Err(Error::invalid(
+                "randint",
+                format!(
+                    "the range [{low}, {high}) does not fit {dtype}, which holds the integers {min}..={max}{}: \
+                     narrow the range or pick a wider dtype",
+                    if dtype.is_float() { " exactly" } else { "" }
+                ),
+            ));
         }
         let backend = runtime::backend(device)?;
         let caps = backend.capabilities();

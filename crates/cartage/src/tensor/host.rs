@@ -5,6 +5,11 @@
 //! `to_vec`, `to_vec2` and `to_vec3` read the device's bytes straight into the `Vec<T>` they
 //! return ([`read_elements`]): the backend's one copy lands in the result, with no byte buffer in
 //! between. The vector is zero-allocated (`calloc`: fresh pages, no memset) before the read.
+//!
+//! Host memory is asked for fallibly: a result larger than the host's available memory (a GPU
+//! tensor bigger than the host's RAM), or one the allocator refuses, is an
+//! [`Error::InvalidArgument`] naming the bytes, never an abort; so is a nested read whose row
+//! headers alone would be huge (`[2^32, 0]`).
 
 use std::any::Any;
 
@@ -50,7 +55,12 @@ impl Tensor {
         self.expect_dtype::<T>("to_vec2", site)?;
         runtime::record_host_sync(site);
         let (count, len) = (self.shape()[0], self.shape()[1]);
-        nested_fits::<T>(self, count)?;
+        nested_fits(
+            self,
+            "to_vec2",
+            count,
+            count.saturating_mul(std::mem::size_of::<Vec<T>>()),
+        )?;
         let flat = self.read_vec::<T>(site)?;
         Ok(rows(flat, len, count))
     }
@@ -71,7 +81,10 @@ impl Tensor {
         runtime::record_host_sync(site);
         let (a, b, c) = (self.shape()[0], self.shape()[1], self.shape()[2]);
         let count = a.saturating_mul(b);
-        nested_fits::<T>(self, count)?;
+        let headers = count
+            .saturating_mul(std::mem::size_of::<Vec<T>>())
+            .saturating_add(a.saturating_mul(std::mem::size_of::<Vec<Vec<T>>>()));
+        nested_fits(self, "to_vec3", count.saturating_add(a), headers)?;
         let flat = self.read_vec::<T>(site)?;
         let inner = rows(flat, c, count);
         let mut it = inner.into_iter();
@@ -106,6 +119,11 @@ impl Tensor {
     pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
         let site = caller();
         runtime::record_host_sync(site);
+        // The bytes, then the widened values beside them.
+        host_fits(
+            "to_vec_f64",
+            self.size_in_bytes().saturating_add(self.numel().saturating_mul(8)),
+        )?;
         let bytes = self.read_bytes(site)?;
         Ok(match self.dtype {
             DType::F32 => widen::<f32>(&bytes),
@@ -190,7 +208,7 @@ impl Tensor {
     /// The viewed elements as little-endian bytes, row-major.
     fn read_bytes(&self, site: Site) -> Result<Vec<u8>> {
         let dense = self.dense_for_read(site)?;
-        let mut bytes = vec![0u8; dense.size_in_bytes()];
+        let mut bytes = zeroed::<u8>(dense.size_in_bytes())?;
         if !bytes.is_empty() {
             dense.storage.device_buffer().read(dense.byte_offset(), &mut bytes)?;
         }
@@ -210,20 +228,35 @@ fn rows<T: Copy>(flat: Vec<T>, len: usize, count: usize) -> Vec<Vec<T>> {
     flat.chunks(len).map(<[T]>::to_vec).collect()
 }
 
-/// Fail with [`Error::SizeOverflow`] when `count` empty rows (of an empty tensor such as
-/// `[huge, 0]`) would not fit in host memory's address space.
-fn nested_fits<T>(t: &Tensor, count: usize) -> Result<()> {
-    let fits = count
-        .checked_mul(std::mem::size_of::<Vec<T>>())
-        .is_some_and(|bytes| bytes <= isize::MAX as usize / 2);
-    if fits {
-        Ok(())
-    } else {
-        Err(Error::SizeOverflow {
-            shape: t.shape().to_vec(),
-            dtype: t.dtype,
-        })
+/// Row headers a nested read may always build, whatever its elements weigh: 1 GiB.
+const NESTED_HEADER_FLOOR: usize = 1 << 30;
+
+/// Refuse a nested read (`to_vec2`, `to_vec3`) whose `vecs` row vectors need `header_bytes` of
+/// host memory for their headers alone, before anything is allocated. The headers may weigh as
+/// much as the elements, or [`NESTED_HEADER_FLOOR`]: an empty tensor such as `[2^32, 0]` holds
+/// nothing, yet its rows would be 2^32 empty vectors (96 GiB of headers), which would abort the
+/// process on the host allocation. [`Error::InvalidArgument`] naming the shape, the row count and
+/// the bytes otherwise ([`Error::SizeOverflow`] when the count does not even fit in `usize`).
+fn nested_fits(t: &Tensor, op: &'static str, vecs: usize, header_bytes: usize) -> Result<()> {
+    if vecs == usize::MAX || header_bytes == usize::MAX {
+        return Err(Error::size_overflow(t.shape(), t.dtype));
     }
+    let elements = t.numel().saturating_mul(t.dtype.size_in_bytes());
+    if header_bytes <= elements.max(NESTED_HEADER_FLOOR) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        op,
+        format!(
+            "the tensor has shape {:?} ({} elements), so its rows would be {vecs} vectors needing {} of host memory \
+             for their headers alone (the elements take {}); refused rather than abort on the allocation. \
+             Read it flat with `to_vec` (and index rows yourself), or narrow it first. Check how the shape was computed",
+            t.shape(),
+            t.numel(),
+            cartage_core::format_bytes(header_bytes as u64),
+            cartage_core::format_bytes(elements as u64),
+        ),
+    ))
 }
 
 /// Plain element types: every byte pattern of their size is a valid value, with no padding.
@@ -244,9 +277,73 @@ unsafe impl Plain for u8 {}
 // SAFETY: as above.
 unsafe impl Plain for u16 {}
 
+/// Results from this size up are checked against the host's available memory first (smaller
+/// ones are not worth reading `/proc/meminfo` for).
+const CHECK_AVAILABLE_FROM: usize = 64 << 20;
+
+/// Fail with [`Error::InvalidArgument`] when `bytes` of host memory are more than the host has
+/// available (Linux's `MemAvailable`; elsewhere only the allocator refuses): zeroed pages are
+/// committed only when the device writes them, so the allocation itself would pass and the
+/// process would meet the OOM killer during the read instead.
+fn host_fits(op: &'static str, bytes: usize) -> Result<()> {
+    if bytes < CHECK_AVAILABLE_FROM {
+        return Ok(());
+    }
+    match available_host_memory() {
+        Some(available) if bytes as u64 > available => Err(Error::invalid(
+            op,
+            format!(
+                "the result needs {} of host memory, but the host has {} available: read the tensor in parts \
+                 (`narrow` it, and read each part), or reduce it on the device first",
+                cartage_core::format_bytes(bytes as u64),
+                cartage_core::format_bytes(available)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `MemAvailable` from `/proc/meminfo`, in bytes; `None` where it cannot be read.
+fn available_host_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+/// `n` zeroed `P`s, zero-allocated (`calloc`: fresh pages, no memset), or an error naming the
+/// bytes when the host cannot hold them (see [`host_fits`]) or the allocator refuses.
+fn zeroed<P: Plain>(n: usize) -> Result<Vec<P>> {
+    let refused = |bytes: String| {
+        Error::invalid(
+            "host read",
+            format!(
+                "{bytes} of host memory for the result could not be allocated: read the tensor in parts \
+                 (`narrow` it, and read each part), or reduce it on the device first"
+            ),
+        )
+    };
+    let layout = std::alloc::Layout::array::<P>(n)
+        .map_err(|_| refused(format!("{n} elements of {} bytes", std::mem::size_of::<P>())))?;
+    if layout.size() == 0 {
+        return Ok(vec![P::default(); n]);
+    }
+    host_fits("host read", layout.size())?;
+    // SAFETY: `layout` has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(refused(cartage_core::format_bytes(layout.size() as u64)));
+    }
+    // SAFETY: `ptr` comes from the global allocator with `Layout::array::<P>(n)`, so the
+    // alignment is `P`'s and the size is `n` elements: capacity `n`. Its bytes are zero, which
+    // is a valid `P` (plain: every byte pattern is a value), so all `n` elements are
+    // initialised. The `Vec` takes sole ownership of the allocation.
+    Ok(unsafe { Vec::from_raw_parts(ptr.cast::<P>(), n, n) })
+}
+
 /// `n` zeroed `P`s (zero-allocated) whose bytes `fill` writes in place.
 fn filled<P: Plain>(n: usize, fill: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<Vec<P>> {
-    let mut values = vec![P::default(); n];
+    let mut values = zeroed::<P>(n)?;
     let len = std::mem::size_of_val(values.as_slice());
     // SAFETY: `values` owns `n` initialised elements, `len` bytes starting at its pointer; `P`
     // is plain (every byte pattern is a valid value, and it has no padding), so viewing them as
@@ -369,6 +466,23 @@ mod tests {
     fn a_failed_read_is_returned() {
         let err = read_elements::<f32>(4, |_| Err(Error::invalid("read", "device lost"))).unwrap_err();
         assert!(err.to_string().contains("device lost"), "{err}");
+    }
+
+    /// More host memory than exists is an error naming the bytes, not an abort in the allocator
+    /// (`vec![0; n]` aborted for 2^60 floats).
+    #[test]
+    fn a_result_larger_than_host_memory_is_an_error() {
+        for n in [1usize << 60, usize::MAX / 4, usize::MAX] {
+            let err = read_elements::<f32>(n, |_| panic!("no read without memory")).unwrap_err();
+            assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+            assert!(err.to_string().contains("host memory"), "{err}");
+        }
+        if let Some(available) = available_host_memory() {
+            let bytes = usize::try_from(available).unwrap_or(usize::MAX).saturating_add(1 << 30);
+            let err = host_fits("to_vec", bytes).unwrap_err();
+            assert!(err.to_string().contains("available"), "{err}");
+        }
+        assert!(host_fits("to_vec", 1 << 20).is_ok());
     }
 
     #[test]
