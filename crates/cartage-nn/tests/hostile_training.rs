@@ -59,8 +59,11 @@ fn grads(store: &ParamStore) -> Result<Vec<Vec<f32>>> {
         .collect()
 }
 
+/// An optimizer's tensors and scalars as sorted host values.
+type Snapshot = (Vec<(String, Vec<f32>)>, Vec<(String, f64)>);
+
 /// An optimizer's state as sorted host values, to compare bit for bit.
-fn snapshot(opt: &dyn Optimizer, store: &ParamStore) -> Result<(Vec<(String, Vec<f32>)>, Vec<(String, f64)>)> {
+fn snapshot(opt: &dyn Optimizer, store: &ParamStore) -> Result<Snapshot> {
     let state = opt.state(store)?;
     let mut tensors = state
         .tensors
@@ -110,9 +113,17 @@ fn a_refused_step_leaves_every_buffer_untouched() -> Result<()> {
             for lr in [f64::NAN, f64::INFINITY, -0.1] {
                 opt.set_learning_rate(lr);
                 let err = opt.step(&store).unwrap_err();
-                assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{name} on {device}, lr {lr}: {err}");
+                assert_eq!(
+                    err.kind(),
+                    ErrorKind::InvalidArgument,
+                    "{name} on {device}, lr {lr}: {err}"
+                );
                 assert!(err.to_string().contains("Invalid learning rate"), "{err}");
-                assert_eq!(snapshot(opt.as_ref(), &store)?.0, before.0, "{name} on {device}: state changed");
+                assert_eq!(
+                    snapshot(opt.as_ref(), &store)?.0,
+                    before.0,
+                    "{name} on {device}: state changed"
+                );
                 assert_eq!(values(&store)?, params, "{name} on {device}: parameters changed");
             }
             opt.set_learning_rate(0.1);
@@ -156,9 +167,18 @@ fn constructors_refuse_what_pytorch_refuses() -> Result<()> {
         refused(Adam::new(&store, 0.1)?.with(betas, 1e-8, 0.0).map(drop), says);
         refused(AdamW::new(&store, 0.1)?.with(betas, 1e-8, 0.0).map(drop), says);
     }
-    refused(AdamW::new(&store, 0.1)?.with((0.9, 0.999), -1e-8, 0.0).map(drop), "Invalid epsilon");
-    refused(AdamW::new(&store, 0.1)?.with((0.9, 0.999), 1e-8, -0.01).map(drop), "Invalid weight_decay");
-    refused(Adam::new(&store, 0.1)?.with((0.9, 0.999), f64::NAN, 0.0).map(drop), "Invalid epsilon");
+    refused(
+        AdamW::new(&store, 0.1)?.with((0.9, 0.999), -1e-8, 0.0).map(drop),
+        "Invalid epsilon",
+    );
+    refused(
+        AdamW::new(&store, 0.1)?.with((0.9, 0.999), 1e-8, -0.01).map(drop),
+        "Invalid weight_decay",
+    );
+    refused(
+        Adam::new(&store, 0.1)?.with((0.9, 0.999), f64::NAN, 0.0).map(drop),
+        "Invalid epsilon",
+    );
     // SGD's public hyperparameters are checked by the step, before anything changes.
     backward(&store, 0.0)?;
     let params = values(&store)?;
@@ -238,7 +258,10 @@ fn the_scaler_unscales_at_most_once_and_steps_at_most_once_per_update() -> Resul
         scaled_backward(&store, &scaler)?;
         scaler.unscale(&store)?;
         let true_grads = grads(&store)?;
-        let expected: Vec<Vec<f32>> = values(&store)?.iter().map(|p| p.iter().map(|x| 2.0 * x).collect()).collect();
+        let expected: Vec<Vec<f32>> = values(&store)?
+            .iter()
+            .map(|p| p.iter().map(|x| 2.0 * x).collect())
+            .collect();
         assert_eq!(true_grads, expected, "on {device}");
         let err = scaler.unscale(&store).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidState, "{err}");
@@ -273,7 +296,11 @@ fn the_scaler_refuses_a_step_with_no_gradient() -> Result<()> {
     let params = values(&store)?;
     let err = scaler.step(&mut opt, &store).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidState, "{err}");
-    assert!(err.to_string().contains("No inf checks were recorded for this optimizer"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("No inf checks were recorded for this optimizer"),
+        "{err}"
+    );
     assert_eq!(values(&store)?, params);
     Ok(())
 }
@@ -292,7 +319,11 @@ fn the_scaler_checks_every_gradient_before_dividing_any() -> Result<()> {
     let err = scaler.unscale(&store).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("unscale"), "{err}");
-    assert_eq!(w.grad().expect("grad").to_vec::<f32>()?, scaled, "w was divided before b was refused");
+    assert_eq!(
+        w.grad().expect("grad").to_vec::<f32>()?,
+        scaled,
+        "w was divided before b was refused"
+    );
     // Nothing was recorded: with b fixed the same gradients unscale once.
     b.set(b.value().to_dtype(DType::F32)?)?;
     scaled_backward(&store, &scaler)?;
@@ -309,14 +340,15 @@ fn the_scaler_unscales_parameters_on_two_devices() -> Result<()> {
         let mut scaler = GradScaler::with_scale(64.0);
         store.zero_grad();
         for var in store.vars() {
-            scaler
-                .scale(&var.tensor().square()?.sum_all()?)?
-                .backward()?;
+            scaler.scale(&var.tensor().square()?.sum_all()?)?.backward()?;
         }
         let mut opt = Sgd::new(&store, 0.1)?;
         let before = values(&store)?;
         assert!(scaler.step(&mut opt, &store)?, "on cpu and {gpu}");
-        let want: Vec<Vec<f32>> = before.iter().map(|p| p.iter().map(|x| x - 0.1 * 2.0 * x).collect()).collect();
+        let want: Vec<Vec<f32>> = before
+            .iter()
+            .map(|p| p.iter().map(|x| x - 0.1 * 2.0 * x).collect())
+            .collect();
         assert_eq!(values(&store)?, want, "on cpu and {gpu}");
         scaler.update();
     }
@@ -343,10 +375,7 @@ fn trained(store: &ParamStore, path: &Path) -> Result<AdamW> {
 }
 
 /// Rewrite the checkpoint at `path` through `edit`.
-fn rewrite(
-    path: &Path,
-    edit: impl FnOnce(&mut Vec<(String, Tensor)>, &mut HashMap<String, String>),
-) -> Result<()> {
+fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>, &mut HashMap<String, String>)) -> Result<()> {
     let file = SafetensorsFile::open(path)?;
     let mut tensors: Vec<(String, Tensor)> = file.load(&Device::cpu())?.into_iter().collect();
     let mut metadata = file.metadata().clone();
@@ -406,10 +435,8 @@ fn a_checkpoint_load_is_strict_and_all_or_nothing() -> Result<()> {
 
     // Another dtype and another shape: mismatched, each named.
     let cast = ParamStore::new(&cpu);
-    cast.root()
-        .var("w", Tensor::zeros(&[3], DType::F64, &Device::cpu())?)?;
-    cast.root()
-        .var("b", Tensor::zeros(&[5], DType::F32, &Device::cpu())?)?;
+    cast.root().var("w", Tensor::zeros(&[3], DType::F64, &Device::cpu())?)?;
+    cast.root().var("b", Tensor::zeros(&[5], DType::F32, &Device::cpu())?)?;
     let mut opt = AdamW::new(&cast, 0.1)?;
     let (missing, _, mismatched) = mismatch(load_checkpoint(&path, &cast, &mut opt, None, &mut []).unwrap_err());
     assert!(missing.is_empty(), "{missing:?}");
@@ -470,8 +497,7 @@ fn a_missing_moment_or_a_bad_step_in_a_checkpoint_is_refused() -> Result<()> {
     // A requested scaler that the file lacks.
     trained(&saved_from, &path)?;
     let mut scaler = GradScaler::new();
-    let (missing, _, _) =
-        mismatch(load_checkpoint(&path, &store, &mut opt, Some(&mut scaler), &mut []).unwrap_err());
+    let (missing, _, _) = mismatch(load_checkpoint(&path, &store, &mut opt, Some(&mut scaler), &mut []).unwrap_err());
     assert_eq!(missing, ["scaler.scale"]);
     assert_eq!((values(&store)?, snapshot(&opt, &store)?), before);
 

@@ -194,7 +194,9 @@ pub(crate) fn saved_lr(op: &'static str, state: &OptimizerState) -> Result<Optio
     match state.scalar("lr") {
         Some(lr) if !(lr.is_finite() && lr >= 0.0) => Err(Error::InvalidArgument {
             op,
-            reason: format!("the saved learning rate is {lr}; a learning rate is a finite number >= 0 (a corrupt or hand-edited state?)"),
+            reason: format!(
+                "the saved learning rate is {lr}; a learning rate is a finite number >= 0 (a corrupt or hand-edited state?)"
+            ),
         }),
         lr => Ok(lr),
     }
@@ -220,7 +222,9 @@ pub(crate) fn check_lr(op: &'static str, lr: f64) -> Result<()> {
     }
     Err(Error::InvalidArgument {
         op,
-        reason: format!("Invalid learning rate: {lr}; a learning rate is a finite number >= 0 (check the schedule that set it)"),
+        reason: format!(
+            "Invalid learning rate: {lr}; a learning rate is a finite number >= 0 (check the schedule that set it)"
+        ),
     })
 }
 
