@@ -404,14 +404,20 @@ fn mismatch(err: Error) -> (Vec<String>, Vec<String>, Vec<String>) {
 
 #[test]
 fn a_checkpoint_load_is_strict_and_all_or_nothing() -> Result<()> {
-    let cpu = Device::cpu();
+    for device in devices("a_checkpoint_load_is_strict_and_all_or_nothing") {
+        a_checkpoint_load_is_strict_and_all_or_nothing_on(&device)?;
+    }
+    Ok(())
+}
+
+fn a_checkpoint_load_is_strict_and_all_or_nothing_on(device: &Device) -> Result<()> {
     let dir = tempdir()?;
     let path = dir.path().join("ckpt.safetensors");
-    let saved_from = store_on(&cpu)?;
+    let saved_from = store_on(device)?;
     trained(&saved_from, &path)?;
 
     // Another architecture: `w` only, plus `extra`; nothing may change.
-    let other = ParamStore::new(&cpu);
+    let other = ParamStore::new(device);
     other
         .root()
         .var("w", Tensor::zeros(&[3], DType::F32, &Device::cpu())?)?;
@@ -434,7 +440,7 @@ fn a_checkpoint_load_is_strict_and_all_or_nothing() -> Result<()> {
     assert_eq!(opt.steps(), 1);
 
     // Another dtype and another shape: mismatched, each named.
-    let cast = ParamStore::new(&cpu);
+    let cast = ParamStore::new(device);
     cast.root().var("w", Tensor::zeros(&[3], DType::F64, &Device::cpu())?)?;
     cast.root().var("b", Tensor::zeros(&[5], DType::F32, &Device::cpu())?)?;
     let mut opt = AdamW::new(&cast, 0.1)?;
@@ -448,14 +454,20 @@ fn a_checkpoint_load_is_strict_and_all_or_nothing() -> Result<()> {
 
 #[test]
 fn a_missing_moment_or_a_bad_step_in_a_checkpoint_is_refused() -> Result<()> {
-    let cpu = Device::cpu();
+    for device in devices("a_missing_moment_or_a_bad_step_in_a_checkpoint_is_refused") {
+        a_missing_moment_or_a_bad_step_in_a_checkpoint_is_refused_on(&device)?;
+    }
+    Ok(())
+}
+
+fn a_missing_moment_or_a_bad_step_in_a_checkpoint_is_refused_on(device: &Device) -> Result<()> {
     let dir = tempdir()?;
     let path = dir.path().join("ckpt.safetensors");
-    let saved_from = store_on(&cpu)?;
+    let saved_from = store_on(device)?;
     trained(&saved_from, &path)?;
 
     // A second run, one step further, whose state must survive every refused load.
-    let store = store_on(&cpu)?;
+    let store = store_on(device)?;
     let mut opt = AdamW::new(&store, 0.1)?;
     for k in 0..2 {
         backward(&store, k as f64)?;
