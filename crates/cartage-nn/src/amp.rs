@@ -8,10 +8,29 @@
 //! whether to step reads one flag back, the one host sync per step (counted in
 //! `cartage::stats()`).
 
-use cartage::{DType, Result, Tensor};
+//!
+//! The scaler keeps PyTorch's per-optimizer state machine (`OptState` in
+//! `torch/amp/grad_scaler.py`), one per [`ParamStore`] (an optimizer updates one store):
+//! `Ready` → [`GradScaler::unscale`] → `Unscaled` → [`GradScaler::step`] → `Stepped`, and
+//! [`GradScaler::update`] starts over. Unscaling twice, stepping twice and stepping with no
+//! gradient at all are refused with [`Error::InvalidState`], as PyTorch raises; `unscale` checks
+//! every gradient (devices, dtypes) before it divides any.
 
-use crate::ParamStore;
+use std::collections::HashMap;
+
+use cartage::{DType, Device, Error, Result, Tensor};
+
 use crate::optim::Optimizer;
+use crate::{ParamStore, StoreId};
+
+/// Where a store's optimizer stands since the last [`GradScaler::update`] (PyTorch's `OptState`).
+#[derive(Clone, Debug)]
+enum Stage {
+    /// Gradients divided; one inf/NaN flag per device (empty: no gradient at all).
+    Unscaled(Vec<(Device, Tensor)>),
+    /// Stepped (or skipped), with whether a gradient overflowed.
+    Stepped { found_inf: bool },
+}
 
 /// The scaler's numbers, for checkpoints.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,7 +50,7 @@ pub struct ScalerState {
 /// # fn main() -> cartage::Result<()> {
 /// let store = ParamStore::new(&Device::cpu());
 /// let w = store.root().var("w", Tensor::ones(&[4], DType::F32, &Device::cpu())?)?;
-/// let mut opt = Sgd::new(&store, 0.1);
+/// let mut opt = Sgd::new(&store, 0.1)?;
 /// let mut scaler = GradScaler::new();
 /// let loss = w.tensor().square()?.sum_all()?;
 /// scaler.scale(&loss)?.backward()?;
@@ -50,8 +69,7 @@ pub struct GradScaler {
     pub backoff_factor: f64,
     /// Clean steps between growths (2000).
     pub growth_interval: u64,
-    found_inf: Option<Tensor>,
-    overflowed: bool,
+    stages: HashMap<StoreId, Stage>,
 }
 
 impl Default for GradScaler {
@@ -76,8 +94,7 @@ impl GradScaler {
             growth_factor: 2.0,
             backoff_factor: 0.5,
             growth_interval: 2000,
-            found_inf: None,
-            overflowed: false,
+            stages: HashMap::new(),
         }
     }
 
@@ -101,50 +118,150 @@ impl GradScaler {
         loss.mul_scalar(self.state.scale)
     }
 
-    /// Divide every gradient of `store` by the scale, and check them for inf/NaN on the device.
-    /// [`GradScaler::step`] calls it when it was not called before (call it yourself to clip
-    /// the true gradients first).
+    /// Divide every gradient of `store` by the scale, and check them for inf/NaN on the device
+    /// (one flag per device). [`GradScaler::step`] calls it when it was not called before (call
+    /// it yourself to clip the true gradients first).
+    ///
+    /// Refused ([`Error::InvalidState`]) when called twice for `store` since the last
+    /// [`GradScaler::update`], or after [`GradScaler::step`]; refused ([`Error::InvalidArgument`])
+    /// for an f16 gradient (keep f32 master weights, as PyTorch requires) or a non-float one.
+    /// Every gradient is checked before any is divided: a refused call changes nothing.
     pub fn unscale(&mut self, store: &ParamStore) -> Result<()> {
+        const OP: &str = "GradScaler::unscale";
+        match self.stages.get(&store.id()) {
+            Some(Stage::Unscaled(_)) => {
+                return Err(Error::InvalidState {
+                    op: OP,
+                    reason: "unscale() has already been called on this optimizer since the last update(); \
+                             the gradients are already divided (call update() after step())"
+                        .into(),
+                });
+            }
+            Some(Stage::Stepped { .. }) => {
+                return Err(Error::InvalidState {
+                    op: OP,
+                    reason: "unscale() is being called after step(); call update() first, then unscale() \
+                             the next step's gradients"
+                        .into(),
+                });
+            }
+            None => {}
+        }
+        if !self.state.scale.is_finite() || self.state.scale <= 0.0 {
+            return Err(Error::InvalidState {
+                op: OP,
+                reason: format!(
+                    "the loss scale is {}; it must be finite and > 0 (a corrupt scaler state was loaded?)",
+                    self.state.scale
+                ),
+            });
+        }
         let _plain = cartage::no_grad();
-        let device = store.device();
-        let mut all_finite = Tensor::ones(&[], DType::Bool, &device)?;
-        let inverse = 1.0 / self.state.scale;
-        for var in store.vars() {
+        // Check every gradient before dividing any.
+        let mut grads = Vec::new();
+        for (name, var) in store.named_vars() {
             let Some(g) = var.grad() else { continue };
+            let dtype = g.dtype();
+            if dtype == DType::F16 || !dtype.is_float() {
+                return Err(Error::InvalidArgument {
+                    op: OP,
+                    reason: format!(
+                        "Attempting to unscale {dtype} gradients (of `{name}`): keep the parameters in \
+                         f32 (master weights) and run the forward under autocast; nothing was unscaled"
+                    ),
+                });
+            }
+            grads.push((var, g));
+        }
+        let inverse = 1.0 / self.state.scale;
+        let mut flags: Vec<(Device, Tensor)> = Vec::new();
+        let mut divided = Vec::with_capacity(grads.len());
+        for (var, g) in grads {
             let g = g.mul_scalar(inverse)?;
             let finite = g.isfinite()?.flatten()?.all(&[0], false)?;
-            all_finite = all_finite.logical_and(&finite)?;
+            let device = g.device();
+            match flags.iter_mut().find(|(d, _)| *d == device) {
+                Some((_, all)) => *all = all.logical_and(&finite)?,
+                None => flags.push((device, finite)),
+            }
+            divided.push((var, g));
+        }
+        for (var, g) in divided {
             var.set_grad(Some(g))?;
         }
-        self.found_inf = Some(all_finite.logical_not()?);
+        self.stages.insert(store.id(), Stage::Unscaled(flags));
         Ok(())
     }
 
     /// Unscale (if not done), then run `optimizer.step` unless a gradient overflowed. Returns
-    /// whether it stepped. Reads one flag back from the device.
+    /// whether it stepped. Reads one flag back per device (one host sync on one device).
+    ///
+    /// Refused ([`Error::InvalidState`]) when called twice for `store` since the last
+    /// [`GradScaler::update`], and when no parameter of `store` has a gradient ("No inf checks
+    /// were recorded for this optimizer", as PyTorch): the backward pass did not reach it.
     pub fn step(&mut self, optimizer: &mut dyn Optimizer, store: &ParamStore) -> Result<bool> {
-        if self.found_inf.is_none() {
+        const OP: &str = "GradScaler::step";
+        if let Some(Stage::Stepped { .. }) = self.stages.get(&store.id()) {
+            return Err(Error::InvalidState {
+                op: OP,
+                reason: "step() has already been called since the last update(); call update() after each \
+                         step()"
+                    .into(),
+            });
+        }
+        if !self.stages.contains_key(&store.id()) {
             self.unscale(store)?;
         }
-        let found = self
-            .found_inf
-            .take()
-            .map(|f| f.item::<bool>())
-            .transpose()?
-            .unwrap_or(false);
-        self.overflowed = found;
+        let Some(Stage::Unscaled(flags)) = self.stages.get(&store.id()) else {
+            return Err(Error::InvalidState {
+                op: OP,
+                reason: "the gradients were not unscaled (an internal error of the scaler)".into(),
+            });
+        };
+        if flags.is_empty() {
+            return Err(Error::InvalidState {
+                op: OP,
+                reason: "No inf checks were recorded for this optimizer: no parameter of the store has a \
+                         gradient (call scale(loss).backward() before step(), and check that the loss \
+                         depends on the parameters)"
+                    .into(),
+            });
+        }
+        let mut found = false;
+        for (_, all_finite) in flags {
+            found |= !all_finite.item::<bool>()?;
+        }
         if found {
             tracing::debug!(scale = self.state.scale, "gradient overflow: step skipped");
-            return Ok(false);
+        } else {
+            optimizer.step(store)?;
         }
-        optimizer.step(store)?;
-        Ok(true)
+        self.stages.insert(store.id(), Stage::Stepped { found_inf: found });
+        Ok(!found)
     }
 
-    /// Adjust the scale after a step: back off after an overflow, grow after
-    /// `growth_interval` clean steps.
+    /// Adjust the scale after the steps since the last update: back off if any step found an
+    /// overflow, grow after `growth_interval` clean steps; then every store is ready for the
+    /// next `unscale`/`step`. With no step since the last update nothing changes (PyTorch
+    /// raises "No inf checks were recorded prior to update"; here a warning is logged).
     pub fn update(&mut self) {
-        if self.overflowed {
+        let mut any = false;
+        let mut overflowed = false;
+        for stage in self.stages.values() {
+            match stage {
+                Stage::Stepped { found_inf } => {
+                    any = true;
+                    overflowed |= *found_inf;
+                }
+                Stage::Unscaled(_) => {}
+            }
+        }
+        self.stages.clear();
+        if !any {
+            tracing::warn!("GradScaler::update without a step since the last update: the scale is unchanged");
+            return;
+        }
+        if overflowed {
             self.state.scale *= self.backoff_factor;
             self.state.growth_tracker = 0;
         } else {
@@ -154,6 +271,5 @@ impl GradScaler {
                 self.state.growth_tracker = 0;
             }
         }
-        self.overflowed = false;
     }
 }

@@ -45,7 +45,7 @@ pub mod optim;
 mod store;
 
 pub use amp::{GradScaler, ScalerState};
-pub use checkpoint::{load_checkpoint, save_checkpoint};
+pub use checkpoint::{LoadOptions, load_checkpoint, load_checkpoint_with, save_checkpoint};
 pub use ddp::{DataParallel, DistributedSampler};
 pub use module::Module;
 pub use store::{ParamStore, Scope, SharedGenerator, StoreId};

@@ -47,7 +47,7 @@ enum Opt {
 fn optimizer(kind: Opt, store: &ParamStore) -> Result<Box<dyn Optimizer>> {
     Ok(match kind {
         Opt::Sgd => {
-            let mut sgd = Sgd::new(store, 0.1);
+            let mut sgd = Sgd::new(store, 0.1)?;
             sgd.momentum = 0.9;
             Box::new(sgd)
         }

@@ -52,7 +52,7 @@ fn train(world: usize, sharded: bool) -> Vec<Outcome> {
                     let rank = group.rank();
                     let store = ParamStore::new(&Device::cpu());
                     let net = model(&store, rank as u64)?; // the broadcast must fix the seeds
-                    let make = |s: &ParamStore| Ok(AdamW::new(s, 1e-2)?.with((0.9, 0.99), 1e-8, 0.05));
+                    let make = |s: &ParamStore| AdamW::new(s, 1e-2)?.with((0.9, 0.99), 1e-8, 0.05);
                     let state_bytes;
                     if sharded {
                         let mut opt = ShardedOptimizer::new(&store, group, make)?;

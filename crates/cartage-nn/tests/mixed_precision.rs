@@ -70,7 +70,7 @@ fn tiny_loss_steps(scaler: Option<&mut GradScaler>, steps: usize) -> Result<(f32
     let store = ParamStore::new(&cpu);
     let mut rng = Generator::new(5);
     let layer = Linear::new(&store.root().sub("fc"), 16, 1, false, &mut rng)?;
-    let mut opt = AdamW::new(&store, 2e-2)?.with((0.9, 0.999), 1e-12, 0.0);
+    let mut opt = AdamW::new(&store, 2e-2)?.with((0.9, 0.999), 1e-12, 0.0)?;
     let x = Tensor::randn(&[64, 16], DType::F32, 6, &cpu)?;
     let y = x.sum(&[1], true)?;
     let loss_now = || -> Result<f32> {
@@ -123,7 +123,7 @@ fn an_overflowing_step_is_skipped_and_the_scale_backs_off() -> Result<()> {
     let cpu = Device::cpu();
     let store = ParamStore::new(&cpu);
     let w = store.root().var("w", Tensor::ones(&[4], DType::F32, &cpu)?)?;
-    let mut opt = Sgd::new(&store, 0.1);
+    let mut opt = Sgd::new(&store, 0.1)?;
     let mut scaler = GradScaler::with_scale(1e9);
     let loss = {
         let _ac = autocast(&cpu, DType::F16)?;

@@ -89,7 +89,7 @@ fn adamw_steps_every_parameter_in_one_kernel_as_single_updates_would() -> Result
     assert_eq!(many, alone, "bit for bit the values of single updates");
     // Adam (L2 decay) too.
     let store = store_with_grads(&cpu)?;
-    let mut adam = Adam::new(&store, 1e-2)?.with((0.9, 0.999), 1e-8, 0.1);
+    let mut adam = Adam::new(&store, 1e-2)?.with((0.9, 0.999), 1e-8, 0.1)?;
     let (many, report) = run_optimizer(&store, &mut adam, 2, Adam::last_step)?;
     assert_eq!(report.multi_tensor_kernels, 1);
     let l2 = AdamUpdate {
@@ -105,7 +105,7 @@ fn adamw_steps_every_parameter_in_one_kernel_as_single_updates_would() -> Result
 fn sgd_with_nesterov_momentum_matches_single_updates_in_one_kernel_per_step() -> Result<()> {
     let cpu = Device::cpu();
     let store = store_with_grads(&cpu)?;
-    let mut opt = Sgd::new(&store, 0.1);
+    let mut opt = Sgd::new(&store, 0.1)?;
     (opt.momentum, opt.nesterov, opt.weight_decay) = (0.9, true, 1e-3);
     let (many, report) = run_optimizer(&store, &mut opt, 3, Sgd::last_step)?;
     assert_eq!(report.multi_tensor_kernels, 1);

@@ -122,7 +122,7 @@ fn optimizers_follow_their_formulas() -> Result<()> {
     }
     close(
         run(&|s| {
-            let mut o = Sgd::new(s, 0.1);
+            let mut o = Sgd::new(s, 0.1).unwrap();
             o.momentum = 0.9;
             o.weight_decay = 0.1;
             Box::new(o)
@@ -140,7 +140,7 @@ fn optimizers_follow_their_formulas() -> Result<()> {
     }
     close(
         run(&|s| {
-            let mut o = Sgd::new(s, 0.1);
+            let mut o = Sgd::new(s, 0.1).unwrap();
             o.momentum = 0.9;
             o.nesterov = true;
             Box::new(o)
@@ -169,7 +169,7 @@ fn optimizers_follow_their_formulas() -> Result<()> {
     };
     close(run(&|s| Box::new(AdamW::new(s, 0.1).unwrap()))?, adam(true, 0.01));
     close(
-        run(&|s| Box::new(Adam::new(s, 0.1).unwrap().with((0.9, 0.999), 1e-8, 0.05)))?,
+        run(&|s| Box::new(Adam::new(s, 0.1).unwrap().with((0.9, 0.999), 1e-8, 0.05).unwrap()))?,
         adam(false, 0.05),
     );
     Ok(())
@@ -182,7 +182,7 @@ fn bad_uses_are_typed_errors() -> Result<()> {
     let other = ParamStore::new(&cpu);
     let mut rng = Generator::new(0);
     let layer = Linear::new(&store.root().sub("fc"), 3, 2, true, &mut rng)?;
-    let mut opt = Sgd::new(&store, 0.1);
+    let mut opt = Sgd::new(&store, 0.1)?;
     let err = opt.step(&other).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.to_string().contains("another ParamStore"), "{err}");

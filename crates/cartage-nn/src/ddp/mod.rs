@@ -64,7 +64,7 @@ pub use zero::ShardedOptimizer;
 ///                 let mut rng = Generator::new(group.rank() as u64); // different on each rank
 ///                 let layer = Linear::new(&store.root().sub("fc"), 4, 1, true, &mut rng)?;
 ///                 let ddp = DataParallel::new(&store, group)?; // rank 0's initial values everywhere
-///                 let mut opt = Sgd::new(&store, 0.1);
+///                 let mut opt = Sgd::new(&store, 0.1)?;
 ///                 let x = Tensor::randn(&[8, 4], DType::F32, 7 + ddp.rank() as u64, &Device::cpu())?;
 ///                 ddp.backward(&layer.forward(&x)?.square()?.mean_all()?)?; // gradients averaged
 ///                 opt.step(&store)?;

@@ -25,7 +25,7 @@
 use cartage::distributed::ProcessGroup;
 use cartage::{DType, Error, ReduceKind, Result, Tensor, Var};
 
-use crate::optim::{Optimizer, OptimizerState};
+use crate::optim::{Optimizer, OptimizerState, StateDiff};
 use crate::{ParamStore, StoreId};
 
 /// The parameters of one dtype, laid end to end and cut into one chunk per rank.
@@ -239,9 +239,14 @@ impl Optimizer for ShardedOptimizer {
         self.inner.state(&self.shards)
     }
 
-    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+    fn check_state(&self, store: &ParamStore, state: &OptimizerState) -> Result<StateDiff> {
         self.check_store("ShardedOptimizer::load_state", store)?;
-        self.inner.load_state(&self.shards, state)
+        self.inner.check_state(&self.shards, state)
+    }
+
+    fn load_state_with(&mut self, store: &ParamStore, state: &OptimizerState, strict: bool) -> Result<StateDiff> {
+        self.check_store("ShardedOptimizer::load_state", store)?;
+        self.inner.load_state_with(&self.shards, state, strict)
     }
 }
 

@@ -3,9 +3,12 @@
 use std::collections::HashMap;
 
 use cartage::optim::{AdamSlot, StepReport, adam_step_many};
-use cartage::{AdamUpdate, Result, Tensor, VarId};
+use cartage::{AdamUpdate, Error, Result, Tensor, VarId};
 
-use super::{Optimizer, OptimizerState, export, follow, group_by, import, same_store};
+use super::{
+    Optimizer, OptimizerState, StateDiff, check_grad, check_lr, check_non_negative, export, follow, group_by, import,
+    non_empty, same_store, saved_lr,
+};
 use crate::{ParamStore, StoreId};
 
 /// The moments of one parameter.
@@ -40,19 +43,84 @@ impl Core {
         })
     }
 
-    fn load_state(&mut self, op: &'static str, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+    fn check_state(&self, op: &'static str, store: &ParamStore, state: &OptimizerState) -> Result<StateDiff> {
         same_store(op, self.store, store)?;
-        let m = import(store, state, "m")?;
-        let mut v: std::collections::HashMap<VarId, Tensor> = import(store, state, "v")?.into_iter().collect();
-        self.moments = m
-            .into_iter()
-            .filter_map(|(id, m)| v.remove(&id).map(|v| (id, Moments { m, v })))
-            .collect();
-        self.step = state.scalar("step").unwrap_or(0.0) as u64;
-        if let Some(lr) = state.scalar("lr") {
+        Ok(Self::diff(store, state).0)
+    }
+
+    /// What loading `state` would skip, with the import. A saved moment needs the saved step
+    /// (bias correction restarts without it).
+    fn diff(store: &ParamStore, state: &OptimizerState) -> (StateDiff, super::Imported) {
+        let imported = import(store, state, &["m", "v"], &["step", "lr"]);
+        let mut diff = imported.diff.clone();
+        let has_moments = imported.per_var.iter().any(|(_, s)| s.iter().any(Option::is_some));
+        if has_moments && state.scalar("step").is_none() {
+            diff.missing.push("step".into());
+        }
+        (diff, imported)
+    }
+
+    fn load_state_with(
+        &mut self,
+        op: &'static str,
+        store: &ParamStore,
+        state: &OptimizerState,
+        strict: bool,
+    ) -> Result<StateDiff> {
+        same_store(op, self.store, store)?;
+        let (diff, imported) = Self::diff(store, state);
+        if strict && !diff.is_empty() {
+            return Err(diff.into_error(op));
+        }
+        let step = match state.scalar("step") {
+            None => None,
+            // Exactly a whole number in u64's range (2^64 itself is the first f64 past it).
+            Some(s) if s >= 0.0 && s.fract() == 0.0 && s < 18_446_744_073_709_551_616.0 => Some(s as u64),
+            Some(s) => {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!(
+                        "the saved step is {s}; a step count is a whole number >= 0 (a corrupt or \
+                         hand-edited checkpoint?): nothing was loaded"
+                    ),
+                });
+            }
+        };
+        let lr = saved_lr(op, state)?;
+        let mut moments = HashMap::new();
+        for (var, mut slots) in imported.per_var {
+            if let (Some(m), Some(v)) = (slots[0].take(), slots[1].take()) {
+                let p = var.value();
+                moments.insert(
+                    var.id(),
+                    Moments {
+                        m: follow(m, &p)?,
+                        v: follow(v, &p)?,
+                    },
+                );
+            }
+        }
+        self.moments = moments;
+        self.step = step.unwrap_or(0);
+        if let Some(lr) = lr {
             self.lr = lr;
         }
-        Ok(())
+        Ok(diff)
+    }
+
+    /// Refuse hyperparameters PyTorch's `Adam`/`AdamW` refuse.
+    fn check(op: &'static str, lr: f64, betas: (f64, f64), eps: f64, weight_decay: f64) -> Result<()> {
+        check_lr(op, lr)?;
+        check_non_negative(op, "epsilon", eps)?;
+        for (i, beta) in [betas.0, betas.1].into_iter().enumerate() {
+            if !(0.0..1.0).contains(&beta) {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("Invalid beta parameter at index {i}: {beta}; betas lie in [0, 1)"),
+                });
+            }
+        }
+        check_non_negative(op, "weight_decay", weight_decay)
     }
 
     fn new(store: &ParamStore, lr: f64, weight_decay: f64, decoupled: bool) -> Core {
@@ -74,8 +142,16 @@ impl Core {
     /// so the step allocates nothing once the moments exist.
     fn step(&mut self, op: &'static str, store: &ParamStore) -> Result<()> {
         same_store(op, self.store, store)?;
+        Self::check(op, self.lr, self.betas, self.eps, self.weight_decay)?;
         let _plain = cartage::no_grad();
-        self.step += 1;
+        let step = self.step.checked_add(1).ok_or_else(|| Error::InvalidState {
+            op,
+            reason: format!(
+                "the step counter is at {} and cannot count another step; was a corrupt checkpoint \
+                 loaded? Build a fresh optimizer",
+                self.step
+            ),
+        })?;
         let rule = AdamUpdate {
             lr: self.lr,
             beta1: self.betas.0,
@@ -83,16 +159,18 @@ impl Core {
             eps: self.eps,
             weight_decay: self.weight_decay,
             decoupled: self.decoupled,
-            step: self.step,
+            step,
         };
+        // The moments stay in the map until every check passed (a refused step keeps them).
         let mut entries = Vec::new();
         for var in store.vars() {
             let Some(g) = var.grad() else { continue };
             let p = var.value();
-            let moments = match self.moments.remove(&var.id()) {
+            check_grad(op, store, var.id(), &p, &g)?;
+            let moments = match self.moments.get(&var.id()) {
                 Some(s) => Moments {
-                    m: follow(s.m, &p)?,
-                    v: follow(s.v, &p)?,
+                    m: follow(s.m.clone(), &p)?,
+                    v: follow(s.v.clone(), &p)?,
                 },
                 None => Moments {
                     m: p.zeros_like()?,
@@ -101,6 +179,7 @@ impl Core {
             };
             entries.push((var.id(), p, g, moments));
         }
+        self.step = step;
         self.last_step = StepReport::default();
         for members in group_by(&entries, |(_, p, _, _)| (p.device(), p.dtype())).values() {
             let slots: Vec<AdamSlot<'_>> = members
@@ -145,9 +224,19 @@ macro_rules! delegate_to_core {
                 self.core.state(store)
             }
 
-            fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+            fn check_state(&self, store: &ParamStore, state: &OptimizerState) -> Result<StateDiff> {
                 self.core
-                    .load_state(concat!(stringify!($name), "::load_state"), store, state)
+                    .check_state(concat!(stringify!($name), "::load_state"), store, state)
+            }
+
+            fn load_state_with(
+                &mut self,
+                store: &ParamStore,
+                state: &OptimizerState,
+                strict: bool,
+            ) -> Result<StateDiff> {
+                self.core
+                    .load_state_with(concat!(stringify!($name), "::load_state"), store, state, strict)
             }
 
             fn learning_rate(&self) -> f64 {
@@ -168,17 +257,22 @@ pub struct Adam {
 }
 
 impl Adam {
-    /// Adam at learning rate `lr`, no weight decay.
+    /// Adam at learning rate `lr`, no weight decay. Refuses a store without parameters and a
+    /// negative, NaN or infinite `lr`.
     pub fn new(store: &ParamStore, lr: f64) -> Result<Adam> {
+        non_empty("Adam::new", store)?;
+        check_lr("Adam::new", lr)?;
         Ok(Adam {
             core: Core::new(store, lr, 0.0, false),
         })
     }
 
-    /// With betas, eps and L2 weight decay.
-    pub fn with(mut self, betas: (f64, f64), eps: f64, weight_decay: f64) -> Adam {
+    /// With betas, eps and L2 weight decay. Refuses betas outside `[0, 1)` and a negative or
+    /// non-finite eps or weight decay, as `torch.optim.Adam` does.
+    pub fn with(mut self, betas: (f64, f64), eps: f64, weight_decay: f64) -> Result<Adam> {
+        Core::check("Adam::with", self.core.lr, betas, eps, weight_decay)?;
         (self.core.betas, self.core.eps, self.core.weight_decay) = (betas, eps, weight_decay);
-        self
+        Ok(self)
     }
 }
 
@@ -190,17 +284,35 @@ pub struct AdamW {
 }
 
 impl AdamW {
-    /// AdamW at learning rate `lr`, weight decay 0.01.
+    /// AdamW at learning rate `lr`, weight decay 0.01. Refuses a store without parameters and
+    /// a negative, NaN or infinite `lr`.
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// use cartage_nn::{ParamStore, optim::AdamW};
+    /// # fn main() -> cartage::Result<()> {
+    /// let store = ParamStore::new(&Device::cpu());
+    /// store.root().var("w", Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// assert!(AdamW::new(&store, f64::NAN).is_err());
+    /// assert!(AdamW::new(&store, 1e-3)?.with((0.9, 1.0), 1e-8, 0.01).is_err()); // beta2 = 1
+    /// let _opt = AdamW::new(&store, 1e-3)?.with((0.9, 0.95), 1e-8, 0.1)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(store: &ParamStore, lr: f64) -> Result<AdamW> {
+        non_empty("AdamW::new", store)?;
+        check_lr("AdamW::new", lr)?;
         Ok(AdamW {
             core: Core::new(store, lr, 0.01, true),
         })
     }
 
-    /// With betas, eps and weight decay.
-    pub fn with(mut self, betas: (f64, f64), eps: f64, weight_decay: f64) -> AdamW {
+    /// With betas, eps and weight decay. Refuses betas outside `[0, 1)` and a negative or
+    /// non-finite eps or weight decay, as `torch.optim.AdamW` does.
+    pub fn with(mut self, betas: (f64, f64), eps: f64, weight_decay: f64) -> Result<AdamW> {
+        Core::check("AdamW::with", self.core.lr, betas, eps, weight_decay)?;
         (self.core.betas, self.core.eps, self.core.weight_decay) = (betas, eps, weight_decay);
-        self
+        Ok(self)
     }
 
     /// Steps taken.

@@ -22,6 +22,7 @@ pub use adam::{Adam, AdamW};
 
 pub use clip::clip_grad_norm;
 pub use schedule::{LrSchedule, StepLr, WarmupCosine};
+
 pub use sgd::Sgd;
 
 use cartage::{Error, Result, Tensor, VarId};
@@ -45,19 +46,67 @@ impl OptimizerState {
     }
 }
 
+/// How a state (an optimizer's, or a checkpoint's) differs from what it is loaded into: the
+/// keys a strict load refuses with [`Error::StateMismatch`], or a non-strict load skipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateDiff {
+    /// Keys the target needs and the state lacks.
+    pub missing: Vec<String>,
+    /// Keys of the state that the target does not have.
+    pub unexpected: Vec<String>,
+    /// `key: expected …, found …` for entries of another shape or dtype.
+    pub mismatched: Vec<String>,
+}
+
+impl StateDiff {
+    /// Whether everything matched.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.unexpected.is_empty() && self.mismatched.is_empty()
+    }
+
+    /// [`Error::StateMismatch`] naming every offending key.
+    pub fn into_error(self, what: &'static str) -> Error {
+        Error::StateMismatch {
+            what,
+            missing: self.missing,
+            unexpected: self.unexpected,
+            mismatched: self.mismatched,
+        }
+    }
+
+    /// Add `other`'s keys.
+    pub(crate) fn extend(&mut self, other: StateDiff) {
+        self.missing.extend(other.missing);
+        self.unexpected.extend(other.unexpected);
+        self.mismatched.extend(other.mismatched);
+    }
+}
+
 /// Something that updates a store's parameters from their gradients.
+///
+/// A refused [`Optimizer::step`] or [`Optimizer::load_state`] leaves the optimizer and the
+/// parameters as they were: everything is checked before anything changes.
 pub trait Optimizer {
     /// One update of every parameter of `store` that has a gradient. `store` must be the store
     /// the optimizer was built on.
     fn step(&mut self, store: &ParamStore) -> Result<()>;
     /// The learning rate of the next step.
     fn learning_rate(&self) -> f64;
-    /// Set the learning rate (a schedule calls this before each step).
+    /// Set the learning rate (a schedule calls this before each step). A negative or
+    /// non-finite rate is refused by the next step.
     fn set_learning_rate(&mut self, lr: f64);
     /// The state to checkpoint, with tensors named by `store`'s parameter names.
     fn state(&self, store: &ParamStore) -> Result<OptimizerState>;
-    /// Resume from a checkpoint's state (tensors named by `store`'s parameter names).
-    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()>;
+    /// How `state` differs from what this optimizer would load from it (changes nothing).
+    fn check_state(&self, store: &ParamStore, state: &OptimizerState) -> Result<StateDiff>;
+    /// Resume from `state` (tensors named by `store`'s parameter names). Strict (`strict =
+    /// true`): a missing, unexpected or mismatched key is [`Error::StateMismatch`] and nothing
+    /// changes. Non-strict: loads the entries that match and returns those it skipped.
+    fn load_state_with(&mut self, store: &ParamStore, state: &OptimizerState, strict: bool) -> Result<StateDiff>;
+    /// Resume from a checkpoint's state, strictly (see [`Optimizer::load_state_with`]).
+    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+        self.load_state_with(store, state, true).map(drop)
+    }
 }
 
 /// The per-variable tensors of `slots` as `<name>.<slot>` entries.
@@ -80,24 +129,140 @@ pub(crate) fn export<'a>(
         .collect()
 }
 
-/// The tensor `<name>.<slot>` of `state` for each of `store`'s variables that has one.
-pub(crate) fn import(store: &ParamStore, state: &OptimizerState, slot: &str) -> Result<Vec<(VarId, Tensor)>> {
-    let mut out = Vec::new();
+/// What [`import`] found: per variable, the tensor of each slot that matched (in `slots`'
+/// order; `None` where absent or skipped), and the keys that did not match.
+pub(crate) struct Imported {
+    pub(crate) per_var: Vec<(cartage::Var, Vec<Option<Tensor>>)>,
+    pub(crate) diff: StateDiff,
+}
+
+/// Check `state` against `store` for an optimizer whose per-parameter slots are `slots` (all
+/// present or all absent for each parameter, as PyTorch's per-parameter state) and whose
+/// scalars are `scalars`. Nothing is converted: the tensors are returned as saved.
+pub(crate) fn import(store: &ParamStore, state: &OptimizerState, slots: &[&str], scalars: &[&str]) -> Imported {
+    let mut diff = StateDiff::default();
+    let mut known = std::collections::HashSet::new();
+    let mut per_var = Vec::new();
     for (name, var) in store.named_vars() {
-        let key = format!("{name}.{slot}");
-        if let Some((_, t)) = state.tensors.iter().find(|(n, _)| *n == key) {
-            if t.shape() != var.shape().as_slice() {
-                return Err(Error::ShapeMismatch {
-                    op: "Optimizer::load_state",
-                    lhs: var.shape().to_vec(),
-                    rhs: t.shape().to_vec(),
-                    reason: format!("the saved `{key}` does not have its parameter's shape"),
-                });
+        let mut found: Vec<Option<Tensor>> = Vec::with_capacity(slots.len());
+        let mut ok = true;
+        for slot in slots {
+            let key = format!("{name}.{slot}");
+            let t = state.tensors.iter().find(|(n, _)| *n == key).map(|(_, t)| t.clone());
+            if let Some(t) = &t
+                && t.shape() != var.shape().as_slice()
+            {
+                diff.mismatched.push(format!(
+                    "{key}: expected shape {:?} (its parameter's), found {:?}",
+                    var.shape(),
+                    t.shape()
+                ));
+                ok = false;
             }
-            out.push((var.id(), follow(t.clone(), &var.value())?));
+            known.insert(key);
+            found.push(t);
+        }
+        let present = found.iter().filter(|t| t.is_some()).count();
+        if present != 0 && present != slots.len() {
+            for (slot, t) in slots.iter().zip(&found) {
+                if t.is_none() {
+                    diff.missing.push(format!("{name}.{slot}"));
+                }
+            }
+            ok = false;
+        }
+        if !ok {
+            found.iter_mut().for_each(|t| *t = None);
+        }
+        per_var.push((var, found));
+    }
+    for (name, _) in &state.tensors {
+        if !known.contains(name) {
+            diff.unexpected.push(name.clone());
         }
     }
-    Ok(out)
+    for (name, _) in &state.scalars {
+        if !scalars.contains(&name.as_str()) {
+            diff.unexpected.push(name.clone());
+        }
+    }
+    Imported { per_var, diff }
+}
+
+/// A saved learning rate: a finite number ≥ 0.
+pub(crate) fn saved_lr(op: &'static str, state: &OptimizerState) -> Result<Option<f64>> {
+    match state.scalar("lr") {
+        Some(lr) if !(lr.is_finite() && lr >= 0.0) => Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "the saved learning rate is {lr}; a learning rate is a finite number >= 0 (a corrupt or hand-edited state?)"
+            ),
+        }),
+        lr => Ok(lr),
+    }
+}
+
+/// Refuse an empty parameter list (`torch.optim`'s "optimizer got an empty parameter list").
+pub(crate) fn non_empty(op: &'static str, store: &ParamStore) -> Result<()> {
+    if store.vars().is_empty() {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: "optimizer got an empty parameter list: create the model's parameters in the store \
+                     before building its optimizer"
+                .into(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuse a learning rate that is negative, NaN or infinite (PyTorch: "Invalid learning rate").
+pub(crate) fn check_lr(op: &'static str, lr: f64) -> Result<()> {
+    if lr.is_finite() && lr >= 0.0 {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        reason: format!(
+            "Invalid learning rate: {lr}; a learning rate is a finite number >= 0 (check the schedule that set it)"
+        ),
+    })
+}
+
+/// Refuse a hyperparameter `name` that is negative or NaN (PyTorch: "Invalid <name> value").
+pub(crate) fn check_non_negative(op: &'static str, name: &str, value: f64) -> Result<()> {
+    if value >= 0.0 && value.is_finite() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        reason: format!("Invalid {name} value: {value}; it must be a finite number >= 0"),
+    })
+}
+
+/// Refuse a gradient of another shape, dtype or device than its parameter, before any kernel
+/// runs (so that no group of parameters steps when a later one would fail).
+pub(crate) fn check_grad(op: &'static str, store: &ParamStore, id: VarId, p: &Tensor, g: &Tensor) -> Result<()> {
+    if g.shape() != p.shape() || g.dtype() != p.dtype() || g.device() != p.device() {
+        let name = store
+            .named_vars()
+            .into_iter()
+            .find(|(_, v)| v.id() == id)
+            .map_or_else(|| "?".to_string(), |(n, _)| n);
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "the gradient of `{name}` is {:?} {} on {}, its parameter {:?} {} on {}: nothing was \
+                 updated; set gradients of the parameter's shape, dtype and device",
+                g.shape(),
+                g.dtype(),
+                g.device(),
+                p.shape(),
+                p.dtype(),
+                p.device()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The indices of `items` grouped by `key`, in order of first appearance within each group

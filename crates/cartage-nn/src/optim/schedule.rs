@@ -34,7 +34,8 @@ pub struct WarmupCosine {
 impl LrSchedule for WarmupCosine {
     fn lr(&self, step: usize) -> f64 {
         if step < self.warmup {
-            return self.base * (step + 1) as f64 / self.warmup as f64;
+            // In f64: `step + 1` overflows at usize::MAX.
+            return self.base * (step as f64 + 1.0) / self.warmup as f64;
         }
         let span = self.total.saturating_sub(self.warmup).max(1);
         let progress = ((step - self.warmup) as f64 / span as f64).min(1.0);
@@ -48,6 +49,7 @@ impl LrSchedule for WarmupCosine {
 /// use cartage_nn::optim::{LrSchedule, StepLr};
 /// let s = StepLr { base: 1.0, step_size: 10, gamma: 0.5 };
 /// assert_eq!((s.lr(0), s.lr(10), s.lr(25)), (1.0, 0.5, 0.25));
+/// assert_eq!(s.lr(usize::MAX), 0.0); // decays to zero, never inf
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct StepLr {
@@ -61,6 +63,8 @@ pub struct StepLr {
 
 impl LrSchedule for StepLr {
     fn lr(&self, step: usize) -> f64 {
-        self.base * self.gamma.powi((step / self.step_size.max(1)) as i32)
+        // PyTorch's `base_lr * gamma ** (last_epoch // step_size)`: a float power of the whole
+        // number of decays (an i32 exponent would wrap past 2^31 decays).
+        self.base * self.gamma.powf((step / self.step_size.max(1)) as f64)
     }
 }

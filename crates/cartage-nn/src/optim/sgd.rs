@@ -3,13 +3,20 @@
 use std::collections::HashMap;
 
 use cartage::optim::{SgdSlot, StepReport, sgd_step_many};
-use cartage::{Result, SgdUpdate, Tensor, VarId};
+use cartage::{Error, Result, SgdUpdate, Tensor, VarId};
 
-use super::{Optimizer, OptimizerState, export, follow, group_by, import, same_store};
+use super::{
+    Optimizer, OptimizerState, StateDiff, check_grad, check_lr, check_non_negative, export, follow, group_by, import,
+    non_empty, same_store, saved_lr,
+};
 use crate::{ParamStore, StoreId};
 
 /// SGD as PyTorch's `torch.optim.SGD`: `g += wd·p`; with momentum `buf = μ·buf + (1-dampening)·g`
 /// (the first step takes `buf = g`) and `g = buf`, or `g += μ·buf` with Nesterov; `p -= lr·g`.
+///
+/// The public hyperparameters are checked by each [`Optimizer::step`] before anything changes
+/// (as PyTorch's constructor checks them): momentum and weight decay are finite and ≥ 0,
+/// Nesterov needs a momentum and zero dampening.
 pub struct Sgd {
     store: StoreId,
     lr: f64,
@@ -26,9 +33,25 @@ pub struct Sgd {
 }
 
 impl Sgd {
-    /// Plain SGD at learning rate `lr` on `store`'s parameters.
-    pub fn new(store: &ParamStore, lr: f64) -> Sgd {
-        Sgd {
+    /// Plain SGD at learning rate `lr` on `store`'s parameters. Refuses a store without
+    /// parameters and a negative, NaN or infinite `lr`.
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// use cartage_nn::{ParamStore, optim::Sgd};
+    /// # fn main() -> cartage::Result<()> {
+    /// let store = ParamStore::new(&Device::cpu());
+    /// assert!(Sgd::new(&store, 0.1).is_err()); // "optimizer got an empty parameter list"
+    /// store.root().var("w", Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// assert!(Sgd::new(&store, -0.1).is_err()); // "Invalid learning rate"
+    /// let _sgd = Sgd::new(&store, 0.1)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(store: &ParamStore, lr: f64) -> Result<Sgd> {
+        non_empty("Sgd::new", store)?;
+        check_lr("Sgd::new", lr)?;
+        Ok(Sgd {
             store: store.id(),
             lr,
             momentum: 0.0,
@@ -37,7 +60,27 @@ impl Sgd {
             nesterov: false,
             buffers: HashMap::new(),
             last_step: StepReport::default(),
+        })
+    }
+
+    /// Refuse hyperparameters PyTorch's `SGD` refuses.
+    fn check(&self, op: &'static str) -> Result<()> {
+        check_lr(op, self.lr)?;
+        check_non_negative(op, "momentum", self.momentum)?;
+        check_non_negative(op, "weight_decay", self.weight_decay)?;
+        if !self.dampening.is_finite() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("Invalid dampening value: {}; it must be finite", self.dampening),
+            });
         }
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "Nesterov momentum requires a momentum and zero dampening".into(),
+            });
+        }
+        Ok(())
     }
 
     /// How the last [`Optimizer::step`] ran: one multi-tensor kernel per group of parameters
@@ -51,6 +94,7 @@ impl Sgd {
 impl Optimizer for Sgd {
     fn step(&mut self, store: &ParamStore) -> Result<()> {
         same_store("Sgd::step", self.store, store)?;
+        self.check("Sgd::step")?;
         let _plain = cartage::no_grad();
         let rule = SgdUpdate {
             lr: self.lr,
@@ -60,12 +104,14 @@ impl Optimizer for Sgd {
             nesterov: self.nesterov,
             first_step: false,
         };
-        // (id, parameter, gradient, buffer, first step) of every parameter with a gradient.
+        // (id, parameter, gradient, buffer, first step) of every parameter with a gradient. The
+        // buffers stay in the map until every check passed (a refused step keeps them).
         let mut entries = Vec::new();
         for var in store.vars() {
             let Some(g) = var.grad() else { continue };
             let p = var.value();
-            let (buf, first_step) = match self.buffers.remove(&var.id()) {
+            check_grad("Sgd::step", store, var.id(), &p, &g)?;
+            let (buf, first_step) = match self.buffers.get(&var.id()).cloned() {
                 Some(b) if rule.has_momentum() => (Some(follow(b, &p)?), false),
                 _ if rule.has_momentum() => (Some(p.zeros_like()?), true),
                 _ => (None, false),
@@ -112,12 +158,29 @@ impl Optimizer for Sgd {
         })
     }
 
-    fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
+    fn check_state(&self, store: &ParamStore, state: &OptimizerState) -> Result<StateDiff> {
         same_store("Sgd::load_state", self.store, store)?;
-        self.buffers = import(store, state, "momentum")?.into_iter().collect();
-        if let Some(lr) = state.scalar("lr") {
+        Ok(import(store, state, &["momentum"], &["lr"]).diff)
+    }
+
+    fn load_state_with(&mut self, store: &ParamStore, state: &OptimizerState, strict: bool) -> Result<StateDiff> {
+        const OP: &str = "Sgd::load_state";
+        same_store(OP, self.store, store)?;
+        let imported = import(store, state, &["momentum"], &["lr"]);
+        if strict && !imported.diff.is_empty() {
+            return Err(imported.diff.into_error(OP));
+        }
+        let lr = saved_lr(OP, state)?;
+        let mut buffers = HashMap::new();
+        for (var, mut slots) in imported.per_var {
+            if let Some(t) = slots[0].take() {
+                buffers.insert(var.id(), follow(t, &var.value())?);
+            }
+        }
+        self.buffers = buffers;
+        if let Some(lr) = lr {
             self.lr = lr;
         }
-        Ok(())
+        Ok(imported.diff)
     }
 }
