@@ -223,6 +223,7 @@ impl ProcessGroup {
                 ),
             });
         }
+        crate::graph::hold([tensor]);
         CollectiveArg::new(tensor.storage().device_buffer(), tensor.as_arg())
     }
 

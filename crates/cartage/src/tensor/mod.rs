@@ -53,6 +53,9 @@ use cartage_core::{Backend, DType, Device, DeviceBuffer, Kernel, Layout, Result,
 /// read of a tensor goes through it, with the storages of all operands borrowed for the call.
 pub struct Storage {
     buffer: DeviceBuffer,
+    /// The CUDA graph capture running on this thread when the storage was made (0: none); see
+    /// [`crate::graph`].
+    capture: u64,
 }
 
 impl Storage {
@@ -60,7 +63,13 @@ impl Storage {
     pub fn new(backend: &Arc<dyn Backend>, bytes: usize, site: Site) -> Result<Storage> {
         Ok(Storage {
             buffer: DeviceBuffer::new_at(backend, bytes, site)?,
+            capture: crate::graph::capture_id(),
         })
+    }
+
+    /// The id of the graph capture this storage was made in (0: none).
+    pub(crate) fn captured_in(&self) -> u64 {
+        self.capture
     }
 
     /// The backend that owns the memory.
@@ -397,6 +406,7 @@ impl Tensor {
         if out_numel == 0 {
             return Ok(());
         }
+        crate::graph::hold(std::iter::once(self).chain(inputs.iter().copied()));
         let mut buffers: [&DeviceBuffer; 4] = [self.storage.device_buffer(); 4];
         for (slot, input) in buffers[1..].iter_mut().zip(inputs) {
             *slot = input.storage.device_buffer();

@@ -300,6 +300,7 @@ impl Tensor {
         if bytes == 0 {
             return Ok(out);
         }
+        crate::graph::hold([&src, &out]);
         let (from, to) = (src.storage.device_buffer(), out.storage.device_buffer());
         if !from.copy_to_peer(src.byte_offset(), to, 0, bytes)? {
             stage_through_host(from, src.byte_offset(), to, bytes)?;
