@@ -209,3 +209,71 @@ fn oversized_pinned_and_staging_requests_are_typed_errors() {
         assert_eq!(staging.len(), 13);
     }
 }
+
+/// A bool tensor holding the raw bytes `[0, 1, 2, 255, 0, 128]` reads as
+/// `[false, true, true, true, false, true]` everywhere: cast, logical ops, `where`, sums.
+fn assert_bools_normalised(device: &Device, t: &cartage::Tensor, how: &str) {
+    let want = [false, true, true, true, false, true];
+    let ones: Vec<u8> = want.iter().map(|&b| u8::from(b)).collect();
+    assert_eq!(t.dtype(), DType::Bool, "{device} {how}");
+    assert_eq!(t.to_vec::<bool>().unwrap(), want, "{device} {how}: values");
+    assert_eq!(
+        t.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(),
+        ones,
+        "{device} {how}: cast to u8"
+    );
+    let as_f32: Vec<f32> = ones.iter().map(|&b| f32::from(b)).collect();
+    assert_eq!(
+        t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+        as_f32,
+        "{device} {how}: cast to f32"
+    );
+    let not: Vec<bool> = want.iter().map(|b| !b).collect();
+    assert_eq!(
+        t.logical_not().unwrap().to_vec::<bool>().unwrap(),
+        not,
+        "{device} {how}: logical_not"
+    );
+    let a = cartage::Tensor::full(&[6], 1.0f32, DType::F32, device).unwrap();
+    let b = cartage::Tensor::full(&[6], -1.0f32, DType::F32, device).unwrap();
+    let picked: Vec<f32> = want.iter().map(|&w| if w { 1.0 } else { -1.0 }).collect();
+    assert_eq!(
+        cartage::Tensor::where_cond(t, &a, &b).unwrap().to_vec::<f32>().unwrap(),
+        picked,
+        "{device} {how}: where"
+    );
+}
+
+const RAW_BOOLS: [u8; 6] = [0, 1, 2, 255, 0, 128];
+
+#[test]
+fn bool_bytes_from_a_safetensors_file_are_normalised() {
+    let mut devices = vec![Device::cpu()];
+    devices.extend(common::gpu_devices("bool_bytes_from_a_safetensors_file_are_normalised"));
+    let header = br#"{"b":{"dtype":"BOOL","shape":[6],"data_offsets":[0,6]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    file.extend_from_slice(&RAW_BOOLS);
+    let path = std::env::temp_dir().join(format!("cartage-hostile-bools-{}.safetensors", std::process::id()));
+    std::fs::write(&path, &file).unwrap();
+    for device in devices {
+        let tensors = cartage::load_safetensors(&path, &device).unwrap();
+        assert_bools_normalised(&device, &tensors["b"], "safetensors");
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn bool_bytes_copied_from_host_staging_are_normalised() {
+    let mut devices = vec![Device::cpu()];
+    devices.extend(common::gpu_devices(
+        "bool_bytes_copied_from_host_staging_are_normalised",
+    ));
+    for device in devices {
+        let mut staging = cartage::alloc_staging(&device, RAW_BOOLS.len()).unwrap();
+        staging.as_mut_slice()[..RAW_BOOLS.len()].copy_from_slice(&RAW_BOOLS);
+        let t = cartage::Tensor::empty(&[6], DType::Bool, &device).unwrap();
+        t.copy_from_pinned_async(&staging).unwrap().wait().unwrap();
+        assert_bools_normalised(&device, &t, "copy_from_pinned_async");
+    }
+}

@@ -425,3 +425,11 @@ impl Tensor {
 fn caller() -> Site {
     Location::caller()
 }
+
+/// Rewrite raw bytes of bool elements as 0 or 1 (any nonzero byte is `true`), the one form of
+/// `true` every backend's kernels expect; for bytes that enter from files or host buffers.
+pub(crate) fn normalize_bool_bytes(bytes: &mut [u8]) {
+    for b in bytes {
+        *b = u8::from(*b != 0);
+    }
+}

@@ -216,9 +216,27 @@ impl Tensor {
     /// ```
     pub fn copy_from_pinned_async<'a, S: HostStaging>(&self, src: &'a S) -> Result<CopyHandle<'a>> {
         self.pinned_target("copy_from_pinned_async", src.len())?;
-        self.storage
+        let handle = self
+            .storage
             .device_buffer()
-            .write_async(self.byte_offset(), src, self.size_in_bytes())
+            .write_async(self.byte_offset(), src, self.size_in_bytes())?;
+        if self.dtype == DType::Bool {
+            // Raw bytes may hold any value: queued after the copy (each device runs its work in
+            // order), this makes every nonzero byte a 1, the one form of `true` kernels expect.
+            self.normalize_bool()?;
+        }
+        Ok(handle)
+    }
+
+    /// Rewrite this bool tensor's bytes as 0 or 1 (any nonzero byte is `true`): for bytes that
+    /// entered from raw host memory.
+    pub(crate) fn normalize_bool(&self) -> Result<()> {
+        debug_assert_eq!(self.dtype, DType::Bool);
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        let zero = Tensor::zeros(&[], DType::Bool, &self.device)?;
+        self.copy_from(&self.ne(&zero)?)
     }
 
     /// Start copying this contiguous tensor into the first [`Tensor::size_in_bytes`] bytes of
