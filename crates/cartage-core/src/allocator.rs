@@ -659,6 +659,12 @@ impl CachingAllocator {
         }
     }
 
+    /// The process-unique id this allocator stamps on its slices ([`BufferSlice::allocator`]):
+    /// a backend compares it to refuse a slice of another allocator whose segment id collides.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The device this allocator serves.
     pub fn device(&self) -> Device {
         self.device

@@ -137,7 +137,7 @@ impl DeviceBuffer {
             ));
         }
         let (to, from) = (self.range(offset, len)?, src.range(src_offset, len)?);
-        if to.segment() == from.segment() && to.offset() < from.offset() + len && from.offset() < to.offset() + len {
+        if to.same_segment(&from) && to.offset() < from.offset() + len && from.offset() < to.offset() + len {
             return Err(Error::invalid(
                 "copy_from",
                 "the source and destination byte ranges overlap; copy through a temporary buffer",

@@ -222,7 +222,7 @@ impl<'a> CollectiveArg<'a> {
     /// True when the two operands share a byte.
     fn overlaps(&self, other: &CollectiveArg<'_>) -> bool {
         let (a, b) = (self.bytes, other.bytes);
-        a.segment().id == b.segment().id
+        a.same_segment(&b)
             && !a.is_empty()
             && !b.is_empty()
             && a.offset() < b.offset() + b.len()

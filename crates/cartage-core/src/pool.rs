@@ -110,16 +110,91 @@ impl PoolWindow {
     }
 
     /// The number of taps of window `(i, j)` inside a plane `[H, W]` (the divisor of an
-    /// average that leaves the padding out).
+    /// average that leaves the padding out). Any fields give an answer (saturating at
+    /// `usize::MAX`), never an overflow, in constant time.
     pub fn taps_inside(&self, plane: [usize; 2], out: [usize; 2]) -> usize {
+        // Per axis, in padded coordinates (u128: products and sums of usizes cannot overflow):
+        // tap `t` sits at `base + t·dilation` and lies inside when that is in
+        // `padding..padding + plane`.
+        let axis = |a: usize| -> u128 {
+            let (kernel, dilation) = (self.kernel[a] as u128, self.dilation[a] as u128);
+            let base = out[a] as u128 * self.stride[a] as u128;
+            let (lo, hi) = (self.padding[a] as u128, self.padding[a] as u128 + plane[a] as u128);
+            if dilation == 0 {
+                // Every tap at `base`.
+                return if (lo..hi).contains(&base) { kernel } else { 0 };
+            }
+            // The first tap at or past `lo`, and the first at or past `hi`.
+            let first = lo.saturating_sub(base).div_ceil(dilation);
+            let end = hi.saturating_sub(base).div_ceil(dilation).min(kernel);
+            end.saturating_sub(first)
+        };
+        usize::try_from(axis(0).saturating_mul(axis(1))).unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PoolWindow;
+
+    /// The taps counted one by one (small fields only).
+    fn counted(w: &PoolWindow, plane: [usize; 2], out: [usize; 2]) -> usize {
         let axis = |a: usize| {
-            (0..self.kernel[a])
+            (0..w.kernel[a])
                 .filter(|&t| {
-                    let pos = (out[a] * self.stride[a] + t * self.dilation[a]) as isize - self.padding[a] as isize;
+                    let pos = (out[a] * w.stride[a] + t * w.dilation[a]) as isize - w.padding[a] as isize;
                     pos >= 0 && (pos as usize) < plane[a]
                 })
                 .count()
         };
         axis(0) * axis(1)
+    }
+
+    #[test]
+    fn taps_inside_matches_counting() {
+        for k in 1..5 {
+            for s in 1..4 {
+                for p in 0..4 {
+                    for d in 1..4 {
+                        let w = PoolWindow {
+                            kernel: [k, k + 1],
+                            stride: [s, s],
+                            padding: [p, p],
+                            dilation: [d, 1],
+                        };
+                        for plane in [[1, 1], [3, 5], [7, 2]] {
+                            for out in [[0, 0], [1, 2], [3, 1], [6, 6]] {
+                                assert_eq!(
+                                    w.taps_inside(plane, out),
+                                    counted(&w, plane, out),
+                                    "{w:?} {plane:?} {out:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn taps_inside_never_overflows() {
+        let huge = usize::MAX;
+        let w = PoolWindow {
+            kernel: [3, 3],
+            stride: [huge, huge],
+            padding: [huge, huge],
+            dilation: [huge, huge],
+        };
+        assert_eq!(w.taps_inside([huge, huge], [huge, huge]), 0);
+        assert_eq!(w.taps_inside([huge, 4], [0, 0]), 1);
+        let w = PoolWindow {
+            kernel: [huge, huge],
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+        };
+        assert_eq!(w.taps_inside([huge, huge], [0, 0]), huge);
+        assert_eq!(w.taps_inside([2, 3], [0, 0]), 6);
     }
 }

@@ -432,7 +432,7 @@ fn span(arg: &TensorArg) -> (usize, usize) {
 fn intersects(a: &TensorArg, b: &TensorArg) -> bool {
     let (x, y) = (&a.buffer, &b.buffer);
     // Different blocks (the common case: separate tensors) cannot share an element.
-    if x.segment().id != y.segment().id || x.offset() >= y.offset() + y.len() || y.offset() >= x.offset() + x.len() {
+    if !x.same_segment(y) || x.offset() >= y.offset() + y.len() || y.offset() >= x.offset() + x.len() {
         return false;
     }
     let ((a0, a1), (b0, b1)) = (span(a), span(b));

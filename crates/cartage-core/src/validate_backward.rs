@@ -206,7 +206,8 @@ pub(crate) fn update_many(rule: &UpdateRule, sets: &[UpdateSet]) -> Result<()> {
 
 /// One operand's bytes for the overlap sweep.
 struct Region {
-    segment: u64,
+    /// The allocator id and segment id: segment ids are unique only within one allocator.
+    segment: (u64, u64),
     start: usize,
     end: usize,
     set: usize,
@@ -235,7 +236,7 @@ fn sets_apart(name: &'static str, sets: &[UpdateSet]) -> Result<()> {
             }
             let start = arg.byte_offset();
             regions.push(Region {
-                segment: arg.buffer.segment().id,
+                segment: (arg.buffer.allocator(), arg.buffer.segment().id),
                 start,
                 end: start + bytes,
                 set: index,

@@ -483,8 +483,8 @@ pub(crate) unsafe fn copy_to_peer(
     let Some(peer) = dst_backend.as_any().downcast_ref::<CudaBackend>() else {
         return Ok(false);
     };
-    if peer.device == backend.device {
-        // SAFETY: one device: both ranges are live blocks of it (the caller's contract).
+    if std::ptr::eq(peer, backend) {
+        // SAFETY: one backend: both ranges are live blocks of it (the caller's contract).
         unsafe { copy_within(backend, src, dst) }?;
         return Ok(true);
     }

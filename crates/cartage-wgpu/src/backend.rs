@@ -324,6 +324,16 @@ impl WgpuBackend {
     /// device's allocator did not make, or one of a released segment, is an error).
     fn buffer(&self, slice: &BufferSlice, op: &'static str) -> Result<wgpu::Buffer> {
         let id = slice.segment().id;
+        if slice.allocator() != self.allocator.id() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the slice was made by another allocator (another device or backend), not by {}'s; \
+                     pass memory of this device",
+                    self.ctx.cartage_device
+                ),
+            ));
+        }
         let Some(buffer) = self.table.get(id) else {
             return Err(Error::invalid(
                 op,

@@ -59,6 +59,16 @@ pub(crate) struct PinnedBuffers {
     live: Arc<Mutex<HashMap<usize, Entry>>>,
 }
 
+/// The size of the mapped buffer behind `bytes` bytes of pinned memory: at least 1 byte, rounded
+/// up to a multiple of 4 (map ranges must be), or `None` when that overflows or exceeds `max`
+/// (the adapter's `max_buffer_size`).
+fn mapped_size(bytes: usize, max: u64) -> Option<u64> {
+    u64::try_from(bytes.max(1))
+        .ok()
+        .and_then(|b| b.checked_next_multiple_of(4))
+        .filter(|&size| size <= max)
+}
+
 /// Why pinned memory is unavailable on `ctx`'s adapter, or `None` when it is available.
 pub(crate) fn unavailable(ctx: &GpuContext) -> Option<&'static str> {
     if !matches!(ctx.info.backend, wgpu::Backend::Vulkan | wgpu::Backend::Metal) {
@@ -80,8 +90,19 @@ impl PinnedBuffers {
         if let Some(reason) = unavailable(ctx) {
             return Err(Error::unsupported_feature("alloc_pinned", ctx.cartage_device, reason));
         }
-        // Map ranges must be non-empty multiples of 4 bytes.
-        let size = (bytes.max(1) as u64).div_ceil(4) * 4;
+        // Map ranges must be non-empty multiples of 4 bytes. Rounded with checked arithmetic (a
+        // wrapped size would map a buffer shorter than the `bytes` the PinnedBuffer claims) and
+        // refused past the adapter's largest buffer.
+        let max = ctx.limits.max_buffer_size;
+        let size = mapped_size(bytes, max).ok_or_else(|| {
+            host_oom(
+                bytes,
+                &format!(
+                    "a mapped buffer of {bytes} bytes exceeds the adapter's max_buffer_size ({max} bytes); \
+                         copy in smaller pieces or use alloc_staging() with a smaller size"
+                ),
+            )
+        })?;
         let buffer = ctx
             .create_buffer("cartage pinned host buffer", size, PINNED_USAGE)
             .map_err(|e| match e {
@@ -332,5 +353,23 @@ fn driver(ctx: &GpuContext, op: &'static str, message: &str) -> Error {
         device: ctx.cartage_device,
         op,
         message: message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mapped_size;
+
+    #[test]
+    fn mapped_sizes_never_wrap() {
+        assert_eq!(mapped_size(0, u64::MAX), Some(4));
+        assert_eq!(mapped_size(5, u64::MAX), Some(8));
+        assert_eq!(mapped_size(8, 8), Some(8));
+        assert_eq!(mapped_size(9, 8), None);
+        // Rounding these up to a multiple of 4 overflows u64 (it used to wrap to 0).
+        for bytes in [usize::MAX, usize::MAX - 1, usize::MAX - 2] {
+            assert_eq!(mapped_size(bytes, u64::MAX), None, "{bytes}");
+        }
+        assert_eq!(mapped_size(usize::MAX - 3, u64::MAX), Some(usize::MAX as u64 - 3));
     }
 }

@@ -2,7 +2,8 @@
 //! inputs (written in place, or copied from pinned memory); a captured forward and backward
 //! replays the eager gradients; host waits and random draws are refused while capturing, and the
 //! device works normally afterwards; memory allocated while capturing stays the graph's; devices
-//! without graphs say so. Skips loudly without a CUDA device (fails with `CARTAGE_REQUIRE=cuda`).
+//! without graphs say so; a graph holds the storages it captured, so dropping its inputs and
+//! outputs (and `empty_cache`) never lets a replay touch new tensors or freed memory. Skips loudly without a CUDA device (fails with `CARTAGE_REQUIRE=cuda`).
 
 mod memory_support;
 
@@ -203,6 +204,124 @@ fn memory_allocated_while_capturing_stays_the_graphs() {
     assert!(y.to_vec::<f32>().unwrap().iter().all(|v| (v - e).abs() < 1e-5));
     drop(graph);
     drop(y);
+}
+
+/// The captured work: `out = tanh(x · w) + bias`, written in place into `out`.
+fn affine_into(out: &Tensor, x: &Tensor, w: &Tensor, bias: &Tensor) -> cartage::Result<()> {
+    out.copy_from(&x.matmul(w)?.tanh()?.add(bias)?)
+}
+
+/// Every value of `t` equals `value`.
+fn all_equal(t: &Tensor, value: f32, what: &str) {
+    let values = t.to_vec::<f32>().unwrap();
+    if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| **v != value) {
+        panic!("{what}: element {i} is {v}, expected {value} (the graph wrote a tensor it never captured)");
+    }
+}
+
+#[test]
+fn a_graph_holds_the_storages_it_captured() {
+    let _guard = serial();
+    let Some(gpu) = gpu("cuda_graph/holds") else { return };
+    let (m, k, n) = (256, 512, 256);
+    let x = Tensor::randn(&[m, k], DType::F32, 3, &gpu)
+        .unwrap()
+        .mul_scalar(0.05)
+        .unwrap();
+    let w = Tensor::randn(&[k, n], DType::F32, 4, &gpu)
+        .unwrap()
+        .mul_scalar(0.05)
+        .unwrap();
+    let bias = Tensor::randn(&[n], DType::F32, 5, &gpu).unwrap();
+    let out = Tensor::zeros(&[m, n], DType::F32, &gpu).unwrap();
+    affine_into(&out, &x, &w, &bias).unwrap(); // warm-up
+    let (graph, y) = cuda_graph(&gpu, || {
+        affine_into(&out, &x, &w, &bias)?;
+        out.mul_scalar(2.0)
+    })
+    .unwrap();
+    let expected = x
+        .matmul(&w)
+        .unwrap()
+        .tanh()
+        .unwrap()
+        .add(&bias)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let doubled: Vec<f32> = expected.iter().map(|v| v * 2.0).collect();
+    // Drop every input and the in-place output; the graph still holds their memory.
+    drop((x, w, bias, out));
+    // New tensors of the same sizes: the allocator hands out its cached blocks first, which
+    // were the dropped tensors' blocks if the graph did not hold them.
+    let sizes = [[m, k], [k, n], [1, n], [m, n]];
+    let fresh: Vec<Tensor> = (0..4)
+        .flat_map(|round| sizes.iter().map(move |s| (round, *s)))
+        .map(|(round, s)| {
+            let shape: Vec<usize> = if s[0] == 1 { vec![s[1]] } else { s.to_vec() };
+            Tensor::full(&shape, 100.0 + round as f32, DType::F32, &gpu).unwrap()
+        })
+        .collect();
+    for _ in 0..3 {
+        graph.replay().unwrap();
+    }
+    cartage::synchronize(&gpu).unwrap();
+    for (i, t) in fresh.iter().enumerate() {
+        all_equal(t, 100.0 + (i / sizes.len()) as f32, &format!("fresh tensor {i}"));
+    }
+    close(
+        &y.to_vec::<f32>().unwrap(),
+        &doubled,
+        "output after the inputs were dropped",
+    );
+    // The output returned by the closure dropped too: new tensors stay untouched.
+    drop(y);
+    let more: Vec<Tensor> = (0..4)
+        .map(|i| Tensor::full(&[m, n], -(i as f32), DType::F32, &gpu).unwrap())
+        .collect();
+    graph.replay().unwrap();
+    cartage::synchronize(&gpu).unwrap();
+    for (i, t) in more.iter().enumerate() {
+        all_equal(t, -(i as f32), &format!("tensor {i} made after the output was dropped"));
+    }
+    drop(graph);
+    // The graph gone, its storages go back to the allocator and the device works normally.
+    let again = Tensor::ones(&[m, n], DType::F32, &gpu).unwrap();
+    all_equal(&again.add(&again).unwrap(), 2.0, "after the graph");
+}
+
+#[test]
+fn empty_cache_then_replay_works() {
+    let _guard = serial();
+    let Some(gpu) = gpu("cuda_graph/empty_cache") else {
+        return;
+    };
+    let x = Tensor::full(&[1 << 20], 0.5f32, DType::F32, &gpu).unwrap();
+    let out = Tensor::zeros(&[1 << 20], DType::F32, &gpu).unwrap();
+    out.copy_from(&x.exp().unwrap()).unwrap(); // warm-up
+    let (graph, y) = cuda_graph(&gpu, || {
+        out.copy_from(&x.exp()?)?;
+        out.add_scalar(1.0)
+    })
+    .unwrap();
+    drop((x, out));
+    // Give every free cached block back to the driver: the inputs' memory would be freed here
+    // if the graph did not hold it (then a replay reads and writes unmapped memory).
+    cartage::empty_cache(&gpu).unwrap();
+    for _ in 0..3 {
+        graph.replay().unwrap();
+    }
+    cartage::synchronize(&gpu).unwrap();
+    let e = 0.5f32.exp() + 1.0;
+    assert!(
+        y.to_vec::<f32>().unwrap().iter().all(|v| (v - e).abs() < 1e-5),
+        "the replay after empty_cache gave wrong values"
+    );
+    drop(graph);
+    drop(y);
+    cartage::empty_cache(&gpu).unwrap();
+    let t = Tensor::ones(&[16], DType::F32, &gpu).unwrap();
+    all_equal(&t.add(&t).unwrap(), 2.0, "after the graph and empty_cache");
 }
 
 #[test]

@@ -228,6 +228,7 @@ impl ProcessGroup {
             // Counted when queued: autograd refuses a saved tensor a collective overwrote.
             tensor.bump_version(op, std::panic::Location::caller());
         }
+        crate::graph::hold([tensor]);
         CollectiveArg::new(tensor.storage().device_buffer(), tensor.as_arg())
     }
 

@@ -401,7 +401,14 @@ fn write_now(device: &Device, batch: &HostBatch) -> Result<Tensor> {
 
 fn write_bytes(device: &Device, shape: &[usize], dtype: DType, bytes: &[u8]) -> Result<Tensor> {
     let tensor = Tensor::empty(shape, dtype, device)?;
-    if !bytes.is_empty() {
+    if bytes.is_empty() {
+        return Ok(tensor);
+    }
+    if dtype == DType::Bool {
+        let mut bools = bytes.to_vec();
+        crate::tensor::normalize_bool_bytes(&mut bools);
+        tensor.storage().device_buffer().write(0, &bools)?;
+    } else {
         tensor.storage().device_buffer().write(0, bytes)?;
     }
     Ok(tensor)

@@ -205,6 +205,9 @@ impl SafetensorsFile {
                     reader
                         .read_exact(&mut staging.as_mut_slice()[..n])
                         .map_err(|e| io_error(path, e))?;
+                    if entry.dtype == DType::Bool {
+                        crate::tensor::normalize_bool_bytes(&mut staging.as_mut_slice()[..n]);
+                    }
                     destination.write_async(done, &staging, n)?.wait()?;
                     done += n;
                 }

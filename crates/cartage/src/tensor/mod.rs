@@ -62,6 +62,9 @@ pub struct Storage {
     version: AtomicU64,
     /// The last in-place write: its op name and call site (read only to report an error).
     last_write: Mutex<Option<(&'static str, Site)>>,
+    /// The CUDA graph capture running on this thread when the storage was made (0: none); see
+    /// [`crate::graph`].
+    capture: u64,
 }
 
 impl Storage {
@@ -71,6 +74,7 @@ impl Storage {
             buffer: DeviceBuffer::new_at(backend, bytes, site)?,
             version: AtomicU64::new(0),
             last_write: Mutex::new(None),
+            capture: crate::graph::capture_id(),
         })
     }
 
@@ -98,6 +102,11 @@ impl Storage {
     /// The last in-place write (op name and call site), if any.
     pub(crate) fn last_write(&self) -> Option<(&'static str, Site)> {
         *self.last_write.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The id of the graph capture this storage was made in (0: none).
+    pub(crate) fn captured_in(&self) -> u64 {
+        self.capture
     }
 
     /// The backend that owns the memory.
@@ -434,6 +443,7 @@ impl Tensor {
         if out_numel == 0 {
             return Ok(());
         }
+        crate::graph::hold(std::iter::once(self).chain(inputs.iter().copied()));
         let mut buffers: [&DeviceBuffer; 4] = [self.storage.device_buffer(); 4];
         for (slot, input) in buffers[1..].iter_mut().zip(inputs) {
             *slot = input.storage.device_buffer();
@@ -451,4 +461,12 @@ impl Tensor {
 #[track_caller]
 fn caller() -> Site {
     Location::caller()
+}
+
+/// Rewrite raw bytes of bool elements as 0 or 1 (any nonzero byte is `true`), the one form of
+/// `true` every backend's kernels expect; for bytes that enter from files or host buffers.
+pub(crate) fn normalize_bool_bytes(bytes: &mut [u8]) {
+    for b in bytes {
+        *b = u8::from(*b != 0);
+    }
 }

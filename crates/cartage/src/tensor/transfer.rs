@@ -226,7 +226,23 @@ impl Tensor {
             .device_buffer()
             .write_async(self.byte_offset(), src, self.size_in_bytes())?;
         self.storage.bump_version("copy_from_pinned_async", caller());
+        if self.dtype == DType::Bool {
+            // Raw bytes may hold any value: queued after the copy (each device runs its work in
+            // order), this makes every nonzero byte a 1, the one form of `true` kernels expect.
+            self.normalize_bool()?;
+        }
         Ok(handle)
+    }
+
+    /// Rewrite this bool tensor's bytes as 0 or 1 (any nonzero byte is `true`): for bytes that
+    /// entered from raw host memory.
+    pub(crate) fn normalize_bool(&self) -> Result<()> {
+        debug_assert_eq!(self.dtype, DType::Bool);
+        if self.numel() == 0 {
+            return Ok(());
+        }
+        let zero = Tensor::zeros(&[], DType::Bool, &self.device)?;
+        self.copy_from(&self.ne(&zero)?)
     }
 
     /// Start copying this contiguous tensor into the first [`Tensor::size_in_bytes`] bytes of
@@ -308,6 +324,7 @@ impl Tensor {
         if bytes == 0 {
             return Ok(out);
         }
+        crate::graph::hold([&src, &out]);
         let (from, to) = (src.storage.device_buffer(), out.storage.device_buffer());
         if !from.copy_to_peer(src.byte_offset(), to, 0, bytes)? {
             stage_through_host(from, src.byte_offset(), to, bytes)?;

@@ -244,6 +244,7 @@ impl Tensor {
 
     /// Launch `kernel` borrowing the storages of `tensors` (which hold every operand).
     pub(crate) fn run_on(kernel: &Kernel, tensors: &[&Tensor]) -> Result<()> {
+        crate::graph::hold(tensors.iter().copied());
         let buffers: Vec<&cartage_core::DeviceBuffer> = tensors.iter().map(|t| t.storage.device_buffer()).collect();
         kernel.run(&buffers)
     }

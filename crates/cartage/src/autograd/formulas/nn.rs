@@ -239,6 +239,7 @@ fn attention_fused(
         .chain(&grads)
         .map(|t| t.storage().device_buffer())
         .collect();
+    crate::graph::hold(inputs.iter().chain(&grads));
     match kernel.run(&buffers) {
         Ok(()) => {}
         Err(Error::Unsupported { .. }) => return Ok(None),
