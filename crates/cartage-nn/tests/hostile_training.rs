@@ -312,7 +312,7 @@ fn the_scaler_checks_every_gradient_before_dividing_any() -> Result<()> {
     let mut scaler = GradScaler::with_scale(8.0);
     // `b` in f16: PyTorch refuses to unscale f16 gradients (keep f32 master weights).
     let b = store.get("b").expect("b");
-    b.set(b.value().to_dtype(DType::F16)?)?;
+    b.rebind(b.value().to_dtype(DType::F16)?)?;
     scaled_backward(&store, &scaler)?;
     let w = store.get("w").expect("w");
     let scaled = w.grad().expect("grad").to_vec::<f32>()?;
@@ -325,7 +325,7 @@ fn the_scaler_checks_every_gradient_before_dividing_any() -> Result<()> {
         "w was divided before b was refused"
     );
     // Nothing was recorded: with b fixed the same gradients unscale once.
-    b.set(b.value().to_dtype(DType::F32)?)?;
+    b.rebind(b.value().to_dtype(DType::F32)?)?;
     scaled_backward(&store, &scaler)?;
     scaler.unscale(&store)?;
     Ok(())
@@ -336,7 +336,7 @@ fn the_scaler_unscales_parameters_on_two_devices() -> Result<()> {
     for gpu in common::gpu_devices("the_scaler_unscales_parameters_on_two_devices") {
         let store = store_on(&Device::cpu())?;
         let b = store.get("b").expect("b");
-        b.set(b.value().to(&gpu)?)?;
+        b.rebind(b.value().to(&gpu)?)?;
         let mut scaler = GradScaler::with_scale(64.0);
         store.zero_grad();
         for var in store.vars() {

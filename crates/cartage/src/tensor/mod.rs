@@ -58,7 +58,7 @@ use cartage_core::{Backend, DType, Device, DeviceBuffer, Kernel, Layout, Result,
 /// written since ([`cartage_core::Error::ModifiedInPlace`]), naming the last write.
 pub struct Storage {
     buffer: DeviceBuffer,
-    /// Bumped by every in-place write (one relaxed add; ops making fresh tensors never touch it).
+    /// Bumped by every in-place write (ops making fresh tensors never touch it).
     version: AtomicU64,
     /// The last in-place write: its op name and call site (read only to report an error).
     last_write: Mutex<Option<(&'static str, Site)>>,
