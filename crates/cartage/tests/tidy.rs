@@ -138,7 +138,8 @@ fn core_depends_on_no_gpu_crate() {
 /// the runtime's `DEVICE_ENV` constant).
 fn reads_device_variable(line: &str) -> bool {
     let code = line.split("//").next().unwrap_or("");
-    let reads = ["env::var(", "env::var_os(", "env!(", "vars()", "vars_os()"]
+    // `env_text(` is the runtime's reader of one variable as UTF-8 (non-UTF-8 is an error).
+    let reads = ["env::var(", "env::var_os(", "env!(", "vars()", "vars_os()", "env_text("]
         .iter()
         .any(|r| code.contains(r));
     reads && (code.contains(DEVICE_VAR) || code.contains("DEVICE_ENV"))
