@@ -675,9 +675,11 @@ fn host_reads(c: &mut Cases, f: &Fixtures) {
     });
     // The host's memory is checked before the read (an `InvalidArgument` naming the bytes) and
     // the device's when the strided view is materialised: whichever limit is met first.
-    c.case("to_vec_f64 of a broadcast beyond memory", AnyOf(&[OutOfMemory, InvalidArgument]), || {
-        f.wide(&[HUGE, 4])?.to_vec_f64()
-    });
+    c.case(
+        "to_vec_f64 of a broadcast beyond memory",
+        AnyOf(&[OutOfMemory, InvalidArgument]),
+        || f.wide(&[HUGE, 4])?.to_vec_f64(),
+    );
     c.case("item on [2, 3]", Kind(NotAScalar), || f.a.item::<f32>());
     c.case("item on [0, 3]", Kind(NotAScalar), || f.empty.item::<f32>());
     c.case("item on a broadcast [2^40]", Kind(NotAScalar), || {
