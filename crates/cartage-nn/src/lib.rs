@@ -42,10 +42,13 @@ pub mod layers;
 pub mod models;
 mod module;
 pub mod optim;
+mod state_dict;
 mod store;
 
 pub use amp::{GradScaler, ScalerState};
 pub use checkpoint::{LoadOptions, load_checkpoint, load_checkpoint_with, save_checkpoint};
 pub use ddp::{DataParallel, DistributedSampler};
 pub use module::Module;
+pub use optim::StateDiff;
+pub use state_dict::StateDict;
 pub use store::{ParamStore, Scope, SharedGenerator, StoreId};

@@ -84,13 +84,7 @@ fn main() -> anyhow::Result<()> {
     );
 
     let store = ParamStore::new(&device);
-    let config = GptConfig {
-        vocab: corpus.vocab_size(),
-        context: args.context,
-        dim: args.dim,
-        heads: args.heads,
-        layers: args.layers,
-    };
+    let config = GptConfig::new(corpus.vocab_size(), args.context, args.dim, args.heads, args.layers);
     let model = Gpt::new(&store.root(), config, &mut Generator::new(args.seed))?;
     println!(
         "model: {}; {} parameters ({}); batch {}; autocast {}",

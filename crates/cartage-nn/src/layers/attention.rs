@@ -17,8 +17,20 @@ pub struct MultiHeadAttention {
 }
 
 impl MultiHeadAttention {
-    /// Attention over width `dim` with `heads` heads (`dim` must divide by `heads`).
+    /// Attention over width `dim` with `heads` heads (`dim` must divide by `heads`), with biases.
     pub fn new(scope: &Scope, dim: usize, heads: usize, causal: bool, rng: &mut Generator) -> Result<Self> {
+        MultiHeadAttention::with_bias(scope, dim, heads, causal, true, rng)
+    }
+
+    /// [`MultiHeadAttention::new`] with biases on the projections only when `bias` is set.
+    pub fn with_bias(
+        scope: &Scope,
+        dim: usize,
+        heads: usize,
+        causal: bool,
+        bias: bool,
+        rng: &mut Generator,
+    ) -> Result<Self> {
         if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(cartage::Error::InvalidArgument {
                 op: "MultiHeadAttention",
@@ -26,8 +38,8 @@ impl MultiHeadAttention {
             });
         }
         Ok(MultiHeadAttention {
-            qkv: Linear::new(&scope.sub("qkv"), dim, 3 * dim, true, rng)?,
-            out: Linear::new(&scope.sub("out"), dim, dim, true, rng)?,
+            qkv: Linear::new(&scope.sub("qkv"), dim, 3 * dim, bias, rng)?,
+            out: Linear::new(&scope.sub("out"), dim, dim, bias, rng)?,
             heads,
             dim,
             causal,

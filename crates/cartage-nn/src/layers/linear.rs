@@ -73,10 +73,18 @@ impl Linear {
     }
 }
 
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl Linear {
+    /// `activation(x·Wᵀ + b)` in one fused call where the backend has it
+    /// ([`Tensor::linear`]).
+    pub fn forward_with(&self, x: &Tensor, activation: Activation) -> Result<Tensor> {
         check_last("Linear", x, 1, self.in_features)?;
         let b = self.bias.as_ref().map(Var::tensor);
-        x.linear(&self.weight.tensor(), b.as_ref(), Activation::Identity)
+        x.linear(&self.weight.tensor(), b.as_ref(), activation)
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, Activation::Identity)
     }
 }

@@ -5,20 +5,31 @@ use cartage::{DType, Result, Tensor, Var};
 use super::check_last;
 use crate::{Module, Scope};
 
-/// Layer normalisation over the last dimension, with a weight (ones) and a bias (zeros).
+/// Layer normalisation over the last dimension, with a weight (ones) and, unless built
+/// without, a bias (zeros).
 pub struct LayerNorm {
     weight: Var,
-    bias: Var,
+    bias: Option<Var>,
     eps: f64,
 }
 
 impl LayerNorm {
-    /// Over the last `dim` elements, with `eps` (PyTorch's default is 1e-5).
+    /// Over the last `dim` elements, with `eps` (PyTorch's default is 1e-5) and a bias.
     pub fn new(scope: &Scope, dim: usize, eps: f64) -> Result<LayerNorm> {
+        LayerNorm::with_bias(scope, dim, eps, true)
+    }
+
+    /// Over the last `dim` elements, with `eps`, and a bias only when `bias` is set
+    /// (PyTorch's `nn.LayerNorm(dim, eps, bias=bias)`).
+    pub fn with_bias(scope: &Scope, dim: usize, eps: f64, bias: bool) -> Result<LayerNorm> {
         let device = scope.device();
+        let bias = match bias {
+            true => Some(scope.var("bias", Tensor::zeros(&[dim], DType::F32, &device)?)?),
+            false => None,
+        };
         Ok(LayerNorm {
             weight: scope.var("weight", Tensor::ones(&[dim], DType::F32, &device)?)?,
-            bias: scope.var("bias", Tensor::zeros(&[dim], DType::F32, &device)?)?,
+            bias,
             eps,
         })
     }
@@ -26,9 +37,10 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (w, b) = (self.weight.tensor(), self.bias.tensor());
+        let w = self.weight.tensor();
+        let b = self.bias.as_ref().map(Var::tensor);
         check_last("LayerNorm", x, 1, w.numel())?;
-        x.layer_norm(Some(&w), Some(&b), self.eps)
+        x.layer_norm(Some(&w), b.as_ref(), self.eps)
     }
 }
 

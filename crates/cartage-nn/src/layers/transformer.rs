@@ -1,37 +1,115 @@
 //! [`TransformerBlock`]: a pre-norm transformer layer.
 
-use cartage::{Generator, Result, Tensor};
+use cartage::{Activation, Generator, Result, Tensor};
 
-use super::{LayerNorm, Linear, MultiHeadAttention};
+use super::{Dropout, LayerNorm, Linear, MultiHeadAttention, dropout_layer};
 use crate::{Module, Scope};
 
-/// `x + attn(ln1(x))`, then `+ mlp(ln2(x))` with a GELU MLP four times as wide (GPT-2's
-/// layout).
+/// The shape and options of a [`TransformerBlock`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlockOptions {
+    /// The width of the block's input and output.
+    pub dim: usize,
+    /// Attention heads (`dim` divides by it).
+    pub heads: usize,
+    /// Whether each position attends to itself and earlier ones only.
+    pub causal: bool,
+    /// Biases on the projections and norms (GPT-2 has them).
+    pub bias: bool,
+    /// The MLP's activation: [`Activation::Gelu`] (exact) or [`Activation::GeluTanh`] (GPT-2's
+    /// `gelu_new`).
+    pub activation: Activation,
+    /// The layer norms' epsilon.
+    pub norm_eps: f64,
+    /// Dropout on each residual branch (attention output and MLP output), in training mode.
+    pub dropout: f64,
+}
+
+impl BlockOptions {
+    /// A causal block of width `dim` with `heads` heads: biases, exact GELU, eps 1e-5, no
+    /// dropout.
+    pub fn new(dim: usize, heads: usize) -> BlockOptions {
+        BlockOptions {
+            dim,
+            heads,
+            causal: true,
+            bias: true,
+            activation: Activation::Gelu,
+            norm_eps: 1e-5,
+            dropout: 0.0,
+        }
+    }
+}
+
+/// `x + drop(attn(ln1(x)))`, then `+ drop(mlp(ln2(x)))` with an MLP four times as wide
+/// (GPT-2's layout). Parameters: `ln1`, `attn.qkv`, `attn.out`, `ln2`, `mlp_up`, `mlp_down`.
 pub struct TransformerBlock {
     ln1: LayerNorm,
     attn: MultiHeadAttention,
     ln2: LayerNorm,
     up: Linear,
     down: Linear,
+    activation: Activation,
+    dropout: Option<Dropout>,
 }
 
 impl TransformerBlock {
-    /// A block of width `dim` with `heads` heads.
+    /// A block of width `dim` with `heads` heads (biases, exact GELU, no dropout).
     pub fn new(scope: &Scope, dim: usize, heads: usize, causal: bool, rng: &mut Generator) -> Result<Self> {
+        TransformerBlock::with_options(
+            scope,
+            BlockOptions {
+                causal,
+                ..BlockOptions::new(dim, heads)
+            },
+            rng,
+        )
+    }
+
+    /// A block built as `options` say.
+    pub fn with_options(scope: &Scope, options: BlockOptions, rng: &mut Generator) -> Result<Self> {
+        let BlockOptions {
+            dim,
+            heads,
+            causal,
+            bias,
+            activation,
+            norm_eps,
+            dropout,
+        } = options;
+        if !matches!(activation, Activation::Gelu | Activation::GeluTanh | Activation::Relu) {
+            return Err(cartage::Error::InvalidArgument {
+                op: "TransformerBlock",
+                reason: format!(
+                    "the MLP activation must be gelu, gelu_tanh or relu, not {}",
+                    activation.name()
+                ),
+            });
+        }
+        let dropout = dropout_layer(scope, "TransformerBlock", dropout, rng)?;
         Ok(TransformerBlock {
-            ln1: LayerNorm::new(&scope.sub("ln1"), dim, 1e-5)?,
-            attn: MultiHeadAttention::new(&scope.sub("attn"), dim, heads, causal, rng)?,
-            ln2: LayerNorm::new(&scope.sub("ln2"), dim, 1e-5)?,
-            up: Linear::new(&scope.sub("mlp_up"), dim, 4 * dim, true, rng)?,
-            down: Linear::new(&scope.sub("mlp_down"), 4 * dim, dim, true, rng)?,
+            ln1: LayerNorm::with_bias(&scope.sub("ln1"), dim, norm_eps, bias)?,
+            attn: MultiHeadAttention::with_bias(&scope.sub("attn"), dim, heads, causal, bias, rng)?,
+            ln2: LayerNorm::with_bias(&scope.sub("ln2"), dim, norm_eps, bias)?,
+            up: Linear::new(&scope.sub("mlp_up"), dim, 4 * dim, bias, rng)?,
+            down: Linear::new(&scope.sub("mlp_down"), 4 * dim, dim, bias, rng)?,
+            activation,
+            dropout,
         })
+    }
+
+    fn drop(&self, x: Tensor) -> Result<Tensor> {
+        match &self.dropout {
+            Some(d) => d.forward(&x),
+            None => Ok(x),
+        }
     }
 }
 
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
-        let hidden = self.up.forward(&self.ln2.forward(&x)?)?.gelu()?;
-        x.add(&self.down.forward(&hidden)?)
+        let x = x.add(&self.drop(self.attn.forward(&self.ln1.forward(x)?)?)?)?;
+        let hidden = self.up.forward_with(&self.ln2.forward(&x)?, self.activation)?;
+        x.add(&self.drop(self.down.forward(&hidden)?)?)
     }
 }

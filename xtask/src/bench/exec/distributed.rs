@@ -84,13 +84,7 @@ mod ranks {
                 vocab,
                 ..
             } => {
-                let config = GptConfig {
-                    vocab,
-                    context,
-                    dim,
-                    heads,
-                    layers,
-                };
+                let config = GptConfig::new(vocab, context, dim, heads, layers);
                 Ok(lockstep(groups, bench, |group| DdpStep::new(group, config, batch))?)
             }
         }

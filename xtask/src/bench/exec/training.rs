@@ -116,13 +116,7 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
     else {
         return Err(cartage::Error::invalid("gpt_train", "internal: not a GPT case"));
     };
-    let config = cartage_nn::models::GptConfig {
-        vocab,
-        context,
-        dim,
-        heads,
-        layers,
-    };
+    let config = cartage_nn::models::GptConfig::new(vocab, context, dim, heads, layers);
     let mut gpt = GptFixture::new(config, batch, device)?;
     let mut step = |mark: Mark<'_>| -> Result<()> {
         let loss = gpt.loss(autocast)?;

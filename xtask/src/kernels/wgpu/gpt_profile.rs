@@ -24,22 +24,10 @@ const TOP: usize = 40;
 pub fn run(backend: &WgpuBackend, autocast: bool, quick: bool, steps: usize) -> Result<()> {
     let device = Device::wgpu(0);
     let (config, batch) = if quick {
-        let config = GptConfig {
-            vocab: 128,
-            context: 64,
-            dim: 64,
-            heads: 4,
-            layers: 2,
-        };
+        let config = GptConfig::new(128, 64, 64, 4, 2);
         (config, 8)
     } else {
-        let config = GptConfig {
-            vocab: 128,
-            context: 256,
-            dim: 384,
-            heads: 6,
-            layers: 6,
-        };
+        let config = GptConfig::new(128, 256, 384, 6, 6);
         (config, 64)
     };
     let GptConfig {
