@@ -928,3 +928,65 @@ fn nn_ops_keep_f64_precision() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn element_wise_losses_match_the_reference() -> Result<()> {
+    let x = [0.3f32, -2.0, 1.5, 0.05, -0.7, 40.0];
+    let t = [0.0f32, 1.0, 1.0, 0.5, 0.2, 1.0];
+    let n = x.len() as f64;
+    let pairs: Vec<(f64, f64)> = x.iter().zip(&t).map(|(&a, &b)| (a as f64, b as f64)).collect();
+    let mse: f64 = pairs.iter().map(|(a, b)| (a - b).powi(2)).sum::<f64>() / n;
+    let l1: f64 = pairs.iter().map(|(a, b)| (a - b).abs()).sum();
+    let beta = 0.5;
+    let smooth: Vec<f64> = pairs
+        .iter()
+        .map(|(a, b)| {
+            let d = (a - b).abs();
+            if d < beta { 0.5 * d * d / beta } else { d - 0.5 * beta }
+        })
+        .collect();
+    let bce = |a: f64, b: f64, p: f64| -> f64 {
+        let sig = 1.0 / (1.0 + (-a).exp());
+        -(p * b * sig.ln() + (1.0 - b) * (1.0 - sig).ln())
+    };
+    for device in devices("element_wise_losses_match_the_reference") {
+        let xs = tensor(&x, &[2, 3], &device)?;
+        let ts = tensor(&t, &[2, 3], &device)?;
+        let close = |got: f64, want: f64, what: &str| {
+            assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{device} {what}: {got} vs {want}");
+        };
+        close(xs.mse_loss(&ts, Reduction::Mean)?.item::<f32>()? as f64, mse, "mse");
+        close(xs.l1_loss(&ts, Reduction::Sum)?.item::<f32>()? as f64, l1, "l1");
+        let rows = xs.smooth_l1_loss(&ts, beta, Reduction::None)?.to_vec::<f32>()?;
+        for (got, want) in rows.iter().zip(&smooth) {
+            close(*got as f64, *want, "smooth_l1");
+        }
+        let pos = tensor(&[1.0, 2.0, 0.5], &[3], &device)?;
+        let rows = xs.binary_cross_entropy_with_logits(&ts, Some(&pos), Reduction::None)?.to_vec::<f32>()?;
+        for (i, got) in rows.iter().enumerate() {
+            let (a, b) = pairs[i];
+            // x = 40 saturates the sigmoid: the reference's 1 − σ underflows, the stable form
+            // gives (1 − t)·x exactly.
+            let want = if a > 30.0 { (1.0 - b) * a } else { bce(a, b, [1.0, 2.0, 0.5][i % 3]) };
+            close(*got as f64, want, "bce_with_logits");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn element_wise_losses_refuse_bad_operands() -> Result<()> {
+    let cpu = Device::cpu();
+    let x = Tensor::zeros(&[2, 3], DType::F32, &cpu)?;
+    let wrong_shape = Tensor::zeros(&[3], DType::F32, &cpu)?;
+    let wrong_dtype = Tensor::zeros(&[2, 3], DType::F64, &cpu)?;
+    let ints = Tensor::zeros(&[2, 3], DType::I64, &cpu)?;
+    assert!(matches!(x.mse_loss(&wrong_shape, Reduction::Mean), Err(Error::ShapeMismatch { .. })));
+    assert!(matches!(x.l1_loss(&wrong_dtype, Reduction::Mean), Err(Error::DTypeMismatch { .. })));
+    assert!(ints.mse_loss(&ints, Reduction::Mean).is_err(), "integer losses are refused");
+    assert!(matches!(x.smooth_l1_loss(&x, -1.0, Reduction::Mean), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(x.smooth_l1_loss(&x, f64::NAN, Reduction::Mean), Err(Error::InvalidArgument { .. })));
+    let bad_weight = Tensor::ones(&[3], DType::F64, &cpu)?;
+    assert!(x.binary_cross_entropy_with_logits(&x, Some(&bad_weight), Reduction::Mean).is_err());
+    Ok(())
+}

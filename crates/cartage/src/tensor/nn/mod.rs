@@ -19,6 +19,7 @@ mod loss;
 mod norm;
 mod pool;
 mod pool_grad;
+mod regression_loss;
 mod window;
 
 pub use conv::Conv2d;
