@@ -953,7 +953,10 @@ fn element_wise_losses_match_the_reference() -> Result<()> {
         let xs = tensor(&x, &[2, 3], &device)?;
         let ts = tensor(&t, &[2, 3], &device)?;
         let close = |got: f64, want: f64, what: &str| {
-            assert!((got - want).abs() <= 1e-4 * (1.0 + want.abs()), "{device} {what}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "{device} {what}: {got} vs {want}"
+            );
         };
         close(xs.mse_loss(&ts, Reduction::Mean)?.item::<f32>()? as f64, mse, "mse");
         close(xs.l1_loss(&ts, Reduction::Sum)?.item::<f32>()? as f64, l1, "l1");
@@ -962,12 +965,18 @@ fn element_wise_losses_match_the_reference() -> Result<()> {
             close(*got as f64, *want, "smooth_l1");
         }
         let pos = tensor(&[1.0, 2.0, 0.5], &[3], &device)?;
-        let rows = xs.binary_cross_entropy_with_logits(&ts, Some(&pos), Reduction::None)?.to_vec::<f32>()?;
+        let rows = xs
+            .binary_cross_entropy_with_logits(&ts, Some(&pos), Reduction::None)?
+            .to_vec::<f32>()?;
         for (i, got) in rows.iter().enumerate() {
             let (a, b) = pairs[i];
             // x = 40 saturates the sigmoid: the reference's 1 − σ underflows, the stable form
             // gives (1 − t)·x exactly.
-            let want = if a > 30.0 { (1.0 - b) * a } else { bce(a, b, [1.0, 2.0, 0.5][i % 3]) };
+            let want = if a > 30.0 {
+                (1.0 - b) * a
+            } else {
+                bce(a, b, [1.0, 2.0, 0.5][i % 3])
+            };
             close(*got as f64, want, "bce_with_logits");
         }
     }
@@ -981,12 +990,30 @@ fn element_wise_losses_refuse_bad_operands() -> Result<()> {
     let wrong_shape = Tensor::zeros(&[3], DType::F32, &cpu)?;
     let wrong_dtype = Tensor::zeros(&[2, 3], DType::F64, &cpu)?;
     let ints = Tensor::zeros(&[2, 3], DType::I64, &cpu)?;
-    assert!(matches!(x.mse_loss(&wrong_shape, Reduction::Mean), Err(Error::ShapeMismatch { .. })));
-    assert!(matches!(x.l1_loss(&wrong_dtype, Reduction::Mean), Err(Error::DTypeMismatch { .. })));
-    assert!(ints.mse_loss(&ints, Reduction::Mean).is_err(), "integer losses are refused");
-    assert!(matches!(x.smooth_l1_loss(&x, -1.0, Reduction::Mean), Err(Error::InvalidArgument { .. })));
-    assert!(matches!(x.smooth_l1_loss(&x, f64::NAN, Reduction::Mean), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        x.mse_loss(&wrong_shape, Reduction::Mean),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(matches!(
+        x.l1_loss(&wrong_dtype, Reduction::Mean),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert!(
+        ints.mse_loss(&ints, Reduction::Mean).is_err(),
+        "integer losses are refused"
+    );
+    assert!(matches!(
+        x.smooth_l1_loss(&x, -1.0, Reduction::Mean),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        x.smooth_l1_loss(&x, f64::NAN, Reduction::Mean),
+        Err(Error::InvalidArgument { .. })
+    ));
     let bad_weight = Tensor::ones(&[3], DType::F64, &cpu)?;
-    assert!(x.binary_cross_entropy_with_logits(&x, Some(&bad_weight), Reduction::Mean).is_err());
+    assert!(
+        x.binary_cross_entropy_with_logits(&x, Some(&bad_weight), Reduction::Mean)
+            .is_err()
+    );
     Ok(())
 }

@@ -16,7 +16,7 @@ mod stats;
 
 pub use device_info::{DeviceExt, device_capabilities, device_info};
 
-pub use pick::{DEVICE_ENV, DevicePick, pick_from};
+pub use pick::{DEVICE_ENV, DevicePick, pick_from, pick_named};
 pub use registry::{BackendStatus, backend, backend_statuses, devices, is_software_adapter};
 pub use stats::{RuntimeStats, reset_stats, stats};
 pub(crate) use stats::{record_host_sync, record_implicit_copy};

@@ -32,6 +32,19 @@ pub trait DevicePick: Sized {
     /// The best device this machine has: `cuda:0`, else `wgpu:0` on a hardware adapter, else
     /// the CPU. Never reads the environment, never fails.
     fn best_available() -> Self;
+
+    /// Open this device's backend now (once per process; later calls are free), or say why it
+    /// cannot: [`Error::BackendNotCompiled`] when its feature is off,
+    /// [`Error::BackendUnavailable`] when the driver or the device is missing. Ops open their
+    /// device on first use anyway; `ensure` moves that check (and its cost) to program entry.
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// Device::cpu().ensure()?;
+    /// assert!(Device::cuda(4096).ensure().is_err());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    fn ensure(&self) -> Result<()>;
 }
 
 impl DevicePick for Device {
@@ -53,6 +66,10 @@ impl DevicePick for Device {
         }
         Device::cpu()
     }
+
+    fn ensure(&self) -> Result<()> {
+        backend(self).map(drop)
+    }
 }
 
 /// The value of the variable `name` (`None` when unset); [`Error::InvalidDevice`] naming it when
@@ -73,7 +90,8 @@ fn env_text(name: &str) -> Result<Option<String>> {
 }
 
 /// [`DevicePick::pick`] with the value of `CARTAGE_DEVICE` given (`None` when unset): the same
-/// checks, without reading the environment.
+/// checks, without reading the environment; errors name `CARTAGE_DEVICE` as the value's source.
+/// For a value from elsewhere (a command-line flag, a config file), use [`pick_named`].
 ///
 /// ```
 /// use cartage::{Device, Error, runtime::pick_from};
@@ -81,20 +99,37 @@ fn env_text(name: &str) -> Result<Option<String>> {
 /// assert!(matches!(pick_from(Some("cuda")), Err(Error::InvalidDevice { .. })));
 /// ```
 pub fn pick_from(setting: Option<&str>) -> Result<Device> {
+    pick_named(setting, DEVICE_ENV)
+}
+
+/// [`pick_from`] for a value that came from `source` (`"--device"`, say): a bad value's error
+/// names `source`, not `CARTAGE_DEVICE`. `None` (or an empty value) picks the best available
+/// device.
+///
+/// ```
+/// use cartage::{Error, runtime::pick_named};
+/// match pick_named(Some("cuda"), "--device") {
+///     Err(Error::InvalidDevice { reason, .. }) => {
+///         assert!(reason.contains("--device") && !reason.contains("CARTAGE_DEVICE"));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+pub fn pick_named(setting: Option<&str>, source: &str) -> Result<Device> {
     let Some(text) = setting.map(str::trim).filter(|t| !t.is_empty()) else {
         let device = Device::best_available();
-        tracing::info!(%device, "device picked: best available ({DEVICE_ENV} is not set)");
+        tracing::info!(%device, "device picked: best available (no device was named)");
         return Ok(device);
     };
     let device: Device = text.parse().map_err(|e| match e {
         Error::InvalidDevice { input, reason } => Error::InvalidDevice {
             input,
-            reason: format!("{reason} (from {DEVICE_ENV})"),
+            reason: format!("{reason} (from {source})"),
         },
         other => other,
     })?;
     backend(&device)?;
-    tracing::info!(%device, "device picked from {DEVICE_ENV}");
+    tracing::info!(%device, "device picked from {source}");
     Ok(device)
 }
 

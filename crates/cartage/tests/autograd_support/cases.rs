@@ -293,14 +293,25 @@ fn nn() -> Vec<Case> {
         case!("l1_loss", [([5], Away)], true, |x| {
             x[0].l1_loss(&Tensor::zeros(&[5], x[0].dtype(), &x[0].device())?, Reduction::Sum)
         }),
-        case!("smooth_l1_loss both sides of beta", [([6], Away), ([6], Normal)], true, |x| {
-            x[0].mul_scalar(2.0)?.smooth_l1_loss(&x[1].mul_scalar(0.01)?, 1.0, Reduction::Mean)
-        }),
-        case!("bce_with_logits pos_weight", [([2, 3], Normal), ([3], Positive)], true, |x| {
-            let t = Tensor::from_slice(&[0.0f64, 0.3, 1.0, 0.5, 0.9, 0.1], &[2, 3], &x[0].device())?
-                .to_dtype(x[0].dtype())?;
-            x[0].binary_cross_entropy_with_logits(&t, Some(&x[1]), Reduction::Sum)
-        }),
+        case!(
+            "smooth_l1_loss both sides of beta",
+            [([6], Away), ([6], Normal)],
+            true,
+            |x| {
+                x[0].mul_scalar(2.0)?
+                    .smooth_l1_loss(&x[1].mul_scalar(0.01)?, 1.0, Reduction::Mean)
+            }
+        ),
+        case!(
+            "bce_with_logits pos_weight",
+            [([2, 3], Normal), ([3], Positive)],
+            true,
+            |x| {
+                let t = Tensor::from_slice(&[0.0f64, 0.3, 1.0, 0.5, 0.9, 0.1], &[2, 3], &x[0].device())?
+                    .to_dtype(x[0].dtype())?;
+                x[0].binary_cross_entropy_with_logits(&t, Some(&x[1]), Reduction::Sum)
+            }
+        ),
         case!("dropout keeps its mask", [([4, 4], Normal)], true, |x| {
             let mut rng = Generator::new(7);
             x[0].dropout(0.5, &mut rng, true)?.mul(&x[0])

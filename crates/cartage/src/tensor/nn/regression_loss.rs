@@ -89,7 +89,13 @@ impl Tensor {
         const NAME: &str = "binary_cross_entropy_with_logits";
         self.check_pair(NAME, target)?;
         // softplus(−x) = log(1 + e^{−|x|}) + max(−x, 0), exact for large |x|.
-        let softplus_neg = self.abs()?.neg()?.exp()?.add_scalar(1.0)?.log()?.add(&self.neg()?.relu()?)?;
+        let softplus_neg = self
+            .abs()?
+            .neg()?
+            .exp()?
+            .add_scalar(1.0)?
+            .log()?
+            .add(&self.neg()?.relu()?)?;
         let one_minus_t = target.neg()?.add_scalar(1.0)?;
         let positive = match pos_weight {
             None => softplus_neg,
