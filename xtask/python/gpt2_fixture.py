@@ -25,6 +25,8 @@ def main(out: str) -> None:
         n_head=4,
         activation_function="gelu_new",
         attn_implementation="eager",
+        bos_token_id=None,
+        eos_token_id=None,
     )
     model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():

@@ -54,6 +54,18 @@ pub fn gpt2_config_from_json(text: &str) -> Result<GptConfig> {
             "config.json describes a `{kind}` model; only `gpt2` is supported"
         )));
     }
+    for (key, expected) in [
+        ("scale_attn_weights", true),
+        ("scale_attn_by_inverse_layer_idx", false),
+        ("reorder_and_upcast_attn", false),
+        ("add_cross_attention", false),
+    ] {
+        if let Some(v) = json.get(key).and_then(serde_json::Value::as_bool)
+            && v != expected
+        {
+            return Err(bad(format!("`{key}` is {v}; cartage's GPT-2 supports only {expected}")));
+        }
+    }
     let dim = size("n_embd")?;
     if let Some(inner) = json.get("n_inner").filter(|v| !v.is_null()) {
         if inner.as_u64() != Some(4 * dim as u64) {
