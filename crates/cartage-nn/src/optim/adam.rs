@@ -123,6 +123,11 @@ impl Core {
         check_non_negative(op, "weight_decay", weight_decay)
     }
 
+    /// [`Core::check`] of the current hyperparameters.
+    fn check_all(&self, op: &'static str) -> Result<()> {
+        Self::check(op, self.lr, self.betas, self.eps, self.weight_decay)
+    }
+
     fn new(store: &ParamStore, lr: f64, weight_decay: f64, decoupled: bool) -> Core {
         Core {
             store: store.id(),
@@ -213,6 +218,37 @@ macro_rules! delegate_to_core {
             pub fn last_step(&self) -> StepReport {
                 self.core.last_step
             }
+
+            /// The same optimizer with learning rate `lr` (checked now, as PyTorch's
+            /// constructor checks it).
+            pub fn lr(mut self, lr: f64) -> Result<Self> {
+                self.core.lr = lr;
+                self.core.check_all(concat!(stringify!($name), "::lr"))?;
+                Ok(self)
+            }
+
+            /// The same optimizer with `betas` (β₁, β₂), each in `[0, 1)`.
+            pub fn betas(mut self, betas: (f64, f64)) -> Result<Self> {
+                self.core.betas = betas;
+                self.core.check_all(concat!(stringify!($name), "::betas"))?;
+                Ok(self)
+            }
+
+            /// The same optimizer with `eps` (finite, ≥ 0) added to the denominator.
+            pub fn eps(mut self, eps: f64) -> Result<Self> {
+                self.core.eps = eps;
+                self.core.check_all(concat!(stringify!($name), "::eps"))?;
+                Ok(self)
+            }
+
+            /// The same optimizer with weight decay `weight_decay` (finite, ≥ 0): added to the
+            /// gradient for `Adam` (L2), applied to the parameter for `AdamW` (decoupled).
+            pub fn weight_decay(mut self, weight_decay: f64) -> Result<Self> {
+                self.core.weight_decay = weight_decay;
+                self.core
+                    .check_all(concat!(stringify!($name), "::weight_decay"))?;
+                Ok(self)
+            }
         }
 
         impl Optimizer for $name {
@@ -250,8 +286,26 @@ macro_rules! delegate_to_core {
     };
 }
 
-/// Adam (`torch.optim.Adam`): betas (0.9, 0.999), eps 1e-8, L2 weight decay added to the
-/// gradient.
+/// Adam (`torch.optim.Adam`): betas (0.9, 0.999), eps 1e-8, L2 weight decay (0 by default)
+/// added to the gradient. Built like every optimizer: `new(&store, lr)` then setters.
+///
+/// | | `Adam` | `AdamW` |
+/// |---|---|---|
+/// | weight decay | L2: `g += wd·p` before the moments | decoupled: `p -= lr·wd·p` |
+/// | default `weight_decay` | 0 | 0.01 |
+///
+/// ```
+/// use cartage::prelude::*;
+/// use cartage_nn::{ParamStore, optim::{Adam, Optimizer}};
+/// # fn main() -> cartage::Result<()> {
+/// let store = ParamStore::new(&Device::cpu());
+/// store.root().var("w", Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+/// let opt = Adam::new(&store, 1e-3)?.betas((0.9, 0.95))?.weight_decay(1e-4)?;
+/// assert_eq!(opt.learning_rate(), 1e-3);
+/// assert!(Adam::new(&store, 1e-3)?.eps(-1.0).is_err());
+/// # Ok(())
+/// # }
+/// ```
 pub struct Adam {
     core: Core,
 }
@@ -278,7 +332,8 @@ impl Adam {
 
 delegate_to_core!(Adam);
 
-/// AdamW (`torch.optim.AdamW`): Adam with decoupled weight decay, 0.01 by default.
+/// AdamW (`torch.optim.AdamW`): Adam with decoupled weight decay, 0.01 by default (see
+/// [`Adam`] for the two side by side).
 pub struct AdamW {
     core: Core,
 }

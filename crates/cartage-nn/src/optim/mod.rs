@@ -103,6 +103,11 @@ pub trait Optimizer {
     /// true`): a missing, unexpected or mismatched key is [`Error::StateMismatch`] and nothing
     /// changes. Non-strict: loads the entries that match and returns those it skipped.
     fn load_state_with(&mut self, store: &ParamStore, state: &OptimizerState, strict: bool) -> Result<StateDiff>;
+    /// Clear the gradients of `store`'s parameters (`optimizer.zero_grad()` in PyTorch; the
+    /// same as [`ParamStore::zero_grad`]).
+    fn zero_grad(&self, store: &ParamStore) {
+        store.zero_grad();
+    }
     /// Resume from a checkpoint's state, strictly (see [`Optimizer::load_state_with`]).
     fn load_state(&mut self, store: &ParamStore, state: &OptimizerState) -> Result<()> {
         self.load_state_with(store, state, true).map(drop)

@@ -63,6 +63,56 @@ impl Sgd {
         })
     }
 
+    /// The same optimizer with learning rate `lr` (checked now, as PyTorch's constructor
+    /// checks it).
+    pub fn lr(mut self, lr: f64) -> Result<Sgd> {
+        self.lr = lr;
+        self.check("Sgd::lr")?;
+        Ok(self)
+    }
+
+    /// The same optimizer with momentum `momentum` (finite, ≥ 0; 0 for none).
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// use cartage_nn::{ParamStore, optim::Sgd};
+    /// # fn main() -> cartage::Result<()> {
+    /// let store = ParamStore::new(&Device::cpu());
+    /// store.root().var("w", Tensor::ones(&[2], DType::F32, &Device::cpu())?)?;
+    /// let sgd = Sgd::new(&store, 0.1)?.momentum(0.9)?.nesterov(true)?.weight_decay(5e-4)?;
+    /// assert!(sgd.nesterov && sgd.momentum == 0.9);
+    /// assert!(Sgd::new(&store, 0.1)?.nesterov(true).is_err()); // Nesterov needs a momentum
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn momentum(mut self, momentum: f64) -> Result<Sgd> {
+        self.momentum = momentum;
+        self.check("Sgd::momentum")?;
+        Ok(self)
+    }
+
+    /// The same optimizer with dampening `dampening` of the momentum.
+    pub fn dampening(mut self, dampening: f64) -> Result<Sgd> {
+        self.dampening = dampening;
+        self.check("Sgd::dampening")?;
+        Ok(self)
+    }
+
+    /// The same optimizer with L2 weight decay `weight_decay` (finite, ≥ 0).
+    pub fn weight_decay(mut self, weight_decay: f64) -> Result<Sgd> {
+        self.weight_decay = weight_decay;
+        self.check("Sgd::weight_decay")?;
+        Ok(self)
+    }
+
+    /// The same optimizer with Nesterov momentum on or off (on needs a momentum and zero
+    /// dampening).
+    pub fn nesterov(mut self, nesterov: bool) -> Result<Sgd> {
+        self.nesterov = nesterov;
+        self.check("Sgd::nesterov")?;
+        Ok(self)
+    }
+
     /// Refuse hyperparameters PyTorch's `SGD` refuses.
     fn check(&self, op: &'static str) -> Result<()> {
         check_lr(op, self.lr)?;
