@@ -80,6 +80,36 @@ impl DType {
         matches!(self, DType::I32 | DType::I64)
     }
 
+    /// The dtype PyTorch's `torch.promote_types(self, other)` gives: the smallest dtype both
+    /// convert to without losing their kind — bool below every integer, integers below every
+    /// float, `f16` with `bf16` to `f32`, anything with `f64` to `f64`. cartage's binary ops do
+    /// **not** promote (a mixed pair is [`crate::Error::DTypeMismatch`]); the error names this
+    /// dtype as the cast to write.
+    ///
+    /// ```
+    /// use cartage_core::DType;
+    /// assert_eq!(DType::BF16.promote(DType::F32), DType::F32);
+    /// assert_eq!(DType::F16.promote(DType::BF16), DType::F32);
+    /// assert_eq!(DType::I64.promote(DType::F16), DType::F16);
+    /// assert_eq!(DType::U8.promote(DType::I32), DType::I32);
+    /// assert_eq!(DType::Bool.promote(DType::U8), DType::U8);
+    /// ```
+    pub const fn promote(self, other: DType) -> DType {
+        use DType::*;
+        match (self, other) {
+            (a, b) if a as u8 == b as u8 => a,
+            (Bool, x) | (x, Bool) => x,
+            (F64, _) | (_, F64) => F64,
+            (F32, _) | (_, F32) => F32,
+            (F16, BF16) | (BF16, F16) => F32,
+            (F16, _) | (_, F16) => F16,
+            (BF16, _) | (_, BF16) => BF16,
+            (I64, _) | (_, I64) => I64,
+            (I32, _) | (_, I32) => I32,
+            _ => U8,
+        }
+    }
+
     /// Parse a short name as printed by [`DType::name`].
     pub fn from_name(name: &str) -> Option<DType> {
         DType::ALL.into_iter().find(|d| d.name() == name)
@@ -360,5 +390,32 @@ mod tests {
         assert_eq!(Scalar::Float(-2.7).to_bytes(DType::U8), [0]);
         assert_eq!(Scalar::Float(3e9).to_bytes(DType::I32), i32::MAX.to_le_bytes());
         assert_eq!(Scalar::Int(-5).to_bytes(DType::U8), [251]);
+    }
+}
+
+#[cfg(test)]
+mod promotion_tests {
+    use super::DType;
+    use DType::*;
+
+    /// `torch.promote_types(a, b)` for every pair of `DType::ALL`, as PyTorch 2.x prints it.
+    const TORCH: [[DType; 8]; 8] = [
+        [F32, F64, F32, F32, F32, F32, F32, F32],
+        [F64, F64, F64, F64, F64, F64, F64, F64],
+        [F32, F64, F16, F32, F16, F16, F16, F16],
+        [F32, F64, F32, BF16, BF16, BF16, BF16, BF16],
+        [F32, F64, F16, BF16, I32, I64, I32, I32],
+        [F32, F64, F16, BF16, I64, I64, I64, I64],
+        [F32, F64, F16, BF16, I32, I64, U8, U8],
+        [F32, F64, F16, BF16, I32, I64, U8, Bool],
+    ];
+
+    #[test]
+    fn promote_is_pytorchs_table() {
+        for (i, a) in DType::ALL.into_iter().enumerate() {
+            for (j, b) in DType::ALL.into_iter().enumerate() {
+                assert_eq!(a.promote(b), TORCH[i][j], "promote({a}, {b})");
+            }
+        }
     }
 }

@@ -102,11 +102,20 @@ impl fmt::Display for DTypeMismatchDisplay<'_> {
                  and cartage never converts silently. Read it with `item::<{lhs}>()`, or convert first with \
                  `.to_dtype(DType::{rhs:?})`"
             ),
-            _ => write!(
-                f,
-                "`{op}`: dtype mismatch, {lhs} (created at {lhs_site}) against {rhs} (created at {rhs_site}). \
-                 cartage never promotes silently; convert one operand with `.to_dtype(..)`"
-            ),
+            _ => {
+                let common = lhs.promote(rhs);
+                let which = match (lhs == common, rhs == common) {
+                    (true, _) => "the right operand",
+                    (_, true) => "the left operand",
+                    _ => "both operands",
+                };
+                write!(
+                    f,
+                    "`{op}`: dtype mismatch, {lhs} (created at {lhs_site}) against {rhs} (created at {rhs_site}). \
+                     cartage never promotes silently (PyTorch would compute in {common}); convert {which} \
+                     with `.to_dtype(DType::{common:?})`, or both to the dtype you mean"
+                )
+            }
         }
     }
 }

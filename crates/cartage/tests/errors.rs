@@ -192,3 +192,39 @@ fn shape_and_argument_problems_are_errors() -> Result<()> {
     assert!(matches!(a.index_select(1, &index), Err(Error::IndexOutOfRange { .. })));
     Ok(())
 }
+
+/// Mixed dtypes are refused (cartage never promotes silently), and the message names the dtype
+/// PyTorch would have computed in and the operand to convert.
+#[test]
+fn mixed_dtypes_name_the_cast_to_write() {
+    let cpu = cartage::Device::cpu();
+    let cases = [
+        (
+            cartage::DType::BF16,
+            cartage::DType::F32,
+            "DType::F32",
+            "the left operand",
+        ),
+        (
+            cartage::DType::F32,
+            cartage::DType::F64,
+            "DType::F64",
+            "the left operand",
+        ),
+        (cartage::DType::F16, cartage::DType::BF16, "DType::F32", "both operands"),
+        (
+            cartage::DType::F32,
+            cartage::DType::I64,
+            "DType::F32",
+            "the right operand",
+        ),
+    ];
+    for (a, b, cast, which) in cases {
+        let x = cartage::Tensor::ones(&[2], a, &cpu).unwrap();
+        let y = cartage::Tensor::ones(&[2], b, &cpu).unwrap();
+        let err = x.mul(&y).unwrap_err();
+        assert!(matches!(err, cartage::Error::DTypeMismatch { .. }), "{a} × {b}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(cast) && text.contains(which), "{a} × {b}: {text}");
+    }
+}
