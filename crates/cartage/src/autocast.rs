@@ -66,6 +66,35 @@ pub fn autocast(device: &Device, dtype: DType) -> Result<AutocastGuard> {
     })
 }
 
+/// PyTorch's `autocast(device, dtype, enabled=...)`: [`autocast`] when `enabled`; otherwise
+/// autocast is switched **off** on this thread until the guard drops (also inside an enclosing
+/// autocast region, as PyTorch's `enabled=False` does), so one code path serves both settings.
+///
+/// ```
+/// use cartage::{DType, Device, Tensor, autocast_dtype, autocast_with};
+/// # fn main() -> cartage::Result<()> {
+/// let cpu = Device::cpu();
+/// let _outer = autocast_with(&cpu, DType::BF16, true)?;
+/// assert_eq!(autocast_dtype(), Some(DType::BF16));
+/// {
+///     let _off = autocast_with(&cpu, DType::BF16, false)?;
+///     assert_eq!(autocast_dtype(), None); // f32 inside
+/// }
+/// assert_eq!(autocast_dtype(), Some(DType::BF16)); // restored
+/// # Ok(())
+/// # }
+/// ```
+pub fn autocast_with(device: &Device, dtype: DType, enabled: bool) -> Result<AutocastGuard> {
+    if enabled {
+        return autocast(device, dtype);
+    }
+    let previous = ACTIVE.with(|a| a.replace(None));
+    Ok(AutocastGuard {
+        previous,
+        _same_thread: PhantomData,
+    })
+}
+
 /// The autocast dtype on this thread, if a guard is alive.
 pub fn autocast_dtype() -> Option<DType> {
     ACTIVE.with(Cell::get)

@@ -44,7 +44,7 @@ pub mod tensor;
 /// The `half` crate, for `f16`/`bf16` host values (`cartage::half::bf16::from_f32(1.5)`).
 pub use half;
 
-pub use autocast::{AutocastGuard, autocast, autocast_dtype};
+pub use autocast::{AutocastGuard, autocast, autocast_dtype, autocast_with};
 pub use autograd::{
     GradHook, GradHookId, Gradients, GraphMemory, NoGradGuard, Var, VarId, graph_memory, is_grad_enabled,
     live_graph_nodes, no_grad, saved_activation_bytes,
