@@ -67,13 +67,13 @@ pub fn gpt2_config_from_json(text: &str) -> Result<GptConfig> {
         }
     }
     let dim = size("n_embd")?;
-    if let Some(inner) = json.get("n_inner").filter(|v| !v.is_null()) {
-        if inner.as_u64() != Some(4 * dim as u64) {
-            return Err(bad(format!(
-                "`n_inner` is {inner}; cartage's blocks have an MLP of 4 × n_embd = {}",
-                4 * dim
-            )));
-        }
+    if let Some(inner) = json.get("n_inner").filter(|v| !v.is_null())
+        && inner.as_u64() != Some(4 * dim as u64)
+    {
+        return Err(bad(format!(
+            "`n_inner` is {inner}; cartage's blocks have an MLP of 4 × n_embd = {}",
+            4 * dim
+        )));
     }
     let activation = match json.get("activation_function").and_then(serde_json::Value::as_str) {
         None | Some("gelu_new" | "gelu_pytorch_tanh" | "gelu_fast") => Activation::GeluTanh,
