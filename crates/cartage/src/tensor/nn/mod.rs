@@ -10,6 +10,7 @@
 //! fused `Kernel::Linear`, or composed). The option types live here, in `tensor::nn`.
 
 mod attention;
+mod class_loss;
 mod conv;
 mod dropout;
 mod fused_backward;
