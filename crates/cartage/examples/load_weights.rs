@@ -13,19 +13,20 @@ use std::path::PathBuf;
 
 use cartage::memory::{Optimizer, TrainingEstimate};
 use cartage::prelude::*;
-use cartage::{load_safetensors, save_safetensors};
+use cartage::{Activation, load_safetensors, save_safetensors};
 
-/// A small model's weights, created on `device`: two f32 layers, a bf16 embedding, an i64
-/// vocabulary index and a bool mask.
+/// A small model's weights, created on `device`: two f32 layers (weights `[out, in]`, as PyTorch
+/// and `cartage_nn::layers::Linear` store them), a bf16 embedding, an i64 vocabulary index and a
+/// bool mask.
 fn build_model(device: &Device) -> cartage::Result<Vec<(String, Tensor)>> {
     Ok(vec![
         (
             "embed.weight".into(),
             Tensor::randn(&[1000, 64], DType::F32, 1, device)?.to_dtype(DType::BF16)?,
         ),
-        ("fc1.weight".into(), Tensor::randn(&[64, 256], DType::F32, 2, device)?),
+        ("fc1.weight".into(), Tensor::randn(&[256, 64], DType::F32, 2, device)?),
         ("fc1.bias".into(), Tensor::zeros(&[256], DType::F32, device)?),
-        ("fc2.weight".into(), Tensor::randn(&[256, 10], DType::F32, 3, device)?),
+        ("fc2.weight".into(), Tensor::randn(&[10, 256], DType::F32, 3, device)?),
         ("fc2.bias".into(), Tensor::zeros(&[10], DType::F32, device)?),
         (
             "vocab.ids".into(),
@@ -70,8 +71,9 @@ fn main() -> anyhow::Result<()> {
         println!("  {name:<14} {:?} {} on {}", t.shape(), t.dtype(), t.device());
     }
     let x = Tensor::randn(&[4, 64], DType::F32, 9, &device)?;
-    let hidden = x.matmul(&weights["fc1.weight"])?.add(&weights["fc1.bias"])?.relu()?;
-    let logits = hidden.matmul(&weights["fc2.weight"])?.add(&weights["fc2.bias"])?;
+    // y = x·Wᵀ + b, with the activation fused where the backend can.
+    let hidden = x.linear(&weights["fc1.weight"], Some(&weights["fc1.bias"]), Activation::Relu)?;
+    let logits = hidden.linear(&weights["fc2.weight"], Some(&weights["fc2.bias"]), Activation::Identity)?;
     println!("forward pass on {device}: logits {:?}", logits.shape());
     Ok(())
 }
