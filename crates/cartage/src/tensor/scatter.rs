@@ -129,6 +129,31 @@ impl Tensor {
         self.scatter_with(ScatterMode::Add, d, index, Some(layout), src, site)
     }
 
+    /// [`Tensor::index_add`] of `alpha · src` (PyTorch's `index_add(dim, index, src,
+    /// alpha=alpha)`). For integer tensors `alpha` must be a whole number.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::zeros(&[3], DType::F32, &Device::cpu())?;
+    /// let index = Tensor::from_slice(&[2i64, 0], &[2], &Device::cpu())?;
+    /// let src = Tensor::ones(&[2], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.index_add_alpha(0, &index, &src, -0.5)?.to_vec::<f32>()?, vec![-0.5, 0.0, -0.5]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn index_add_alpha(&self, dim: isize, index: &Tensor, src: &Tensor, alpha: f64) -> Result<Tensor> {
+        if !self.dtype().is_float() && alpha.fract() != 0.0 {
+            return Err(Error::invalid(
+                "index_add",
+                format!("alpha {alpha} must be a whole number for a {} tensor", self.dtype()),
+            ));
+        }
+        if alpha == 1.0 {
+            return self.index_add(dim, index, src);
+        }
+        self.index_add(dim, index, &src.mul_scalar(alpha)?)
+    }
+
     fn scatter_with(
         &self,
         mode: ScatterMode,

@@ -288,6 +288,10 @@ fn nn() -> Vec<Case> {
             x[0].log_softmax(1)?
                 .nll_loss(&ids(&[3, 0, 1], &[3], &x[0])?, CrossEntropy::default())
         }),
+        case!("softplus_with beta threshold", [([6], Normal)], true, |x| x[0]
+            .softplus_with(2.0, 3.0)),
+        case!("max_pool2d stride = kernel", [([1, 1, 4, 4], Normal)], true, |x| x[0]
+            .max_pool2d([2, 2], None, [0, 0])),
         case!("mse_loss", [([2, 3], Normal), ([2, 3], Normal)], true, |x| x[0]
             .mse_loss(&x[1], Reduction::Mean)),
         case!("l1_loss", [([5], Away)], true, |x| {

@@ -21,6 +21,7 @@ mod norm;
 mod pool;
 mod pool_grad;
 mod regression_loss;
+mod softplus;
 mod window;
 
 pub use conv::Conv2d;

@@ -13,7 +13,8 @@ use crate::tensor::{Tensor, caller, check};
 impl Tensor {
     /// 2-D max pooling of this input `[N, C, H, W]` (or `[C, H, W]`) with windows of `kernel`
     /// taps moved by `stride`, after `padding` rows and columns of `-inf` on both sides
-    /// (`[height, width]` each). The output is `[N, C, OH, OW]` with
+    /// (`[height, width]` each); `stride` `None` is the kernel (PyTorch's default). The output
+    /// is `[N, C, OH, OW]` with
     /// `OH = (H + 2·padding - kernel) / stride + 1`. Padding may be at most half the kernel, as
     /// in PyTorch, so no window is all padding. Float dtypes; NaN propagates. The gradient goes
     /// to the first maximum of each window (the first NaN where there is one).
@@ -23,11 +24,18 @@ impl Tensor {
     /// let x = Tensor::from_slice(&[1.0f32, 5.0, 2.0, 0.0, 3.0, 4.0, 9.0, 8.0, 7.0], &[1, 1, 3, 3], &Device::cpu())?;
     /// let y = x.max_pool2d([2, 2], [1, 1], [0, 0])?;
     /// assert_eq!(y.to_vec::<f32>()?, vec![5.0, 5.0, 9.0, 8.0]);
+    /// assert_eq!(x.max_pool2d([2, 2], None, [0, 0])?.to_vec::<f32>()?, vec![5.0]); // stride = kernel
     /// # Ok::<(), cartage::Error>(())
     /// ```
     #[track_caller]
-    pub fn max_pool2d(&self, kernel: [usize; 2], stride: [usize; 2], padding: [usize; 2]) -> Result<Tensor> {
+    pub fn max_pool2d(
+        &self,
+        kernel: [usize; 2],
+        stride: impl Into<Option<[usize; 2]>>,
+        padding: [usize; 2],
+    ) -> Result<Tensor> {
         let site = caller();
+        let stride = stride.into().unwrap_or(kernel);
         Ok(self
             .max_pool2d_at(PoolWindow::new(kernel, stride, padding), false, site)?
             .0)
@@ -49,10 +57,11 @@ impl Tensor {
     pub fn max_pool2d_with_indices(
         &self,
         kernel: [usize; 2],
-        stride: [usize; 2],
+        stride: impl Into<Option<[usize; 2]>>,
         padding: [usize; 2],
     ) -> Result<(Tensor, Tensor)> {
         let site = caller();
+        let stride = stride.into().unwrap_or(kernel);
         let (values, indices) = self.max_pool2d_at(PoolWindow::new(kernel, stride, padding), true, site)?;
         let indices = indices.ok_or_else(|| Error::invalid("max_pool2d", "internal: no indices were computed"))?;
         let indices = graph::record_constant(indices, "max_pool2d indices", &[self]);
@@ -63,7 +72,8 @@ impl Tensor {
     /// `kernel` taps moved by `stride`, after `padding` rows and columns of zeros on both sides
     /// (`[height, width]` each). With `count_include_pad` every window divides by
     /// `kernel[0]·kernel[1]` (PyTorch's default); without it, by the number of its taps inside
-    /// the input. Padding may be at most half the kernel, as in PyTorch. Float dtypes.
+    /// the input. Padding may be at most half the kernel, as in PyTorch; `stride` `None` is the
+    /// kernel. Float dtypes.
     ///
     /// ```
     /// use cartage::{Device, Tensor};
@@ -78,11 +88,12 @@ impl Tensor {
     pub fn avg_pool2d(
         &self,
         kernel: [usize; 2],
-        stride: [usize; 2],
+        stride: impl Into<Option<[usize; 2]>>,
         padding: [usize; 2],
         count_include_pad: bool,
     ) -> Result<Tensor> {
         let site = caller();
+        let stride = stride.into().unwrap_or(kernel);
         let mode = PoolMode::Avg { count_include_pad };
         let window = PoolWindow::new(kernel, stride, padding);
         let fused_backward = self.lists(Op::Pool2dBackward(PoolKind::Avg));
