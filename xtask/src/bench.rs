@@ -14,6 +14,7 @@ pub mod cases;
 mod devices;
 mod env;
 mod exec;
+pub mod implementation;
 mod plan;
 mod precision_error;
 pub mod report;
@@ -29,6 +30,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use cases::{Case, Section, Task};
 use plan::Plan;
+use report::spread::Spread;
 use report::{ReferenceStatus, ReferenceValue, Report, Row};
 
 /// Arguments of `cargo xtask bench`.
@@ -93,7 +95,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(Ok(r)) => covered(r),
         _ => 0,
     };
-    let progress = progress_bar((tasks.len() + reference_count) as u64);
+    // The model steps run STEP_RUNS times on each side, interleaved: every task, then the
+    // reference's; then the steps alone on each side, again and again.
+    let steps: Vec<usize> = (0..tasks.len()).filter(|&i| is_step(&tasks[i].1)).collect();
+    let steps_referenced = match &reference {
+        Some(Ok(r)) => steps.iter().filter(|&&i| r.covers(&tasks[i].1.device)).count(),
+        _ => 0,
+    };
+    let again = (STEP_RUNS - 1) * (steps.len() + steps_referenced);
+    let progress = progress_bar((tasks.len() + reference_count + again) as u64);
     let names: HashMap<String, String> = report
         .devices
         .iter()
@@ -101,7 +111,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .collect();
     let bench = plan.budget.bench();
     let mut limits = CallLimit::new(plan.max_call);
-    for (device, task) in &mut tasks {
+    // Per task index: the row it made and each run's figures.
+    let mut step_runs: HashMap<usize, (usize, Vec<Figures>)> = HashMap::new();
+    for (index, (device, task)) in tasks.iter_mut().enumerate() {
         size_pipeline(task, &report);
         size_precision(task, &report, names.get(&task.device).map_or("", |n| n.as_str()));
         let task = &*task;
@@ -115,6 +127,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 let name = names.get(&task.device).cloned().unwrap_or_default();
                 let mut row = row(task, &name, outcome);
                 precision_error::attach(&mut row, task, device);
+                if is_step(task) {
+                    step_runs.insert(index, (report.rows.len(), vec![Figures::of_row(&row)]));
+                }
                 report.rows.push(row);
             }
             Err(reason) => report.skips.push(plan::skip(task, reason)),
@@ -125,19 +140,50 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
 
-    report.reference = match reference {
+    let mut measured: HashMap<String, Vec<torch::Measured>> = HashMap::new();
+    report.reference = match &reference {
         None => ReferenceStatus::NotRequested,
         Some(Err(reason)) => {
             eprintln!("bench: no reference library: {reason}");
-            ReferenceStatus::NotFound { reason }
+            ReferenceStatus::NotFound { reason: reason.clone() }
         }
         Some(Ok(r)) => {
             let reference_tasks: Vec<&Task> = tasks.iter().map(|(_, t)| t).filter(|t| r.covers(&t.device)).collect();
-            let (status, measured) = r.run(&reference_tasks, &plan, &progress);
-            attach_reference(&mut report, &tasks, &measured);
+            let (status, first) = r.run(&reference_tasks, &plan, &progress);
+            first
+                .into_iter()
+                .for_each(|(k, m)| measured.entry(k).or_default().push(m));
             status
         }
     };
+    for _ in 1..STEP_RUNS {
+        for &index in &steps {
+            let (device, task) = &tasks[index];
+            progress.set_message(task.id.clone());
+            if let Some((_, runs)) = step_runs.get_mut(&index)
+                && let Ok(outcome) = exec::run(task, device, &bench)
+            {
+                runs.push(Figures::of(&outcome.measurement));
+            }
+            progress.inc(1);
+        }
+        if let Some(Ok(r)) = &reference {
+            let again: Vec<&Task> = steps
+                .iter()
+                .map(|&i| &tasks[i].1)
+                .filter(|t| r.covers(&t.device))
+                .collect();
+            if !again.is_empty() {
+                let (_, more) = r.run(&again, &plan, &progress);
+                more.into_iter()
+                    .for_each(|(k, m)| measured.entry(k).or_default().push(m));
+            }
+        }
+    }
+    for (row_index, runs) in step_runs.values() {
+        Figures::merge(&mut report.rows[*row_index], runs);
+    }
+    attach_reference(&mut report, &tasks, &measured);
     progress.finish_and_clear();
     report.meta.duration_s = started.elapsed().as_secs_f64();
     report.finalize();
@@ -150,6 +196,59 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.out.join("report.html").display()
     );
     Ok(())
+}
+
+/// How many times each model step runs on each side (interleaved), for the spread across runs.
+const STEP_RUNS: usize = 3;
+
+/// Whether `task` is a model step, run [`STEP_RUNS`] times.
+fn is_step(task: &Task) -> bool {
+    task.section == Section::Training && matches!(&task.case, Case::Model(op) if op.is_model_step())
+}
+
+/// One run's figures of a repeated task.
+#[derive(Clone, Copy, Debug)]
+struct Figures {
+    median: f64,
+    p10: f64,
+    p90: f64,
+    samples: usize,
+    iters_per_sample: u64,
+}
+
+impl Figures {
+    fn of(m: &cartage::bench::Measurement) -> Figures {
+        Figures {
+            median: m.median().as_secs_f64(),
+            p10: m.p10().as_secs_f64(),
+            p90: m.p90().as_secs_f64(),
+            samples: m.samples().len(),
+            iters_per_sample: m.iters_per_sample(),
+        }
+    }
+
+    fn of_row(row: &Row) -> Figures {
+        Figures {
+            median: row.median,
+            p10: row.p10,
+            p90: row.p90,
+            samples: row.samples,
+            iters_per_sample: row.iters_per_sample,
+        }
+    }
+
+    /// Give `row` the runs' medians, their median, and the percentiles of the median run.
+    fn merge(row: &mut Row, runs: &[Figures]) {
+        let medians: Vec<f64> = runs.iter().map(|f| f.median).collect();
+        let Some(spread) = Spread::of(&medians) else { return };
+        let middle = runs[spread.middle];
+        row.median = spread.median;
+        row.p10 = middle.p10.min(spread.median);
+        row.p90 = middle.p90.max(spread.median);
+        row.samples = middle.samples;
+        row.iters_per_sample = middle.iters_per_sample;
+        row.runs = medians;
+    }
 }
 
 /// Give a pipeline task its width from the device's measured matmul rate and host link (both
@@ -284,32 +383,54 @@ fn row(task: &Task, device_name: &str, outcome: exec::Outcome) -> Row {
         fraction_of_ceiling: None,
         counters: outcome.counters,
         memory_curve: outcome.memory_curve,
+        implementation: outcome.implementation,
+        runs: Vec::new(),
         reference: None,
         params: task.case.clone(),
     }
 }
 
+/// Give each row the reference's figure for its task: with several runs (the model steps),
+/// the median of their medians, the percentiles of the median run and every run's median; the
+/// counters and memory curve of the first run.
 fn attach_reference(
     report: &mut Report,
     tasks: &[(cartage::Device, Task)],
-    measured: &HashMap<String, torch::Measured>,
+    measured: &HashMap<String, Vec<torch::Measured>>,
 ) {
     for row in &mut report.rows {
         let same = |t: &Task| t.id == row.id && t.section == row.section && t.device == row.device;
         let Some((_, task)) = tasks.iter().find(|(_, t)| same(t)) else {
             continue;
         };
-        if let Some(m) = measured.get(&torch::key(task)) {
-            row.reference = Some(ReferenceValue {
-                library: m.library.clone(),
-                median: m.median,
-                p10: m.p10,
-                p90: m.p90,
-                ratio: row.median / m.median,
-                counters: m.counters.clone(),
-                memory_curve: m.memory_curve.clone(),
-            });
-        }
+        let Some(all) = measured.get(&torch::key(task)).filter(|all| !all.is_empty()) else {
+            continue;
+        };
+        let first = &all[0];
+        let medians: Vec<f64> = all.iter().map(|m| m.median).collect();
+        let (median, p10, p90, runs) = match Spread::of(&medians) {
+            Some(spread) if all.len() > 1 => {
+                let middle = &all[spread.middle];
+                (
+                    spread.median,
+                    middle.p10.min(spread.median),
+                    middle.p90.max(spread.median),
+                    medians,
+                )
+            }
+            _ => (first.median, first.p10, first.p90, Vec::new()),
+        };
+        row.reference = Some(ReferenceValue {
+            library: first.library.clone(),
+            median,
+            p10,
+            p90,
+            ratio: row.median / median,
+            counters: first.counters.clone(),
+            memory_curve: first.memory_curve.clone(),
+            implementation: first.implementation.clone(),
+            runs,
+        });
     }
 }
 
