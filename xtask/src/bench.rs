@@ -558,4 +558,89 @@ mod tests {
         );
         assert!(parse_sections(&[]).unwrap().is_empty(), "no filter: every section");
     }
+
+    fn measurement() -> cartage::bench::Measurement {
+        let samples = vec![Duration::from_millis(5)];
+        cartage::bench::Measurement::from_samples(samples, 1, 1, cartage::bench::Timing::HostSynchronized).unwrap()
+    }
+
+    fn figures(median: f64) -> Figures {
+        Figures {
+            median,
+            p10: median * 0.9,
+            p90: median * 1.1,
+            samples: (median * 100.0) as usize,
+            iters_per_sample: 1,
+        }
+    }
+
+    #[test]
+    fn a_step_run_three_times_keeps_the_median_run_and_every_median() {
+        let task = Task::new(
+            Section::Training,
+            "cpu",
+            "cpu",
+            "f32",
+            Case::Model(cases::ModelOp::MlpStep {
+                layers: 2,
+                width: 8,
+                batch: 4,
+            }),
+        );
+        assert!(is_step(&task));
+        let outcome = exec::Outcome::from(measurement());
+        let mut r = row(&task, "cpu", outcome);
+        Figures::merge(&mut r, &[figures(3.0), figures(1.0), figures(2.0)]);
+        assert_eq!(r.median, 2.0);
+        assert_eq!(r.runs, [3.0, 1.0, 2.0], "each run's median, in run order");
+        assert_eq!((r.p10, r.p90, r.samples), (1.8, 2.2, 200), "the median run's figures");
+        let adamw = Task::new(
+            Section::Training,
+            "cpu",
+            "cpu",
+            "f32",
+            Case::Model(cases::ModelOp::AdamW { params: 8, tensors: 2 }),
+        );
+        assert!(!is_step(&adamw), "the optimizer alone is not a model step");
+    }
+
+    #[test]
+    fn the_reference_gets_the_median_of_its_runs_and_the_ratio_uses_both_medians() {
+        let task = Task::new(
+            Section::Training,
+            "cpu",
+            "cpu",
+            "f32",
+            Case::Model(cases::ModelOp::MlpStep {
+                layers: 2,
+                width: 8,
+                batch: 4,
+            }),
+        );
+        let outcome = exec::Outcome::from(measurement());
+        let mut report = Report::default();
+        let mut r = row(&task, "cpu", outcome);
+        Figures::merge(&mut r, &[figures(1.0), figures(1.2), figures(0.8)]);
+        report.rows.push(r);
+        let run = |median: f64, implementation: Option<&str>| torch::Measured {
+            library: "torch 2.11.0".into(),
+            median,
+            p10: median * 0.95,
+            p90: median * 1.05,
+            counters: Default::default(),
+            memory_curve: Vec::new(),
+            implementation: implementation.map(str::to_string),
+        };
+        let measured = HashMap::from([(
+            torch::key(&task),
+            vec![run(4.0, Some("first")), run(2.0, None), run(3.0, None)],
+        )]);
+        let device: cartage::Device = "cpu".parse().unwrap();
+        attach_reference(&mut report, &[(device, task)], &measured);
+        let reference = report.rows[0].reference.as_ref().unwrap();
+        assert_eq!(reference.median, 3.0);
+        assert_eq!(reference.runs, [4.0, 2.0, 3.0]);
+        assert_eq!(reference.implementation.as_deref(), Some("first"));
+        assert!((reference.ratio - 1.0 / 3.0).abs() < 1e-12, "{}", reference.ratio);
+    }
 }

@@ -110,15 +110,17 @@ pub fn cartage(
             seq,
             head_dim,
             ..
-        } => (
-            attention_forward(backend, listed(Op::Attention), seen.forward_node.as_deref()),
-            attention_backward(
+        } => {
+            let (words, fused) = attention_forward(backend, listed(Op::Attention), seen.forward_node.as_deref());
+            let back = attention_backward(
+                fused,
                 listed(Op::AttentionBackward),
                 seen.backward_rise,
                 [batch * heads, seq, seq, head_dim],
                 dtype.size_in_bytes(),
-            ),
-        ),
+            );
+            (words, back)
+        }
         ModelOp::Embedding { .. } => ("`index_select`".into(), "`index_add` into a zeroed table".into()),
         ModelOp::MlpStep { .. }
         | ModelOp::MlpTrain { .. }
@@ -141,37 +143,49 @@ fn library_conv(backend: &str, kernels: &str) -> String {
     }
 }
 
-/// The attention forward: the node it recorded settles fused against composed; without one,
-/// a backend that does not list the kernel composes it, and one that does may still refuse
-/// these sizes (then composes), so it is unknown.
-fn attention_forward(backend: &str, listed: bool, node: Option<&str>) -> String {
+/// The attention forward, and whether it ran fused (`None`: unknown): the node it recorded
+/// settles it; without one, a backend that does not list the kernel composes it, and one that
+/// does may still refuse these sizes (then composes), so it is unknown.
+fn attention_forward(backend: &str, listed: bool, node: Option<&str>) -> (String, Option<bool>) {
     let fused = || match backend {
         "cuda" => "fused flash `attention`".to_string(),
         _ => "fused `attention`".to_string(),
     };
     let composed = || "composed: matmul, causal softmax, matmul".to_string();
     match node {
-        Some(FUSED_ATTENTION_NODE) => fused(),
-        Some(_) => composed(),
-        None if !listed => composed(),
-        None => "unknown".into(),
+        Some(FUSED_ATTENTION_NODE) => (fused(), Some(true)),
+        Some(_) => (composed(), Some(false)),
+        None if !listed => (composed(), Some(false)),
+        None => ("unknown".into(), None),
     }
 }
 
-/// The attention backward: composed where the backend lists no fused kernel; where it does,
-/// the frontend may still compose (it chooses by size), and the memory one backward took tells
-/// which ran, when the two are far apart: the composed backward holds at least one `[batch, L,
-/// S]` matrix, the fused one the three gradients `[batch, L|S, E]` and a row statistic.
-fn attention_backward(listed: bool, rise: Option<usize>, [batch, l, s, e]: [usize; 4], element: usize) -> String {
-    let composed = "composed: 4 matmuls + softmax backward on the recomputed scores".to_string();
-    if !listed {
-        return composed;
+/// The attention backward after a forward that ran fused or not (`None`: unknown). A composed
+/// forward recorded its matmuls and softmax, whose own backward runs on the probabilities they
+/// saved. A fused forward's backward is one fused kernel or composed on recomputed scores: the
+/// frontend chooses by size where the backend lists the kernel, and the memory one backward took
+/// tells which ran when the two are far apart (the composed backward holds at least one `[batch,
+/// L, S]` matrix, the fused one the three gradients `[batch, L|S, E]` and a row statistic).
+fn attention_backward(
+    forward_fused: Option<bool>,
+    listed: bool,
+    rise: Option<usize>,
+    [batch, l, s, e]: [usize; 4],
+    element: usize,
+) -> String {
+    let recomputed = "composed: 4 matmuls + softmax backward on the recomputed scores".to_string();
+    match forward_fused {
+        Some(false) => return "composed: 4 matmuls + softmax backward on the saved probabilities".into(),
+        None if !listed => return "composed: 4 matmuls + softmax backward".into(),
+        None => return "unknown".into(),
+        Some(true) if !listed => return recomputed,
+        Some(true) => {}
     }
     let scores = batch * l * s * element;
     let fused_at_most = batch * (l + 2 * s) * e * element.max(4) + batch * l * 8;
     match rise {
         Some(_) if fused_at_most >= scores => "unknown".into(),
-        Some(rise) if rise >= scores => composed,
+        Some(rise) if rise >= scores => recomputed,
         Some(rise) if rise <= fused_at_most => "fused `attention_backward`".into(),
         _ => "unknown".into(),
     }
@@ -288,12 +302,24 @@ mod tests {
         // A short sequence: the fused kernel's gradients outweigh the scores, nothing to tell.
         let short = cartage(&sdpa(64), "cuda", DType::BF16, &listed, true, &rose(1 << 30));
         assert!(short.ends_with("backward: unknown"), "{short}");
-        // Not listed: composed, whatever memory did.
+        // A composed forward: its recorded ops' backward runs on the probabilities they saved.
         let bare = cartage(&op, "wgpu", DType::F32, &listing(&[]), true, &Observed::default());
         assert_eq!(
             bare,
             "composed: matmul, causal softmax, matmul; backward: composed: 4 matmuls + softmax backward on the \
-             recomputed scores"
+             saved probabilities"
         );
+        let composed_first = cartage(&op, "cuda", DType::BF16, &listed, true, &composed_node);
+        assert!(
+            composed_first.ends_with("on the saved probabilities"),
+            "{composed_first}"
+        );
+        // A fused forward on a backend without the fused backward recomputes the scores.
+        let forward_only = listing(&[Op::Attention]);
+        let recomputed = cartage(&op, "cuda", DType::BF16, &forward_only, true, &fused_node);
+        assert!(recomputed.ends_with("on the recomputed scores"), "{recomputed}");
+        // Neither pass observed on a backend listing both: unknown.
+        let blind = cartage(&op, "cuda", DType::BF16, &listed, true, &Observed::default());
+        assert_eq!(blind, "unknown; backward: unknown");
     }
 }

@@ -263,3 +263,116 @@ impl OpsSizes {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ops of `cases` as (forward, with backward) pairs in order: every forward case of a
+    /// differentiable op must be followed by its forward + backward case.
+    fn paired(cases: &[(DType, Case, Vec<Op>)]) -> Vec<(DType, ModelOp)> {
+        let mut out = Vec::new();
+        let mut iter = cases.iter().peekable();
+        while let Some((dtype, case, _)) = iter.next() {
+            let Case::Model(op) = case else {
+                panic!("a forward + backward case without its forward one: {case:?}");
+            };
+            if op.differentiable() {
+                let next = iter.next().map(|(d, c, _)| (*d, c.clone()));
+                assert_eq!(
+                    next,
+                    Some((*dtype, Case::ForwardBackward(op.clone()))),
+                    "{op:?} is not followed by its backward"
+                );
+                out.push((*dtype, op.clone()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_differentiable_op_comes_forward_and_with_its_backward() {
+        for quick in [false, true] {
+            let sizes = OpsSizes::new(quick);
+            let gpu = paired(&sizes.cases(false));
+            let has = |name: &str, dtype: DType| gpu.iter().any(|(d, op)| op.name() == name && *d == dtype);
+            for dtype in [DType::F32, DType::BF16] {
+                for name in [
+                    "layer_norm",
+                    "rms_norm",
+                    "cross_entropy",
+                    "conv2d",
+                    "sdpa_causal",
+                    "softmax",
+                ] {
+                    assert!(has(name, dtype), "{name} {dtype} (quick: {quick})");
+                }
+            }
+            assert!(has("embedding", DType::F32) && has("cat", DType::F32) && has("max_pool2d", DType::BF16));
+            let vocab = gpu
+                .iter()
+                .filter(|(_, op)| matches!(op, ModelOp::CrossEntropy { cols: 32000, .. }))
+                .count();
+            assert_eq!(vocab, 2, "the vocabulary-sized cross-entropy in f32 and bf16");
+            let cpu = paired(&sizes.cases(true));
+            let names: Vec<&str> = cpu.iter().map(|(_, op)| op.name()).collect();
+            assert_eq!(names, ["layer_norm", "softmax", "exp"]);
+        }
+        let full = OpsSizes::new(false);
+        let shapes: Vec<ModelOp> = paired(&full.cases(false)).into_iter().map(|(_, op)| op).collect();
+        for wanted in [
+            ModelOp::Sdpa {
+                batch: 8,
+                heads: 16,
+                seq: 1024,
+                head_dim: 64,
+                causal: true,
+            },
+            ModelOp::Sdpa {
+                batch: 8,
+                heads: 16,
+                seq: 512,
+                head_dim: 64,
+                causal: true,
+            },
+            ModelOp::Embedding {
+                num: 50304,
+                dim: 768,
+                batch: 16,
+                seq: 1024,
+            },
+            ModelOp::CrossEntropy {
+                rows: 8192,
+                cols: 32000,
+            },
+            ModelOp::LayerNorm { rows: 8192, cols: 4096 },
+        ] {
+            assert!(shapes.contains(&wanted), "{wanted:?}");
+        }
+    }
+
+    #[test]
+    fn the_second_gpt_runs_on_a_gpu_in_f32_and_under_autocast_only() {
+        let wide = |cases: Vec<(DType, Case, Vec<Op>)>| -> Vec<bool> {
+            cases
+                .into_iter()
+                .filter_map(|(_, case, _)| match case {
+                    Case::Model(ModelOp::GptTrain {
+                        layers: 4,
+                        dim: 512,
+                        heads: 8,
+                        context: 512,
+                        batch: 16,
+                        vocab: 8192,
+                        autocast,
+                        graph: false,
+                    }) => Some(autocast),
+                    _ => None,
+                })
+                .collect()
+        };
+        let full = OpsSizes::new(false);
+        assert_eq!(wide(full.training_cases(false)), [false, true]);
+        assert!(wide(full.training_cases(true)).is_empty(), "not on the CPU");
+    }
+}

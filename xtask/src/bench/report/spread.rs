@@ -34,15 +34,6 @@ impl Spread {
             middle: lower,
         })
     }
-
-    /// The range as a fraction of the median: `(max − min) / median`.
-    pub fn relative_range(&self) -> f64 {
-        if self.median > 0.0 {
-            (self.max - self.min) / self.median
-        } else {
-            0.0
-        }
-    }
 }
 
 #[cfg(test)]
@@ -55,7 +46,6 @@ mod tests {
         assert_eq!(s.median, 2.0);
         assert_eq!((s.min, s.max), (1.0, 3.0));
         assert_eq!(s.middle, 2, "the run at index 2 holds the median");
-        assert!((s.relative_range() - 1.0).abs() < 1e-12);
     }
 
     #[test]
@@ -70,7 +60,6 @@ mod tests {
     fn one_run_has_no_range_and_nothing_has_no_spread() {
         let s = Spread::of(&[0.5]).unwrap();
         assert_eq!((s.median, s.min, s.max, s.middle), (0.5, 0.5, 0.5, 0));
-        assert_eq!(s.relative_range(), 0.0);
         assert!(Spread::of(&[]).is_none());
         assert!(Spread::of(&[1.0, f64::NAN]).is_none());
     }
@@ -79,6 +68,6 @@ mod tests {
     fn equal_runs_pick_the_first_of_the_middle() {
         let s = Spread::of(&[2.0, 2.0, 2.0]).unwrap();
         assert_eq!(s.middle, 1);
-        assert_eq!(s.relative_range(), 0.0);
+        assert_eq!((s.min, s.max), (2.0, 2.0));
     }
 }

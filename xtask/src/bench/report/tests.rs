@@ -11,6 +11,8 @@ use super::format::{
 use super::*;
 use crate::bench::cases::{Case, PipelineMode, Section, Task, VectorOp};
 
+mod backward;
+
 /// The text of every `<text>` element of an SVG, trimmed.
 pub(super) fn svg_texts(svg: &str) -> Vec<String> {
     svg.split("<text")
