@@ -34,10 +34,11 @@ pub enum Section {
     Precision,
     /// 8. Elementwise ops and reductions against the bandwidth ceiling.
     Elementwise,
-    /// 9. The ops a model needs (norms, losses, joins, sorts, scans, convolution, attention),
-    ///    against PyTorch, and on the CPU against numpy.
+    /// 9. The ops a model needs (norms, losses, joins, sorts, scans, convolution, attention,
+    ///    embedding), forward and forward + backward, against PyTorch, and on the CPU against numpy.
     Ops,
-    /// 10. Training: forward and backward of an MLP against PyTorch, and what backward holds.
+    /// 10. Training: whole MLP and GPT steps against PyTorch (each run three times per side,
+    ///     interleaved), and what backward holds.
     Training,
     /// 11. Several GPUs: all-reduce bus bandwidth and data-parallel scaling.
     Distributed,
@@ -75,8 +76,11 @@ impl Section {
             Section::Memory => "Memory: empty_cache every step against keeping the cache",
             Section::Precision => "Precision: matmul in f32, TF32, f16 and bf16",
             Section::Elementwise => "Elementwise ops and reductions against the bandwidth ceiling",
-            Section::Ops => "Ops a model needs: norms, losses, cat, sort, cumsum, conv2d and attention",
-            Section::Training => "Training: forward and backward of an MLP, and backward memory",
+            Section::Ops => {
+                "Ops a model needs, forward and forward + backward: norms, losses, cat, sort, cumsum, conv2d, \
+                 attention and embedding"
+            }
+            Section::Training => "Training: MLP and GPT steps, their spread across runs, and backward memory",
             Section::Distributed => "Several GPUs: all-reduce bus bandwidth and data-parallel scaling",
         }
     }

@@ -1,5 +1,6 @@
 //! The ops section's shapes for the full report and for `--quick`, and its task list: on a GPU
-//! every op against PyTorch; on the CPU `layer_norm`, `softmax` and `exp` against numpy.
+//! every op against PyTorch, forward and forward + backward; on the CPU `layer_norm`, `softmax`
+//! and `exp` against numpy, forward and forward + backward.
 
 use cartage::{DType, NormKind, Op, ReduceOp, ScanOp, UnaryOp};
 
