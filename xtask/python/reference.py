@@ -388,6 +388,7 @@ KERNEL_FAMILIES = {
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "flash attention (CPU) backward",
     "aten::_scaled_dot_product_attention_math": "math attention (matmul + softmax + matmul)",
     "aten::cudnn_convolution": "cuDNN convolution",
+    "aten::embedding_dense_backward": "embedding_dense_backward",
 }
 
 # Bookkeeping, not compute: allocation, views, casts and copies.
