@@ -5,9 +5,18 @@ Embedded into the xtask binary and written to a temporary file at run time, so a
 no checkout. Two commands:
 
     python3 reference.py probe            -> one JSON object: python, torch, torch_cuda, numpy
-    python3 reference.py run SPEC.json    -> one JSON line per task, as each finishes:
-        {"key": ..., "median": s, "p10": s, "p90": s, "library": "torch 2.11.0"}
+    python3 reference.py run SPEC.json    -> with PyTorch, first the settings every case runs under:
+        {"settings": [["torch.backends.cudnn.benchmark", "False"], ...]}
+    then one JSON line per task, as each finishes:
+        {"key": ..., "median": s, "p10": s, "p90": s, "library": "torch 2.11.0", "impl": "..."}
         {"key": ..., "skipped": "why"}
+
+The ops section's cases come forward only (`"kind": "model"`) and with their backward
+(`"kind": "forward_backward"`: the inputs require gradients, each call runs the forward,
+`out.backward(grad)` from a fixed gradient, or `loss.backward()` for a one-value output, and
+sets the gradients to None). Their `impl` says what ran: the ATen ops that did the work, from
+one profiled call (`aten_leaves`), or the kernel family an ATen op picked (flash or
+memory-efficient attention, cuDNN convolution).
 
 Method (as in cartage::bench): warm up for `warmup_s` (at least `min_warmup` calls, synchronising
 after each), estimate one call from the quickest warm-up call after the first, run enough iterations per sample to last `min_sample_time_s`, take
@@ -54,6 +63,21 @@ def probe():
         "cuda_devices": torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0,
         "numpy": np.__version__ if np is not None else None,
     }
+
+
+def settings():
+    """The settings every case runs under, as (name, value) pairs for the report."""
+    cudnn = torch.backends.cudnn
+    pairs = [
+        ("float32 matmul precision", torch.get_float32_matmul_precision()),
+        ("TF32 in matmuls (torch.backends.cuda.matmul.allow_tf32)", str(torch.backends.cuda.matmul.allow_tf32)),
+        ("TF32 in cuDNN (torch.backends.cudnn.allow_tf32)", str(cudnn.allow_tf32)),
+        ("torch.backends.cudnn.benchmark", str(cudnn.benchmark)),
+        ("torch.backends.cudnn.deterministic", str(cudnn.deterministic)),
+    ]
+    if cudnn.is_available():
+        pairs.append(("cuDNN", str(cudnn.version())))
+    return pairs
 
 
 class Skip(Exception):
@@ -256,49 +280,63 @@ def torch_case(task, cfg):
         return torch_vector(case["op"], case["numel"], gen, timer, cfg, device, dtype)
     if kind == "model":
         return torch_model(case, gen, timer, cfg, device)
+    if kind == "forward_backward":
+        return torch_forward_backward(case, gen, timer, cfg, device)
     raise Skip("no reference for %s" % kind)
 
 
-def torch_model(case, gen, timer, cfg, device):
-    """The ops section: the same op and shape as cartage's `ModelOp`, in torch."""
+def torch_op(case, gen, device):
+    """The ops section's op at its shape, as cartage's `ModelOp` runs it: the inputs PyTorch
+    computes gradients for, and the call that takes them (targets and ids captured)."""
     F = torch.nn.functional
     op = case["op"]
     if op in ("layer_norm", "rms_norm", "softmax", "log_softmax", "cross_entropy", "exp"):
         rows, cols = case["rows"], case["cols"]
         x = gen(rows, cols)
         if op == "layer_norm":
-            w, b = gen(cols), gen(cols)
-            return measure(timer, lambda: F.layer_norm(x, (cols,), w, b, 1e-5), cfg)
+            return [x, gen(cols), gen(cols)], lambda x, w, b: F.layer_norm(x, (cols,), w, b, 1e-5)
         if op == "rms_norm":
-            w = gen(cols)
-            return measure(timer, lambda: F.rms_norm(x, (cols,), w, 1e-6), cfg)
+            return [x, gen(cols)], lambda x, w: F.rms_norm(x, (cols,), w, 1e-6)
         if op == "cross_entropy":
             target = (torch.arange(rows, device=device) * 7919) % cols
-            return measure(timer, lambda: F.cross_entropy(x, target), cfg)
-        ops = {
-            "softmax": lambda: torch.softmax(x, dim=-1),
-            "log_softmax": lambda: torch.log_softmax(x, dim=-1),
-            "exp": lambda: torch.exp(x),
+            return [x], lambda x: F.cross_entropy(x, target)
+        calls = {
+            "softmax": lambda x: torch.softmax(x, dim=-1),
+            "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
+            "exp": torch.exp,
         }
-        return measure(timer, ops[op], cfg)
+        return [x], calls[op]
     if op == "cat":
         parts = [gen(case["part_rows"], case["cols"]) for _ in range(case["parts"])]
-        return measure(timer, lambda: torch.cat(parts, dim=0), cfg)
+        return parts, lambda *parts: torch.cat(parts, dim=0)
     if op == "sort":
-        x = gen(case["numel"])
-        return measure(timer, lambda: torch.sort(x, dim=-1, stable=True), cfg)
+        return [gen(case["numel"])], lambda x: torch.sort(x, dim=-1, stable=True)[0]
     if op == "cumsum":
-        x = gen(case["rows"], case["cols"])
-        return measure(timer, lambda: torch.cumsum(x, dim=-1), cfg)
+        return [gen(case["rows"], case["cols"])], lambda x: torch.cumsum(x, dim=-1)
     if op == "conv2d":
         side, k = case["side"], case["kernel"]
         x = gen(case["batch"], case["channels_in"], side, side)
         w = gen(case["channels_out"], case["channels_in"], k, k)
-        return measure(timer, lambda: F.conv2d(x, w, None, 1, case["padding"]), cfg)
+        return [x, w], lambda x, w: F.conv2d(x, w, None, 1, case["padding"])
     if op == "max_pool2d":
         side, k = case["side"], case["kernel"]
         x = gen(case["batch"], case["channels"], side, side)
-        return measure(timer, lambda: F.max_pool2d(x, k, case["stride"], case["padding"]), cfg)
+        return [x], lambda x: F.max_pool2d(x, k, case["stride"], case["padding"])
+    if op == "sdpa":
+        shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
+        causal = case["causal"]
+        return [gen(*shape), gen(*shape), gen(*shape)], \
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    if op == "embedding":
+        num, count = case["num"], case["batch"] * case["seq"]
+        ids = ((torch.arange(count, device=device) * 7919) % num).view(case["batch"], case["seq"])
+        return [gen(num, case["dim"])], lambda table: F.embedding(ids, table)
+    raise Skip("no reference for %s" % op)
+
+
+def torch_model(case, gen, timer, cfg, device):
+    """The ops section: the same op and shape as cartage's `ModelOp`, in torch, forward only."""
+    op = case["op"]
     if op == "mlp_step":
         return torch_mlp_step(case, gen, timer, cfg, device)
     if op == "mlp_train":
@@ -307,12 +345,138 @@ def torch_model(case, gen, timer, cfg, device):
         return torch_adamw(case, gen, timer, cfg, device)
     if op == "gpt_train":
         return torch_gpt_train(case, timer, cfg, device)
-    if op == "sdpa":
-        shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
-        q, k, v = gen(*shape), gen(*shape), gen(*shape)
-        causal = case["causal"]
-        return measure(timer, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), cfg)
-    raise Skip("no reference for %s" % op)
+    inputs, call = torch_op(case, gen, device)
+    work = lambda: call(*inputs)  # noqa: E731
+    return with_impl(measure(timer, work, cfg), implementation(case, inputs, work, False))
+
+
+def torch_forward_backward(case, gen, timer, cfg, device):
+    """The ops section's op with its backward: the inputs require gradients, each call runs the
+    forward, `out.backward(grad)` from a fixed random gradient of the output's shape (or
+    `loss.backward()` where the output is one value, cross-entropy's mean), and sets every
+    gradient to None, as cartage's `Var::zero_grad`."""
+    inputs, call = torch_op(case, gen, device)
+    for x in inputs:
+        x.requires_grad_()
+    out = call(*inputs)
+    grad = None if out.numel() == 1 else torch.randn(out.shape, device=device).to(out.dtype)
+    del out
+
+    def step():
+        call(*inputs).backward(grad)
+        for x in inputs:
+            x.grad = None
+
+    return with_impl(measure(timer, step, cfg), implementation(case, inputs, step, True))
+
+
+def with_impl(result, impl):
+    """A measurement with the words for what ran after its counters and memory curve."""
+    result = tuple(result)
+    return result + ({}, [])[len(result) - 3:] + (impl,)
+
+
+# ATen ops that pick a kernel family themselves: they name it whatever they call inside.
+KERNEL_FAMILIES = {
+    "aten::_scaled_dot_product_flash_attention": "flash attention",
+    "aten::_scaled_dot_product_flash_attention_backward": "flash attention backward",
+    "aten::_scaled_dot_product_efficient_attention": "memory-efficient attention",
+    "aten::_scaled_dot_product_efficient_attention_backward": "memory-efficient attention backward",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN attention",
+    "aten::_scaled_dot_product_cudnn_attention_backward": "cuDNN attention backward",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash attention (CPU)",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "flash attention (CPU) backward",
+    "aten::_scaled_dot_product_attention_math": "math attention (matmul + softmax + matmul)",
+    "aten::cudnn_convolution": "cuDNN convolution",
+    "aten::embedding_dense_backward": "embedding_dense_backward",
+}
+
+# Bookkeeping, not compute: allocation, views, casts and copies.
+BOOKKEEPING = {
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+    "aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::ones_like", "aten::fill_", "aten::zero_",
+    "aten::resize_", "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::expand",
+    "aten::detach", "aten::alias", "aten::lift_fresh", "aten::t", "aten::transpose", "aten::permute",
+    "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::narrow", "aten::unflatten",
+    "aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous", "aten::clone", "aten::result_type",
+    "aten::type_as", "aten::item", "aten::_local_scalar_dense", "aten::is_same_size", "aten::set_",
+    "aten::record_stream", "aten::size", "aten::stride", "aten::_unsafe_view", "aten::split", "aten::chunk",
+    "aten::unbind", "aten::resolve_conj", "aten::resolve_neg", "aten::conj", "aten::as_strided_",
+    "aten::arange",
+}
+
+
+def aten_leaves(events):
+    """The ATen ops that did the work, from one call's profiler events, forward and backward apart:
+    a kernel family's op (above) where one ran, else each op that called no other computing op,
+    in first-seen order, once each; and whether any backward node ran."""
+    def ancestors(e):
+        a = getattr(e, "cpu_parent", None)
+        while a is not None:
+            yield a
+            a = getattr(a, "cpu_parent", None)
+
+    def computing(e):
+        return e.name.startswith("aten::") and e.name not in BOOKKEEPING
+
+    def calls_computing(e):
+        return any(computing(c) or calls_computing(c) for c in getattr(e, "cpu_children", []))
+
+    forward, backward = [], []
+    events = list(events)
+    # Whether the profiler saw backward at all (its nodes run on the autograd engine's threads).
+    saw_backward = any(e.name.startswith("autograd::engine") for e in events)
+    for e in events:
+        if not computing(e):
+            continue
+        up = list(ancestors(e))
+        if any(a.name in KERNEL_FAMILIES for a in up):
+            continue
+        if e.name in KERNEL_FAMILIES:
+            name = KERNEL_FAMILIES[e.name]
+        elif calls_computing(e):
+            continue
+        else:
+            name = e.name[len("aten::"):]
+        side = backward if any(a.name.startswith("autograd::engine") for a in up) else forward
+        if name not in side:
+            side.append(name)
+    return forward, backward, saw_backward
+
+
+def implementation(case, inputs, work, backward):
+    """What PyTorch ran for one call of `work`, in a few words: the ATen ops the profiler saw do
+    the work (`aten_leaves`), and for a convolution the backend ATen chose for these inputs
+    (which its backward uses too). `unknown` where the profiler cannot tell."""
+    def listed(names):
+        if not names:
+            return "unknown"
+        shown = " + ".join(names[:4])
+        return shown + (" + …" if len(names) > 4 else "")
+
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            work()
+        forward, back, saw_backward = aten_leaves(prof.events())
+    except Exception as error:  # the timing stands without it
+        print("reference: no profile for %s: %s" % (case["op"], error), file=sys.stderr)
+        return "unknown"
+    words = listed(forward)
+    if case["op"] == "conv2d":
+        try:
+            chosen = torch._C._select_conv_backend(inputs[0], inputs[1], None, [1, 1], [case["padding"]] * 2,
+                                                   [1, 1], False, [0, 0], 1)
+            words = "ATen conv backend %s: %s" % (str(chosen).split(".")[-1], words)
+        except Exception:  # the profiled ops still say what ran
+            pass
+    if backward:
+        # A backward that computed nothing handed back views of the output's gradient.
+        if back or not saw_backward:
+            words += "; backward: " + listed(back)
+        else:
+            words += "; backward: views of the gradient, no kernel"
+    return words
 
 
 def torch_mlp_step(case, gen, timer, cfg, device):
@@ -703,6 +867,8 @@ def numpy_case(task, cfg):
         return preallocated(measure(timer, softmax, cfg), False)
     if kind == "model":
         return numpy_model(case, gen, timer, cfg)
+    if kind == "forward_backward":
+        return numpy_forward_backward(case, gen, timer, cfg)
     raise Skip("no reference for %s" % kind)
 
 
@@ -718,13 +884,13 @@ def numpy_model(case, gen, timer, cfg):
     rows, cols = case["rows"], case["cols"]
     x = gen(rows, cols)
     if op == "exp":
-        return measure(timer, lambda: np.exp(x), cfg)
+        return with_impl(measure(timer, lambda: np.exp(x), cfg), "numpy: exp")
     if op == "softmax":
         def softmax():
             e = np.exp(x - x.max(axis=-1, keepdims=True))
             return e / e.sum(axis=-1, keepdims=True)
 
-        return measure(timer, softmax, cfg)
+        return with_impl(measure(timer, softmax, cfg), "numpy, composed")
     w, b = gen(cols), gen(cols)
 
     def layer_norm():
@@ -732,10 +898,42 @@ def numpy_model(case, gen, timer, cfg):
         var = x.var(axis=-1, keepdims=True)
         return (x - mean) / np.sqrt(var + 1e-5) * w + b
 
-    return measure(timer, layer_norm, cfg)
+    return with_impl(measure(timer, layer_norm, cfg), "numpy, composed")
 
 
-# ---------------------------------------------------------------------------------------------
+def numpy_forward_backward(case, gen, timer, cfg):
+    """The CPU rows of the ops section with their backward written out in numpy, from a fixed
+    output gradient: what autograd would run, without its bookkeeping."""
+    op = case["op"]
+    if op not in ("layer_norm", "softmax", "exp"):
+        raise Skip("no numpy reference for %s with its backward" % op)
+    rows, cols = case["rows"], case["cols"]
+    x, g = gen(rows, cols), gen(rows, cols)
+    if op == "exp":
+        def exp():
+            y = np.exp(x)
+            return g * y
+
+        return with_impl(measure(timer, exp, cfg), "numpy: exp; backward: multiply")
+    if op == "softmax":
+        def softmax():
+            e = np.exp(x - x.max(axis=-1, keepdims=True))
+            y = e / e.sum(axis=-1, keepdims=True)
+            return y * (g - (g * y).sum(axis=-1, keepdims=True))
+
+        return with_impl(measure(timer, softmax, cfg), "numpy, composed; backward: composed")
+    w, b = gen(cols), gen(cols)
+
+    def layer_norm():
+        mean = x.mean(axis=-1, keepdims=True)
+        rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
+        xhat = (x - mean) * rstd
+        y = xhat * w + b
+        gw = g * w
+        dx = rstd * (gw - gw.mean(axis=-1, keepdims=True) - xhat * (gw * xhat).mean(axis=-1, keepdims=True))
+        return y, dx, (g * xhat).sum(axis=0), g.sum(axis=0)
+
+    return with_impl(measure(timer, layer_norm, cfg), "numpy, composed; backward: composed")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -875,6 +1073,9 @@ def run(spec_path):
         # cuDNN convolutions default to TF32 in PyTorch; cartage's f32 conv2d computes in full
         # f32 at its default matmul precision, so the reference does too.
         torch.backends.cudnn.allow_tf32 = False
+        # `cudnn.benchmark` stays at PyTorch's default (False): cuDNN's heuristics pick each
+        # convolution's algorithm, as cartage's do. Both are reported as they stand.
+        print(json.dumps({"settings": settings()}), flush=True)
     for task in spec["tasks"]:
         line = {"key": task["key"]}
         use_torch = torch is not None and (task["device"] == "cpu" or task["device"].startswith("cuda"))
@@ -906,6 +1107,8 @@ def run(spec_path):
                 line["counters"] = result[3]
             if len(result) > 4 and result[4]:
                 line["memory_curve"] = result[4]
+            if len(result) > 5 and result[5]:
+                line["impl"] = result[5]
             if task["section"] == "precision" and np is not None:
                 try:
                     line.setdefault("counters", {})["max_rel_error"] = matmul_error(task, use_torch)

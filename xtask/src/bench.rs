@@ -14,9 +14,11 @@ pub mod cases;
 mod devices;
 mod env;
 mod exec;
+pub mod implementation;
 mod plan;
 mod precision_error;
 pub mod report;
+mod runs;
 mod torch;
 
 use std::collections::HashMap;
@@ -29,7 +31,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use cases::{Case, Section, Task};
 use plan::Plan;
-use report::{ReferenceStatus, ReferenceValue, Report, Row};
+use report::{ReferenceStatus, Report, Row};
+use runs::{Figures, STEP_RUNS, attach_reference, is_step};
 
 /// Arguments of `cargo xtask bench`.
 #[derive(clap::Args, Debug)]
@@ -93,7 +96,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Some(Ok(r)) => covered(r),
         _ => 0,
     };
-    let progress = progress_bar((tasks.len() + reference_count) as u64);
+    // The model steps run STEP_RUNS times on each side, interleaved: every task, then the
+    // reference's; then the steps alone on each side, again and again.
+    let steps: Vec<usize> = (0..tasks.len()).filter(|&i| is_step(&tasks[i].1)).collect();
+    let steps_referenced = match &reference {
+        Some(Ok(r)) => steps.iter().filter(|&&i| r.covers(&tasks[i].1.device)).count(),
+        _ => 0,
+    };
+    let again = (STEP_RUNS - 1) * (steps.len() + steps_referenced);
+    let progress = progress_bar((tasks.len() + reference_count + again) as u64);
     let names: HashMap<String, String> = report
         .devices
         .iter()
@@ -101,7 +112,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .collect();
     let bench = plan.budget.bench();
     let mut limits = CallLimit::new(plan.max_call);
-    for (device, task) in &mut tasks {
+    // Per task index: the row it made and each run's figures.
+    let mut step_runs: HashMap<usize, (usize, Vec<Figures>)> = HashMap::new();
+    for (index, (device, task)) in tasks.iter_mut().enumerate() {
         size_pipeline(task, &report);
         size_precision(task, &report, names.get(&task.device).map_or("", |n| n.as_str()));
         let task = &*task;
@@ -115,6 +128,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 let name = names.get(&task.device).cloned().unwrap_or_default();
                 let mut row = row(task, &name, outcome);
                 precision_error::attach(&mut row, task, device);
+                if is_step(task) {
+                    step_runs.insert(index, (report.rows.len(), vec![Figures::of_row(&row)]));
+                }
                 report.rows.push(row);
             }
             Err(reason) => report.skips.push(plan::skip(task, reason)),
@@ -125,19 +141,50 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     }
 
-    report.reference = match reference {
+    let mut measured: HashMap<String, Vec<torch::Measured>> = HashMap::new();
+    report.reference = match &reference {
         None => ReferenceStatus::NotRequested,
         Some(Err(reason)) => {
             eprintln!("bench: no reference library: {reason}");
-            ReferenceStatus::NotFound { reason }
+            ReferenceStatus::NotFound { reason: reason.clone() }
         }
         Some(Ok(r)) => {
             let reference_tasks: Vec<&Task> = tasks.iter().map(|(_, t)| t).filter(|t| r.covers(&t.device)).collect();
-            let (status, measured) = r.run(&reference_tasks, &plan, &progress);
-            attach_reference(&mut report, &tasks, &measured);
+            let (status, first) = r.run(&reference_tasks, &plan, &progress);
+            first
+                .into_iter()
+                .for_each(|(k, m)| measured.entry(k).or_default().push(m));
             status
         }
     };
+    for _ in 1..STEP_RUNS {
+        for &index in &steps {
+            let (device, task) = &tasks[index];
+            progress.set_message(task.id.clone());
+            if let Some((_, runs)) = step_runs.get_mut(&index)
+                && let Ok(outcome) = exec::run(task, device, &bench)
+            {
+                runs.push(Figures::of(&outcome.measurement));
+            }
+            progress.inc(1);
+        }
+        if let Some(Ok(r)) = &reference {
+            let again: Vec<&Task> = steps
+                .iter()
+                .map(|&i| &tasks[i].1)
+                .filter(|t| r.covers(&t.device))
+                .collect();
+            if !again.is_empty() {
+                let (_, more) = r.run(&again, &plan, &progress);
+                more.into_iter()
+                    .for_each(|(k, m)| measured.entry(k).or_default().push(m));
+            }
+        }
+    }
+    for (row_index, runs) in step_runs.values() {
+        Figures::merge(&mut report.rows[*row_index], runs);
+    }
+    attach_reference(&mut report, &tasks, &measured);
     progress.finish_and_clear();
     report.meta.duration_s = started.elapsed().as_secs_f64();
     report.finalize();
@@ -284,32 +331,10 @@ fn row(task: &Task, device_name: &str, outcome: exec::Outcome) -> Row {
         fraction_of_ceiling: None,
         counters: outcome.counters,
         memory_curve: outcome.memory_curve,
+        implementation: outcome.implementation,
+        runs: Vec::new(),
         reference: None,
         params: task.case.clone(),
-    }
-}
-
-fn attach_reference(
-    report: &mut Report,
-    tasks: &[(cartage::Device, Task)],
-    measured: &HashMap<String, torch::Measured>,
-) {
-    for row in &mut report.rows {
-        let same = |t: &Task| t.id == row.id && t.section == row.section && t.device == row.device;
-        let Some((_, task)) = tasks.iter().find(|(_, t)| same(t)) else {
-            continue;
-        };
-        if let Some(m) = measured.get(&torch::key(task)) {
-            row.reference = Some(ReferenceValue {
-                library: m.library.clone(),
-                median: m.median,
-                p10: m.p10,
-                p90: m.p90,
-                ratio: row.median / m.median,
-                counters: m.counters.clone(),
-                memory_curve: m.memory_curve.clone(),
-            });
-        }
     }
 }
 

@@ -34,10 +34,11 @@ pub enum Section {
     Precision,
     /// 8. Elementwise ops and reductions against the bandwidth ceiling.
     Elementwise,
-    /// 9. The ops a model needs (norms, losses, joins, sorts, scans, convolution, attention),
-    ///    against PyTorch, and on the CPU against numpy.
+    /// 9. The ops a model needs (norms, losses, joins, sorts, scans, convolution, attention,
+    ///    embedding), forward and forward + backward, against PyTorch, and on the CPU against numpy.
     Ops,
-    /// 10. Training: forward and backward of an MLP against PyTorch, and what backward holds.
+    /// 10. Training: whole MLP and GPT steps against PyTorch (each run three times per side,
+    ///     interleaved), and what backward holds.
     Training,
     /// 11. Several GPUs: all-reduce bus bandwidth and data-parallel scaling.
     Distributed,
@@ -75,8 +76,11 @@ impl Section {
             Section::Memory => "Memory: empty_cache every step against keeping the cache",
             Section::Precision => "Precision: matmul in f32, TF32, f16 and bf16",
             Section::Elementwise => "Elementwise ops and reductions against the bandwidth ceiling",
-            Section::Ops => "Ops a model needs: norms, losses, cat, sort, cumsum, conv2d and attention",
-            Section::Training => "Training: forward and backward of an MLP, and backward memory",
+            Section::Ops => {
+                "Ops a model needs, forward and forward + backward: norms, losses, cat, sort, cumsum, conv2d, \
+                 attention and embedding"
+            }
+            Section::Training => "Training: MLP and GPT steps, their spread across runs, and backward memory",
             Section::Distributed => "Several GPUs: all-reduce bus bandwidth and data-parallel scaling",
         }
     }
@@ -248,10 +252,29 @@ pub enum Case {
     },
     /// An op of the ops section, with its shape.
     Model(ModelOp),
+    /// The same op with its backward: the inputs PyTorch computes gradients for are variables,
+    /// and each call runs the forward, then backward from a fixed output gradient (from the loss
+    /// itself for `cross_entropy`), then frees the gradients.
+    ForwardBackward(ModelOp),
     /// A case of the distributed section (several GPUs).
     Distributed(DistOp),
     /// One `[M, K] × [K, N]` product on a chosen matmul library (CUDA's GemmEx/cuBLASLt A/B).
     MatmulShape(MatmulShape),
+}
+
+/// What a [`Case::ForwardBackward`]'s name adds to its op's (`layer_norm_fwd_bwd`).
+pub const FORWARD_BACKWARD: &str = "_fwd_bwd";
+
+impl Case {
+    /// The ops-section op of a [`Case::Model`] or [`Case::ForwardBackward`], with whether the
+    /// case runs its backward too.
+    pub fn model_op(&self) -> Option<(&ModelOp, bool)> {
+        match self {
+            Case::Model(op) => Some((op, false)),
+            Case::ForwardBackward(op) => Some((op, true)),
+            _ => None,
+        }
+    }
 }
 
 /// The parts of a [`Pipeline`](Case::Pipeline) step that run.
@@ -335,6 +358,7 @@ impl Case {
             Case::AllocLoop { empty_cache: false, .. } => "alloc_keep_cache".into(),
             Case::Vector { op, .. } => op.name().into(),
             Case::Model(op) => op.name().into(),
+            Case::ForwardBackward(op) => format!("{}{FORWARD_BACKWARD}", op.name()),
             Case::Distributed(op) => op.name(),
             Case::MatmulShape(s) => s.algo.name().into(),
         }
@@ -354,7 +378,7 @@ impl Case {
             Case::Pipeline { batch_bytes, .. } => *batch_bytes,
             Case::LossLoop { steps, .. } | Case::AllocLoop { steps, .. } => *steps,
             Case::Vector { numel, .. } => *numel,
-            Case::Model(op) => op.numel(),
+            Case::Model(op) | Case::ForwardBackward(op) => op.numel(),
             Case::Distributed(op) => op.size(),
             Case::MatmulShape(s) => s.n,
         }
@@ -369,7 +393,7 @@ impl Case {
                 "bytes"
             }
             Case::LossLoop { .. } | Case::AllocLoop { .. } => "steps",
-            Case::Vector { .. } | Case::Model(_) => "elements",
+            Case::Vector { .. } | Case::Model(_) | Case::ForwardBackward(_) => "elements",
             Case::Distributed(op) => op.size_unit(),
             Case::MatmulShape(_) => "n (M = K = 4096)",
         }
@@ -465,6 +489,7 @@ impl Case {
                 }
             }
             Case::Model(op) => op.work(s),
+            Case::ForwardBackward(op) => op.forward_backward_work(s),
             // Rates of their own (bus bandwidth, tokens/s), reported as counters.
             Case::Distributed(_) => Work::default(),
             Case::MatmulShape(shape) => shape.work(s),

@@ -2,7 +2,7 @@
 //! `cartage::bench`, and return the measurement with any case-specific counters.
 //!
 //! Compute cases live here; transfers and pipelines in `exec/io.rs`, step loops in
-//! `exec/steps.rs`, the ops section in `exec/model.rs`.
+//! `exec/steps.rs`, the ops section (forward, and forward + backward) in `exec/model.rs`.
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -28,6 +28,8 @@ pub struct Outcome {
     pub counters: BTreeMap<String, f64>,
     /// Memory sampled at the phases of a few training steps (training cases only).
     pub memory_curve: Vec<MemoryPoint>,
+    /// What ran, in a few words (the ops section's rows).
+    pub implementation: Option<String>,
 }
 
 impl From<Measurement> for Outcome {
@@ -36,6 +38,7 @@ impl From<Measurement> for Outcome {
             measurement,
             counters: BTreeMap::new(),
             memory_curve: Vec::new(),
+            implementation: None,
         }
     }
 }
@@ -135,7 +138,8 @@ fn run_case(case: &Case, dtype: DType, device: &Device, bench: &Bench) -> std::r
         Case::Model(ModelOp::MlpStep { layers, width, batch }) => {
             Ok(model::mlp_step(layers, width, batch, dtype, device, bench)?)
         }
-        Case::Model(ref op) => Ok(model::run(op, dtype, device, bench)?.into()),
+        Case::Model(ref op) => Ok(model::run(op, dtype, device, bench)?),
+        Case::ForwardBackward(ref op) => Ok(model::run_backward(op, dtype, device, bench)?),
         Case::Distributed(ref op) => distributed::run(op, bench),
         Case::MatmulShape(shape) => matmul_algo::run(shape, dtype, device, bench),
     }

@@ -344,10 +344,14 @@ mod tests {
     #[test]
     fn task_names_are_unique_within_a_section() {
         let caps = Capabilities::all_defined(|_, _| false);
-        let (tasks, _) = Plan::new(false).tasks("cpu", "cpu", &caps);
-        let mut seen = std::collections::HashSet::new();
-        for t in &tasks {
-            assert!(seen.insert((t.section, t.id.clone())), "duplicate {}", t.id);
+        for quick in [false, true] {
+            for device in ["cpu", "cuda:0"] {
+                let (tasks, _) = Plan::new(quick).tasks(device, "test device", &caps);
+                let mut seen = std::collections::HashSet::new();
+                for t in &tasks {
+                    assert!(seen.insert((t.section, t.id.clone())), "duplicate {}", t.id);
+                }
+            }
         }
     }
 }

@@ -40,6 +40,14 @@ struct Line {
     counters: BTreeMap<String, f64>,
     #[serde(default)]
     memory_curve: Vec<MemoryPoint>,
+    #[serde(rename = "impl")]
+    implementation: Option<String>,
+}
+
+/// The runner's first line: the settings every case runs under.
+#[derive(Debug, Deserialize)]
+struct Settings {
+    settings: Vec<(String, String)>,
 }
 
 /// A reference measurement.
@@ -57,6 +65,8 @@ pub struct Measured {
     pub counters: BTreeMap<String, f64>,
     /// Memory at the phases of a few training steps (CUDA training cases).
     pub memory_curve: Vec<MemoryPoint>,
+    /// What ran, in a few words (the ATen ops and their kernel family).
+    pub implementation: Option<String>,
 }
 
 /// The key that pairs a task with its reference line (ids repeat across sections).
@@ -167,9 +177,14 @@ impl Reference {
             })
         });
         let names: HashMap<String, &Task> = tasks.iter().map(|t| (key(t), *t)).collect();
+        let mut settings = Vec::new();
         if let Some(stdout) = child.stdout.take() {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let Ok(line) = serde_json::from_str::<Line>(&line) else {
+            for text in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(s) = serde_json::from_str::<Settings>(&text) {
+                    settings = s.settings;
+                    continue;
+                }
+                let Ok(line) = serde_json::from_str::<Line>(&text) else {
                     continue;
                 };
                 if let Some(task) = names.get(&line.key) {
@@ -187,6 +202,7 @@ impl Reference {
                                 p90: line.p90.unwrap_or(median),
                                 counters: line.counters,
                                 memory_curve: line.memory_curve,
+                                implementation: line.implementation,
                             },
                         );
                     }
@@ -220,6 +236,7 @@ impl Reference {
                     numpy: self.probe.numpy.clone(),
                     measured: measured.len(),
                     skipped,
+                    settings,
                 }
             }
         };

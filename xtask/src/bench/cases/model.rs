@@ -119,6 +119,18 @@ pub enum ModelOp {
         /// Causal mask.
         causal: bool,
     },
+    /// `table.embedding(&ids)`: rows of an f32 table `[num, dim]` picked by i64 ids `[batch,
+    /// seq]` (`F.embedding`), the ids spread over the table (`i · 7919 mod num`).
+    Embedding {
+        /// Rows of the table (the vocabulary).
+        num: usize,
+        /// Width of each row.
+        dim: usize,
+        /// Sequences of ids.
+        batch: usize,
+        /// Ids per sequence.
+        seq: usize,
+    },
     /// One training step of an MLP: `layers` linear layers `[width, width]` (weights are
     /// variables) with ReLU between them, the mean square of the output as the loss, backward,
     /// and the gradients freed (`torch.nn.Linear` without bias, `loss.backward()`,
@@ -212,6 +224,7 @@ impl ModelOp {
             ModelOp::MaxPool2d { .. } => "max_pool2d",
             ModelOp::Sdpa { causal: true, .. } => "sdpa_causal",
             ModelOp::Sdpa { causal: false, .. } => "sdpa",
+            ModelOp::Embedding { .. } => "embedding",
             ModelOp::MlpStep { .. } => "mlp_step",
             ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
             ModelOp::MlpTrain { autocast: true, .. } => "mlp_train_bf16_autocast",
@@ -268,6 +281,7 @@ impl ModelOp {
                 head_dim,
                 ..
             } => batch * heads * seq * head_dim,
+            ModelOp::Embedding { dim, batch, seq, .. } => batch * seq * dim,
             ModelOp::MlpStep { width, batch, .. }
             | ModelOp::MlpTrain { width, batch, .. }
             | ModelOp::TrainPipeline { width, batch, .. } => batch * width,
@@ -316,6 +330,7 @@ impl ModelOp {
                 "[{batch}, {heads}, {seq}, {head_dim}]{}",
                 if causal { ", causal" } else { "" }
             ),
+            ModelOp::Embedding { num, dim, batch, seq } => format!("[{num}, {dim}], ids [{batch}, {seq}]"),
             ModelOp::MlpStep { layers, width, batch } => {
                 format!("{layers} × [{width}, {width}], batch {batch}")
             }
@@ -369,7 +384,7 @@ impl ModelOp {
             | ModelOp::Exp { .. } => Some(1.0),
             ModelOp::Cat { .. } | ModelOp::Sort { .. } | ModelOp::Cumsum { .. } | ModelOp::Conv2d { .. } => Some(0.9),
             ModelOp::Sdpa { .. } => Some(0.8),
-            ModelOp::LogSoftmax { .. } | ModelOp::MaxPool2d { .. } => None,
+            ModelOp::LogSoftmax { .. } | ModelOp::MaxPool2d { .. } | ModelOp::Embedding { .. } => None,
             // Launch-bound at small widths, where cartage's lower per-op cost must show.
             ModelOp::MlpStep { width, .. } => Some(if *width >= 1024 { 1.0 } else { 1.3 }),
             ModelOp::MlpTrain { .. } => Some(1.2),
@@ -540,6 +555,100 @@ impl ModelOp {
                     ops: 1.0,
                 }
             }
+            // The picked rows read and written once, and one i64 id per row.
+            ModelOp::Embedding { batch, seq, .. } => streamed(1.0, 1.0, 0.0, 8.0 * (batch * seq) as f64),
+        }
+    }
+
+    /// True for a model's whole training step (the MLP and GPT steps): the report runs these
+    /// several times on each side, interleaved, and gives their spread across runs.
+    pub fn is_model_step(&self) -> bool {
+        matches!(
+            self,
+            ModelOp::MlpStep { .. } | ModelOp::MlpTrain { .. } | ModelOp::GptTrain { .. }
+        )
+    }
+
+    /// True for the ops of the ops section that have a gradient in both cartage and PyTorch:
+    /// they get a forward + backward row beside the forward one. The training steps (which
+    /// contain their own backward) and `sort`'s indices aside, every op of the section does.
+    pub fn differentiable(&self) -> bool {
+        match self {
+            ModelOp::LayerNorm { .. }
+            | ModelOp::RmsNorm { .. }
+            | ModelOp::Softmax { .. }
+            | ModelOp::LogSoftmax { .. }
+            | ModelOp::CrossEntropy { .. }
+            | ModelOp::Exp { .. }
+            | ModelOp::Cat { .. }
+            | ModelOp::Sort { .. }
+            | ModelOp::Cumsum { .. }
+            | ModelOp::Conv2d { .. }
+            | ModelOp::MaxPool2d { .. }
+            | ModelOp::Sdpa { .. }
+            | ModelOp::Embedding { .. } => true,
+            ModelOp::MlpStep { .. }
+            | ModelOp::MlpTrain { .. }
+            | ModelOp::AdamW { .. }
+            | ModelOp::GptTrain { .. }
+            | ModelOp::TrainPipeline { .. } => false,
+        }
+    }
+
+    /// The work of one forward + backward call (a fixed output gradient given, or the scalar
+    /// loss's own for `cross_entropy`) for elements of `s` bytes: the forward's work plus what a
+    /// fused backward must do at the least. Products: the backward of each is two more of the
+    /// same size (the gradient of each operand), so a convolution or attention does three
+    /// times its forward's flops. Streaming ops: the backward reads what it needs (the saved
+    /// input or output and the incoming gradient) and writes each input's gradient once.
+    pub fn forward_backward_work(&self, s: f64) -> Work {
+        let forward = self.work(s);
+        let n = self.numel() as f64;
+        let backward = |bytes: f64, flops: f64| Work {
+            flops: forward.flops + flops,
+            device_bytes: forward.device_bytes + bytes,
+            link_bytes: 0.0,
+            ops: forward.ops + 1.0,
+        };
+        match *self {
+            // Read x and the gradient, write dx; the weight (and bias) gradients come from the
+            // same reads.
+            ModelOp::LayerNorm { cols, .. } => backward(3.0 * n * s + 2.0 * cols as f64 * s, 12.0 * n),
+            ModelOp::RmsNorm { cols, .. } => backward(3.0 * n * s + cols as f64 * s, 8.0 * n),
+            // Read the output and the gradient, write dx.
+            ModelOp::Softmax { .. } | ModelOp::LogSoftmax { .. } | ModelOp::Exp { .. } => {
+                backward(3.0 * n * s, 3.0 * n)
+            }
+            // Read the logits again and write their gradient.
+            ModelOp::CrossEntropy { .. } => backward(2.0 * n * s, 5.0 * n),
+            ModelOp::Cat { .. } | ModelOp::Cumsum { .. } => backward(2.0 * n * s, 0.0),
+            // Read the gradient and the i64 indices, write dx.
+            ModelOp::Sort { .. } => backward(2.0 * n * s + 8.0 * n, 0.0),
+            // Read the output gradient (and indices), write the input gradient.
+            ModelOp::MaxPool2d { .. } => {
+                let written = forward.device_bytes / s - n;
+                backward((n + written) * s, 0.0)
+            }
+            ModelOp::Conv2d { .. } => Work {
+                flops: 3.0 * forward.flops,
+                device_bytes: 3.0 * forward.device_bytes,
+                link_bytes: 0.0,
+                ops: 3.0,
+            },
+            // q, k, v, the output and its gradient read, three gradients written.
+            ModelOp::Sdpa { .. } => Work {
+                flops: 3.0 * forward.flops,
+                device_bytes: 12.0 * n * s,
+                link_bytes: 0.0,
+                ops: 2.0,
+            },
+            // The gradient read, the table's gradient zeroed and the rows added into it.
+            ModelOp::Embedding { num, dim, .. } => backward(3.0 * n * s + (num * dim) as f64 * s, n),
+            ModelOp::MlpStep { .. }
+            | ModelOp::MlpTrain { .. }
+            | ModelOp::AdamW { .. }
+            | ModelOp::GptTrain { .. }
+            | ModelOp::TrainPipeline { .. } => forward,
         }
     }
 }

@@ -40,6 +40,7 @@ pub fn loss_loop(steps: usize, n: usize, read_every_step: bool, device: &Device,
         measurement,
         counters: BTreeMap::from([("host_syncs".to_string(), syncs as f64)]),
         memory_curve: Vec::new(),
+        implementation: None,
     })
 }
 
@@ -71,5 +72,6 @@ pub fn alloc_loop(steps: usize, numel: usize, empty_cache: bool, device: &Device
             ("reserved_bytes_after".to_string(), after.reserved_bytes as f64),
         ]),
         memory_curve: Vec::new(),
+        implementation: None,
     })
 }

@@ -97,6 +97,7 @@ fn measure_step(mut step: impl FnMut() -> Result<()>, device: &Device, bench: &B
         measurement,
         counters: BTreeMap::from([("step_peak_bytes".to_string(), peak as f64)]),
         memory_curve: Vec::new(),
+        implementation: None,
     })
 }
 
@@ -345,5 +346,6 @@ pub fn train_pipeline(layers: usize, width: usize, batch: usize, device: &Device
             ("sync_s".to_string(), real.sync.max(0.0)),
         ]),
         memory_curve: Vec::new(),
+        implementation: None,
     })
 }

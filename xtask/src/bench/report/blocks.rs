@@ -14,6 +14,7 @@ use crate::bench::cases::Section;
 mod fair_reference;
 pub(crate) mod findings;
 mod matmul_algo;
+pub(crate) mod ops_pairs;
 mod precision_error;
 mod section_devices;
 mod section_distributed;
@@ -323,6 +324,7 @@ fn reference_status(report: &Report) -> String {
             numpy,
             measured,
             skipped,
+            settings,
         } => {
             let used = libraries(report.rows.iter());
             let devices = |name: &str| match used.get(name) {
@@ -343,8 +345,20 @@ fn reference_status(report: &Report) -> String {
             if let Some(n) = numpy {
                 libs.push(format!("numpy {n}{}", devices("numpy")));
             }
+            let settings = if settings.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; run with {}",
+                    settings
+                        .iter()
+                        .map(|(name, value)| format!("`{name}` = `{value}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
             format!(
-                "{} (`{python}`); {measured} cases measured, {} without a counterpart",
+                "{} (`{python}`); {measured} cases measured, {} without a counterpart{settings}",
                 libs.join("; "),
                 skipped.len()
             )
@@ -462,6 +476,13 @@ pub fn spread(p10: f64, p90: f64) -> String {
         (Some((x, ua)), Some((y, ub))) if ua == ub => format!("{x}–{y} {ub}"),
         _ => format!("{a}–{b}"),
     }
+}
+
+/// The range of a case run several times, for the note under its median: `3 runs: 1.20–1.31 ms`
+/// (min–max of the per-run medians); `None` for a case run once.
+pub fn runs_note(runs: &[f64]) -> Option<String> {
+    let s = super::spread::Spread::of(runs).filter(|_| runs.len() > 1)?;
+    Some(format!("{} runs: {}", runs.len(), spread(s.min, s.max)))
 }
 
 /// A row's rate, scaled to its value (`51.1 TFLOP/s`, `4.01 TB/s`).

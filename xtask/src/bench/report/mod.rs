@@ -14,6 +14,7 @@ pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod peaks;
+pub mod spread;
 
 pub use format::format_seconds;
 
@@ -160,6 +161,14 @@ pub struct ReferenceValue {
     /// The reference's memory at the phases of a few training steps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_curve: Vec<MemoryPoint>,
+    /// What ran on the reference's side, in a few words (the ATen ops and the kernel family,
+    /// `flash attention`, `cuDNN convolution`), or `unknown`.
+    #[serde(rename = "impl", default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<String>,
+    /// The median of each run, in run order, where the case ran several times interleaved with
+    /// cartage's runs (the training steps); `median` is then their median.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
 }
 
 /// Device memory at one phase of a training step (see `exec/training.rs`).
@@ -228,6 +237,15 @@ pub struct Row {
     /// Memory sampled at the phases of a few training steps (training cases only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_curve: Vec<MemoryPoint>,
+    /// What ran on cartage's side, in a few words (the fused kernel or the composition; see
+    /// `bench/implementation.rs`), or `unknown`: the ops section's rows.
+    #[serde(rename = "impl", default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<String>,
+    /// The median of each run, in run order, where the case ran several times (the training
+    /// steps, interleaved with the reference's runs); `median`, `p10` and `p90` are then those
+    /// of the run with the median median.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<f64>,
     /// The reference library's figure for the same task, with `--vs-torch`.
     pub reference: Option<ReferenceValue>,
     /// The case itself (for readers that want its parameters).
@@ -279,6 +297,10 @@ pub enum ReferenceStatus {
         measured: usize,
         /// Tasks it skipped, with reasons.
         skipped: Vec<(String, String)>,
+        /// The settings it ran under, as it reported them (TF32 for matmuls and cuDNN,
+        /// `cudnn.benchmark`, cuDNN's version…), name and value.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        settings: Vec<(String, String)>,
     },
     /// The reference runner failed part-way.
     Failed {
@@ -416,7 +438,7 @@ pub fn classify(row: &mut Row, c: &Ceilings) {
             | Case::MatmulBatched { .. }
             | Case::LossLoop { .. }
             | Case::MatmulShape(_)
-    ) || matches!(&row.params, Case::Model(op) if op.compute_bound());
+    ) || row.params.model_op().is_some_and(|(op, _)| op.compute_bound());
     let rate_term = if w.link_bytes > 0.0 {
         Some((w.link_bytes, "GB/s"))
     } else if w.flops > 0.0 && is_matmul {

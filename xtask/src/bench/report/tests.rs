@@ -11,6 +11,8 @@ use super::format::{
 use super::*;
 use crate::bench::cases::{Case, PipelineMode, Section, Task, VectorOp};
 
+mod backward;
+
 /// The text of every `<text>` element of an SVG, trimmed.
 pub(super) fn svg_texts(svg: &str) -> Vec<String> {
     svg.split("<text")
@@ -48,6 +50,8 @@ fn row(section: Section, device: &str, dtype: &str, case: Case, median: f64) -> 
         fraction_of_ceiling: None,
         counters: Default::default(),
         memory_curve: Vec::new(),
+        implementation: None,
+        runs: Vec::new(),
         reference: None,
         params: case,
     }
@@ -276,6 +280,8 @@ fn reference_ratios_and_a_missing_reference_are_shown() {
         ratio: 0.5,
         counters: Default::default(),
         memory_curve: Vec::new(),
+        implementation: None,
+        runs: Vec::new(),
     });
     report.reference = ReferenceStatus::Ran {
         python: "python3".into(),
@@ -284,6 +290,7 @@ fn reference_ratios_and_a_missing_reference_are_shown() {
         numpy: Some("2.4.6".into()),
         measured: 1,
         skipped: Vec::new(),
+        settings: Vec::new(),
     };
     let text = format!("{:?}", build(&report));
     assert!(
@@ -357,6 +364,8 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         ratio: 0.5,
         counters: Default::default(),
         memory_curve: Vec::new(),
+        implementation: None,
+        runs: Vec::new(),
     });
     let mut slow = row(Section::Ops, "cuda:0", "bf16", sdpa, 4e-3);
     slow.reference = Some(ReferenceValue {
@@ -367,6 +376,8 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         ratio: 4.0,
         counters: Default::default(),
         memory_curve: Vec::new(),
+        implementation: None,
+        runs: Vec::new(),
     });
     report.rows.extend([fast, slow]);
     report.finalize();
@@ -501,6 +512,8 @@ fn the_sweep_chart_draws_each_series_in_its_own_colour_with_the_legend_beside_it
             ratio: 1.0 / 1.1,
             counters: Default::default(),
             memory_curve: Vec::new(),
+            implementation: None,
+            runs: Vec::new(),
         });
     }
     let blocks = build(&report);
@@ -669,6 +682,8 @@ fn the_training_section_draws_the_memory_curve_beside_the_reference() {
         ratio: 1.0,
         counters: Default::default(),
         memory_curve: curve(0.5),
+        implementation: None,
+        runs: Vec::new(),
     });
     report.rows.push(r);
     report.finalize();
@@ -708,6 +723,8 @@ fn the_precision_section_shows_each_error_beside_the_reference() {
             ratio: 1.0,
             counters: [("max_rel_error".to_string(), e), ("out_preallocated".to_string(), 1.0)].into(),
             memory_curve: Vec::new(),
+            implementation: None,
+            runs: Vec::new(),
         });
         r
     };
@@ -746,6 +763,8 @@ fn a_report_without_preallocated_references_says_they_allocated() {
         ratio: 1.0,
         counters: Default::default(),
         memory_curve: Vec::new(),
+        implementation: None,
+        runs: Vec::new(),
     });
     let text = format!("{:?}", build(&report));
     assert!(text.contains("predate preallocated outputs"), "{text}");

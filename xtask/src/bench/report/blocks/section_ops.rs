@@ -1,23 +1,29 @@
-//! Section 9: the ops a model needs, each against the same op in PyTorch (numpy on the CPU),
-//! with the speed the issue asks for.
+//! Section 9: the ops a model needs, forward and forward + backward, each against the same op
+//! in PyTorch (numpy on the CPU), with the speed the issue asks for; the two passes of each op
+//! side by side first (`ops_pairs.rs`).
 
 use super::{Block, Cell, Table, Tone, bound_cell, library_name, rate_cell, reference_title, time_cell};
-use crate::bench::cases::{Case, ModelOp, Section};
+use crate::bench::cases::{ModelOp, Section};
 use crate::bench::report::format::speed;
 use crate::bench::report::{Report, Row};
 
 pub(super) fn build(report: &Report) -> Vec<Block> {
     let mut blocks = vec![Block::Paragraph(
-        "The fused primitives (`layer_norm`, `rms_norm`, `softmax`, `log_softmax`, `cross_entropy`), \
-         `cat`, `sort`, `cumsum`, a ResNet-like 3×3 `conv2d` and causal `scaled_dot_product_attention`, \
-         each measured with the call a model makes. With `--vs-torch` the same shapes run in PyTorch \
-         (`torch.nn.functional` and `torch.cat`/`sort`/`cumsum`) in the same run; on the CPU the \
-         reference is numpy composed from its primitives (`np.exp`, a max-subtracted softmax, a \
-         mean/variance layer norm). \"Speed\" is how cartage's time compares with the reference's, \
-         and \"Target\" the speed asked of it (as the reference's time ÷ cartage's: above 1, cartage is \
-         faster)."
+        "The fused primitives (`layer_norm`, `rms_norm`, `softmax`, `log_softmax`, `cross_entropy`, \
+         also over a 32000-class vocabulary), `cat`, `sort`, `cumsum`, a ResNet-like 3×3 `conv2d` and \
+         `max_pool2d`, causal `scaled_dot_product_attention` (bf16 and f32) and a GPT-2-sized \
+         `embedding`, each measured with the call a model makes: forward alone, and forward + backward \
+         (`_fwd_bwd`: the inputs PyTorch computes gradients for are variables, backward runs from a \
+         fixed output gradient, or from the loss for `cross_entropy`, and the gradients are freed). \
+         With `--vs-torch` the same shapes run in PyTorch (`torch.nn.functional` and \
+         `torch.cat`/`sort`/`cumsum`, `out.backward(grad)`) in the same run; on the CPU the reference \
+         is numpy composed from its primitives (`np.exp`, a max-subtracted softmax, a mean/variance \
+         layer norm, their gradients written out). \"Speed\" is how cartage's time compares with the \
+         reference's, and \"Target\" the speed asked of it (as the reference's time ÷ cartage's: above \
+         1, cartage is faster)."
             .into(),
     )];
+    blocks.extend(super::ops_pairs::blocks(report));
     let rows: Vec<_> = report.section_rows(Section::Ops).collect();
     if rows.is_empty() {
         return blocks;
@@ -25,12 +31,18 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
     let reference = reference_title(rows.iter().copied());
     let mut table = Table::new(&model_headers(&reference));
     for r in rows {
-        let Case::Model(op) = &r.params else { continue };
+        let Some((op, _)) = r.params.model_op() else { continue };
         table.push(model_cells(r, op, &reference));
     }
+    blocks.push(Block::heading(3, "Every op"));
     blocks.push(Block::Table(table));
     blocks
 }
+
+/// The column of [`model_cells`] that holds cartage's time.
+pub(super) const TIME: usize = 4;
+/// The column of [`model_cells`] that holds the reference's time.
+pub(super) const REFERENCE_TIME: usize = 7;
 
 /// The headers of [`model_cells`].
 pub(super) fn model_headers(reference: &str) -> Vec<&str> {

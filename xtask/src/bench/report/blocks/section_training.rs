@@ -2,11 +2,11 @@
 //! same step in PyTorch, and what backward holds: the activations the graph saved against the
 //! peak of memory during backward, for cartage and for PyTorch.
 
-use super::section_ops::{model_cells, model_headers};
-use super::{Block, Cell, Table, reference_title};
+use super::section_ops::{REFERENCE_TIME, TIME, model_cells, model_headers};
+use super::{Block, Cell, Table, library_name, reference_title, runs_note};
 use crate::bench::cases::{Case, ModelOp, Section};
 use crate::bench::report::Report;
-use crate::bench::report::format::format_bytes;
+use crate::bench::report::format::{format_bytes, format_seconds};
 
 pub(super) fn build(report: &Report) -> Vec<Block> {
     let mut blocks = vec![Block::Paragraph(
@@ -20,10 +20,13 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          same run. \"Activations\" are the bytes the recorded graph saved for backward when the \
          loss is computed. \"Peak memory\" is how far allocated memory rose above its level during \
          backward (`mlp_step`) or during the whole step (`mlp_train`), for cartage and, on CUDA, for \
-         PyTorch (`torch.cuda.max_memory_allocated`). `gpt_train`: a whole step of a character-level GPT \
-         (`cartage_nn::models::Gpt`; PyTorch: the same modules from `torch.nn`), in f32 and under \
-         bf16 autocast; its rate counts 6 flop per parameter and token plus the causal attention \
-         scores. Its graph rows replay forward and backward from memory the graph reserved in its \
+         PyTorch (`torch.cuda.max_memory_allocated`). `gpt_train`: a whole step of a GPT \
+         (`cartage_nn::models::Gpt`; PyTorch: the same modules from `torch.nn`) at two shapes, a \
+         character-level one and, on a GPU, a longer-context one with an 8192-token vocabulary, in f32 \
+         and under bf16 autocast; its rate counts 6 flop per parameter and token plus the causal \
+         attention scores. The MLP and GPT steps run three times on each side, interleaved (cartage, \
+         the reference, cartage, …): their time is the median of the three runs' medians, the range \
+         under it spans the runs' medians, and the speed compares the two medians. Its graph rows replay forward and backward from memory the graph reserved in its \
          private pool when it was captured, so a replayed step raises allocated memory by nothing \
          and its peak reads \"in the graph's pool\". `adamw_step`: one AdamW update of all \
          parameters with their gradients given (cartage's multi-tensor `adam_step_many` against \
@@ -51,6 +54,18 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
     for r in rows {
         let Case::Model(op) = &r.params else { continue };
         let mut cells = model_cells(r, op, &reference);
+        // A step run several times: its range across runs under its median, on each side.
+        if let Some(note) = runs_note(&r.runs) {
+            cells[TIME] = Cell::plain(format_seconds(r.median)).with_note(note);
+        }
+        if let Some((x, note)) = r.reference.as_ref().and_then(|x| Some((x, runs_note(&x.runs)?))) {
+            let time = Cell::plain(format_seconds(x.median));
+            cells[REFERENCE_TIME] = if reference == "Reference" {
+                time.with_note(format!("{}; {note}", library_name(&x.library)))
+            } else {
+                time.with_note(note)
+            };
+        }
         // The backward alone for the MLP step; the whole step for the AdamW training step.
         let peak = if matches!(op, ModelOp::MlpTrain { .. } | ModelOp::GptTrain { .. }) {
             "step_peak_bytes"
