@@ -46,7 +46,7 @@ impl ParamStore {
     /// another device are moved there first).
     ///
     /// Strict (the default [`LoadOptions`]): every parameter must be in `state` with its shape
-    /// and dtype, and `state` must hold nothing else; otherwise [`Error::StateMismatch`] names
+    /// and dtype, and `state` must hold nothing else; otherwise [`cartage::Error::StateMismatch`] names
     /// every missing, unexpected and mismatched key and no parameter is changed. Non-strict, the
     /// entries that match are loaded and the others are returned.
     ///
