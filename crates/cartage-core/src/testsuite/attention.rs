@@ -156,6 +156,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
         scale,
         causal: c.causal,
         out: out.arg(&out_layout),
+        lse: None,
     };
     let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
     match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
@@ -230,6 +231,7 @@ pub fn attention(h: &Harness) {
                 scale: 0.5,
                 causal: false,
                 out: out.contiguous(&[1, 2, 4]),
+                lse: None,
             };
             h.expect_unsupported(&format!("attention {dtype}"), &kernel);
             continue;

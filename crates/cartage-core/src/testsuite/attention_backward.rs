@@ -190,6 +190,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
         grad_q: outs[0].0.arg(&outs[0].1),
         grad_k: outs[1].0.arg(&outs[1].1),
         grad_v: outs[2].0.arg(&outs[2].1),
+        saved: None,
     }));
     let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
     match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
@@ -267,6 +268,7 @@ pub fn attention_backward(h: &Harness) {
                 grad_q: grad(0),
                 grad_k: grad(1),
                 grad_v: grad(2),
+                saved: None,
             }));
             h.expect_unsupported(&format!("attention_backward {dtype}"), &kernel);
             continue;
