@@ -6,7 +6,9 @@
 //! in memory, a batch broadcast (stride 0) and padded rows. A fused kernel may refuse
 //! (`Unsupported`) head dims other than 64 and 128, E ≠ Ev, an unaligned offset or a transposed
 //! last dimension, so that the frontend composes the gradients, but what it accepts must be
-//! right. Dtypes not listed are refused.
+//! right. Every case runs again with the forward's output and log-sum-exp given as saved values
+//! (which a backend may use, e.g. in a tiled kernel that rounds P and dS to a 16-bit dtype for
+//! its products: the bound then uses that dtype's roundoff). Dtypes not listed are refused.
 //!
 //! The allowed error is one rounding of each gradient plus the compute type's error in the
 //! probabilities (relative, growing with the size of the scores), in the two dot products and in
@@ -14,7 +16,7 @@
 
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::kernel::AttentionBackwardArgs;
+use crate::kernel::{AttentionBackwardArgs, AttentionSaved};
 use crate::kernel::{Kernel, Op};
 use crate::layout::{Layout, contiguous_strides};
 
@@ -76,10 +78,13 @@ struct Case {
     lays: [Lay; 4],
 }
 
-/// The three gradients in f64 with the magnitude bounding each element's error.
+/// The three gradients in f64 with the magnitude bounding each element's error, and the
+/// forward's output and per-row log-sum-exp (what a backend may be given as saved values).
 struct Reference {
     grads: [Vec<f64>; 3],
     bounds: [Vec<f64>; 3],
+    out: Vec<f64>,
+    lse: Vec<f64>,
 }
 
 fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
@@ -93,8 +98,9 @@ fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
 /// 1)` (its score and the row's log-sum-exp, with `|s|` the magnitude `scale·Σ|q||k|`), each dP
 /// by `4u·Σ|dO||v|`, D by the sum of both over the row; sums over up to max(L, S) terms add
 /// `4u·sqrt(terms)` of the magnitudes they add up (`P·(|dP| + |D|)` for dS, so that forming
-/// `Σ P dP k − D Σ P k` is allowed too).
-fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Reference {
+/// `Σ P dP k − D Σ P k` is allowed too). `out_u` is the unit roundoff of a saved output the
+/// kernel may form D from (`D = dO·O`): D is then off by `out_u·Σ|dO|·Σ P|v|` more.
+fn reference(c: &Case, scale: f64, u: f64, out_u: f64, [q, k, v, g]: [&[f64]; 4]) -> Reference {
     let (e, ev) = (c.e, c.ev);
     let mut grads = [
         vec![0.0; c.b * c.l * e],
@@ -102,6 +108,7 @@ fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Referen
         vec![0.0; c.b * c.s * ev],
     ];
     let mut bounds = grads.clone();
+    let (mut out, mut lse) = (vec![f64::NAN; c.b * c.l * ev], vec![f64::NEG_INFINITY; c.b * c.l]);
     let sum_err = 4.0 * u * (c.l.max(c.s).max(1) as f64).sqrt();
     for b in 0..c.b {
         let row = |n: usize, i: usize, w: usize| (b * n + i) * w..(b * n + i + 1) * w;
@@ -120,11 +127,24 @@ fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Referen
             let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let total: f64 = p.iter().map(|s| (s - max).exp()).sum();
             p.iter_mut().for_each(|s| *s = (*s - max).exp() / total);
+            lse[b * c.l + i] = max + total.ln();
+            let mut out_mag = 0.0;
+            for x in 0..ev {
+                let (mut o, mut o_abs) = (0.0, 0.0);
+                for (j, pj) in p.iter().enumerate() {
+                    let vx = v[row(c.s, j, ev).start + x];
+                    o += pj * vx;
+                    o_abs += pj * vx.abs();
+                }
+                out[(b * c.l + i) * ev + x] = o;
+                out_mag += gi[x].abs() * o_abs;
+            }
             let rel_p: Vec<f64> = size.iter().map(|a| 4.0 * u * (a + largest + 1.0)).collect();
             let delta: f64 = p.iter().zip(&dp).map(|(p, (d, _))| p * d).sum();
             let delta_err: f64 = (0..seen)
                 .map(|j| p[j] * (rel_p[j] * dp[j].0.abs() + 4.0 * u * dp[j].1))
-                .sum();
+                .sum::<f64>()
+                + out_u * out_mag;
             for (j, (&pj, &(d, dm))) in p.iter().zip(&dp).enumerate() {
                 let ds = pj * (d - delta);
                 let ds_err =
@@ -144,10 +164,27 @@ fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Referen
             }
         }
     }
-    Reference { grads, bounds }
+    Reference {
+        grads,
+        bounds,
+        out,
+        lse,
+    }
 }
 
-fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
+/// The unit roundoff of a 16-bit float (a kernel may round P and dS to it for its products),
+/// else 0.
+fn half_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        _ => 0.0,
+    }
+}
+
+/// One case; with `saved`, the forward's output (rounded to the dtype) and log-sum-exp (f32) go
+/// with the kernel, which may then round P and dS to a 16-bit dtype for its products.
+fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
     let spec = Spec::new((-1.0, 1.0), (-1, 1));
     let operand = |lay: Lay, shape: [usize; 3]| -> Operand {
         let v = lay.view(shape);
@@ -167,14 +204,29 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
         (h.poisoned(dtype, numel + 16), layout)
     };
     let outs = [out([c.b, c.l, c.e]), out([c.b, c.s, c.e]), out([c.b, c.s, c.ev])];
+    let inputs = [&q.values[..], &k.values[..], &v.values[..], &g.values[..]];
+    let (u, out_u) = if saved {
+        let half = half_roundoff(dtype);
+        (accumulation_eps(dtype).max(half), half)
+    } else {
+        (accumulation_eps(dtype), 0.0)
+    };
+    let want = reference(&c, scale, u, out_u, inputs);
+    let saved_bufs = saved.then(|| {
+        // One element more than the views, so that no upload is empty.
+        let out: Vec<f64> = want.out.iter().copied().chain([0.0]).collect();
+        let lse: Vec<f64> = want.lse.iter().map(|&x| f64::from(x as f32)).chain([0.0]).collect();
+        (h.upload(dtype, &out), h.upload(DType::F32, &lse))
+    });
     let what = format!(
-        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?}, grad {:?})",
+        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {}{} (q {:?}, k {:?}, v {:?}, grad {:?})",
         c.b,
         c.l,
         c.s,
         c.e,
         c.ev,
         if c.causal { "causal" } else { "full" },
+        if saved { " with saved output and lse" } else { "" },
         c.lays[0],
         c.lays[1],
         c.lays[2],
@@ -190,7 +242,10 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
         grad_q: outs[0].0.arg(&outs[0].1),
         grad_k: outs[1].0.arg(&outs[1].1),
         grad_v: outs[2].0.arg(&outs[2].1),
-        saved: None,
+        saved: saved_bufs.as_ref().map(|(out, lse)| AttentionSaved {
+            out: out.contiguous(&[c.b, c.l, c.ev]),
+            lse: lse.contiguous(&[c.b, c.l]),
+        }),
     }));
     let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
     match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
@@ -204,8 +259,6 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
             return;
         }
     }
-    let inputs = [&q.values[..], &k.values[..], &v.values[..], &g.values[..]];
-    let want = reference(&c, scale, accumulation_eps(dtype), inputs);
     let tol = Tolerance::of(dtype);
     for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
         let (buf, layout) = &outs[n];
@@ -274,7 +327,8 @@ pub fn attention_backward(h: &Harness) {
             continue;
         }
         for c in &cases {
-            attention_backward_case(h, dtype, *c);
+            attention_backward_case(h, dtype, *c, false);
+            attention_backward_case(h, dtype, *c, true);
         }
     }
 }
