@@ -350,11 +350,14 @@ template <typename T> __device__ __forceinline__ void attention_flash_dq(const F
     }
 
 // The block shapes per head dim: mirrors `config` in src/launch/attention_flash_backward.rs.
-#define ATTENTION_FLASH_ALL(TN, T)       \
-    ATTENTION_FLASH_PREP(TN, T, 64)      \
-    ATTENTION_FLASH_PREP(TN, T, 128)     \
-    ATTENTION_FLASH_MAIN(TN, T, 64, 64, 4)  \
-    ATTENTION_FLASH_MAIN(TN, T, 128, 64, 4) \
+// Measured on an H100 (causal bf16, B·H = 128, L = S = 1024; and B·H = 32, L = S = 512 for head
+// dim 128): 8 warps (128 keys per block) beat 4 by 16% (head dim 64) and 28% (128); head dim
+// 128 takes query tiles of 32 rows, as fast as 64 there and faster on the short sequence.
+#define ATTENTION_FLASH_ALL(TN, T)          \
+    ATTENTION_FLASH_PREP(TN, T, 64)         \
+    ATTENTION_FLASH_PREP(TN, T, 128)        \
+    ATTENTION_FLASH_MAIN(TN, T, 64, 64, 8)  \
+    ATTENTION_FLASH_MAIN(TN, T, 128, 32, 8) \
     ATTENTION_FLASH_DQ(TN, T)
 
 ATTENTION_FLASH_ALL(bf16, bf16)

@@ -240,14 +240,11 @@ fn gradients_match_the_composed_formula() {
     }
 }
 
-/// The largest difference relative to the largest reference magnitude (which must be nonzero).
+/// The largest difference relative to the largest reference magnitude, at least 10⁻³ (with one
+/// key, P = 1 and dS = 0: the query and key gradients are zero up to f32 round-off).
 fn relative_worst(what: &str, got: &[f64], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    assert!(
-        scale > 0.0 || want.is_empty(),
-        "{what}: an all-zero reference tests nothing"
-    );
+    let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
     got.iter()
         .zip(want)
         .map(|(g, w)| {

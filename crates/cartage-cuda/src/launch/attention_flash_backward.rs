@@ -27,8 +27,8 @@ pub(crate) const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
 /// (`NW`, each owning 16 keys); its `ATTENTION_FLASH_MAIN(..)` lines in the .cu file.
 const fn config(head: usize) -> (usize, usize) {
     match head {
-        64 => (64, 4),
-        _ => (64, 4),
+        64 => (64, 8),
+        _ => (32, 8),
     }
 }
 
@@ -234,8 +234,8 @@ pub(super) fn attention_flash_backward(
 /// The three kernels (preprocess, main, dQ conversion) for `dtype` and head dim `head`.
 fn kernel_names(dtype: DType, head: usize) -> [KernelName; 3] {
     let (head_part, main_part) = match head {
-        64 => ("d64", "d64_m64_w4"),
-        _ => ("d128", "d128_m64_w4"),
+        64 => ("d64", "d64_m64_w8"),
+        _ => ("d128", "d128_m32_w8"),
     };
     [
         KernelName::new(
