@@ -51,12 +51,11 @@ struct AttentionArgs {
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
 unsafe impl DeviceRepr for AttentionArgs {}
 
-/// Queue `out = softmax(scale · q kᵀ) v` (validated operands).
+/// Queue `out = softmax(scale · q kᵀ) v` for `[q, k, v]` (validated operands), and each row's
+/// log-sum-exp into `lse` when given.
 pub(super) fn attention(
     backend: &CudaBackend,
-    q: &TensorArg,
-    k: &TensorArg,
-    v: &TensorArg,
+    [q, k, v]: [&TensorArg; 3],
     scale: f64,
     causal: bool,
     out: &TensorArg,

@@ -142,7 +142,7 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             causal,
             out,
             lse,
-        } => attention::attention(backend, q, k, v, *scale, *causal, out, lse.as_ref()),
+        } => attention::attention(backend, [q, k, v], *scale, *causal, out, lse.as_ref()),
         Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
         Kernel::Pool2d {
             mode,
