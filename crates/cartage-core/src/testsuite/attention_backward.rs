@@ -15,7 +15,8 @@
 //! the sums over keys or queries, each scaled by the magnitudes that enter the element's sum.
 
 use crate::dtype::DType;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
+use crate::kernel::TensorArg;
 use crate::kernel::{AttentionBackwardArgs, AttentionSaved};
 use crate::kernel::{Kernel, Op};
 use crate::layout::{Layout, contiguous_strides};
@@ -330,5 +331,118 @@ pub fn attention_backward(h: &Harness) {
             attention_backward_case(h, dtype, *c, false);
             attention_backward_case(h, dtype, *c, true);
         }
+    }
+    malformed_saved(h);
+}
+
+/// Require `kernel` to fail validation with `kind`, and the launch with `kind` too
+/// (`Unsupported` allowed where the backend does not list the op).
+fn refused(h: &Harness, what: &str, kernel: &Kernel, kind: ErrorKind) {
+    h.count_check();
+    match kernel.validate() {
+        Err(e) if e.kind() == kind => {}
+        Err(e) => h.fail(format!(
+            "{what}: validate() gave {} ({e}), expected {}",
+            e.kind_name(),
+            kind.name()
+        )),
+        Ok(()) => h.fail(format!("{what}: validate() accepted it, expected {}", kind.name())),
+    }
+    let supported = h.supports(kernel.op(), kernel.dtype());
+    match h.run(kernel).and_then(|()| h.backend().synchronize()) {
+        Err(e) if e.kind() == kind => {}
+        Err(e) if !supported && e.kind() == ErrorKind::Unsupported => {}
+        Err(e) => h.fail(format!(
+            "{what}: launch gave {} ({e}), expected {}",
+            e.kind_name(),
+            kind.name()
+        )),
+        Ok(()) => h.fail(format!("{what}: the malformed kernel was accepted")),
+    }
+}
+
+/// Malformed saved values for a [1, 4, 8] attention (and a forward writing a malformed
+/// log-sum-exp): an output of the wrong shape, a log-sum-exp of the wrong shape, dtype or
+/// layout, and a gradient written over the saved output.
+fn malformed_saved(h: &Harness) {
+    use ErrorKind::*;
+    let dtype = [DType::BF16, DType::F16, DType::F32]
+        .into_iter()
+        .find(|&d| h.supports(Op::AttentionBackward, d))
+        .unwrap_or(DType::F32);
+    let input = h.upload(dtype, &[0.25; 32]);
+    let out = h.upload(dtype, &[0.5; 64]);
+    let lse = h.upload(DType::F32, &[1.0; 8]);
+    let lse_wide = h.upload(DType::F64, &[1.0; 8]);
+    let grads = h.poisoned(dtype, 96);
+    let grad_at = |n: usize| {
+        let layout = Layout::from_parts(&[1, 4, 8], &[32, 8, 1], 32 * n).expect("small");
+        grads.arg(&layout)
+    };
+    let arg = input.contiguous(&[1, 4, 8]);
+    let backward = |saved_out: TensorArg, saved_lse: TensorArg, grad_q: TensorArg| {
+        Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+            q: arg.clone(),
+            k: arg.clone(),
+            v: arg.clone(),
+            grad: arg.clone(),
+            scale: 0.5,
+            causal: true,
+            grad_q,
+            grad_k: grad_at(1),
+            grad_v: grad_at(2),
+            saved: Some(AttentionSaved {
+                out: saved_out,
+                lse: saved_lse,
+            }),
+        }))
+    };
+    let transposed = Layout::from_parts(&[1, 4], &[4, 2], 0).expect("small");
+    let cases = [
+        (
+            "attention_backward with a saved output of [1, 4, 4]",
+            backward(out.contiguous(&[1, 4, 4]), lse.contiguous(&[1, 4]), grad_at(0)),
+            ShapeMismatch,
+        ),
+        (
+            "attention_backward with a saved lse of [4]",
+            backward(out.contiguous(&[1, 4, 8]), lse.contiguous(&[4]), grad_at(0)),
+            InvalidArgument,
+        ),
+        (
+            "attention_backward with a saved lse in f64",
+            backward(out.contiguous(&[1, 4, 8]), lse_wide.contiguous(&[1, 4]), grad_at(0)),
+            WrongDType,
+        ),
+        (
+            "attention_backward with a strided saved lse",
+            backward(out.contiguous(&[1, 4, 8]), lse.arg(&transposed), grad_at(0)),
+            InvalidArgument,
+        ),
+        (
+            "attention_backward writing grad_q over the saved output",
+            backward(
+                out.contiguous(&[1, 4, 8]),
+                lse.contiguous(&[1, 4]),
+                out.contiguous(&[1, 4, 8]),
+            ),
+            InvalidArgument,
+        ),
+        (
+            "attention writing a log-sum-exp of [1, 2]",
+            Kernel::Attention {
+                q: arg.clone(),
+                k: arg.clone(),
+                v: arg.clone(),
+                scale: 0.5,
+                causal: false,
+                out: out.contiguous(&[1, 4, 8]),
+                lse: Some(lse.contiguous(&[1, 2])),
+            },
+            InvalidArgument,
+        ),
+    ];
+    for (what, kernel, kind) in cases {
+        refused(h, what, &kernel, kind);
     }
 }
