@@ -73,7 +73,9 @@
 //!   cross-correlation as PyTorch; f32 may use TF32 under [`crate::MatmulPrecision`]'s setting.
 //!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
-//!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
+//!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN. The optional `lse`
+//!   [B, L] (f32, contiguous) receives each row's `ln Σ_j exp(scale · q_i·k_j)` over its unmasked
+//!   keys (−inf for none); a backend that cannot write it refuses the kernel.
 //!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
 //!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, and
 //!   every window must have a tap inside the input, which dilation can break; average pooling
@@ -97,7 +99,9 @@
 //!   dS k` [B, L, E] and `grad_k = scale · dSᵀ q` [B, S, E] with `dS_ij = P_ij · (dO_i · v_j −
 //!   D_i)`; a query row that sees no key (S = 0) has a zero `grad_q`, a key no query sees (L = 0,
 //!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
-//!   keeps no L × S matrix.
+//!   keeps no L × S matrix. The optional `saved` forward output and `lse` let a backend recompute
+//!   `P = exp(scale · q kᵀ − lse)` directly (a tiled kernel may round P and dS to a 16-bit dtype
+//!   for its products); a backend may ignore them.
 //! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and
 //!   activation): `input` `[M, K]` and `weight` `[N, K]` (both any strides), the optional `bias`
 //!   `[N]` (any stride) give the contiguous `out` `[M, N]` = `act(input · weightᵀ + bias)` with
