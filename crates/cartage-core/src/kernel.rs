@@ -73,7 +73,9 @@
 //!   cross-correlation as PyTorch; f32 may use TF32 under [`crate::MatmulPrecision`]'s setting.
 //!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
-//!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN.
+//!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN. The optional `lse`
+//!   [B, L] (f32, contiguous) receives each row's `ln Σ_j exp(scale · q_i·k_j)` over its unmasked
+//!   keys (−inf for none); a backend that cannot write it refuses the kernel.
 //!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
 //!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, and
 //!   every window must have a tap inside the input, which dilation can break; average pooling
@@ -97,7 +99,9 @@
 //!   dS k` [B, L, E] and `grad_k = scale · dSᵀ q` [B, S, E] with `dS_ij = P_ij · (dO_i · v_j −
 //!   D_i)`; a query row that sees no key (S = 0) has a zero `grad_q`, a key no query sees (L = 0,
 //!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
-//!   keeps no L × S matrix.
+//!   keeps no L × S matrix. The optional `saved` forward output and `lse` let a backend recompute
+//!   `P = exp(scale · q kᵀ − lse)` directly (a tiled kernel may round P and dS to a 16-bit dtype
+//!   for its products); a backend may ignore them.
 //! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and
 //!   activation): `input` `[M, K]` and `weight` `[N, K]` (both any strides), the optional `bias`
 //!   `[N]` (any stride) give the contiguous `out` `[M, N]` = `act(input · weightᵀ + bias)` with
@@ -201,6 +205,22 @@ pub struct AttentionBackwardArgs {
     pub grad_k: TensorArg,
     /// The value gradient [B, S, Ev], contiguous.
     pub grad_v: TensorArg,
+    /// The forward's output [B, L, Ev] and its per-row log-sum-exp [B, L] (f32, contiguous),
+    /// both from one [`Kernel::Attention`] with `lse` on these q, k and v: with them a backend
+    /// may recompute the probabilities tile by tile (`P = exp(scale · q kᵀ − lse)`) instead of
+    /// from scratch. A backend may ignore them; it may refuse with `Unsupported` only where it
+    /// would refuse without them too.
+    pub saved: Option<AttentionSaved>,
+}
+
+/// What a [`Kernel::Attention`] run leaves for its backward ([`AttentionBackwardArgs::saved`]).
+#[derive(Clone, Debug)]
+pub struct AttentionSaved {
+    /// The forward's output [B, L, Ev] (any strides).
+    pub out: TensorArg,
+    /// The forward's per-row natural log-sum-exp of the scaled, masked scores [B, L], f32,
+    /// contiguous.
+    pub lse: TensorArg,
 }
 
 /// Element-wise functions of one operand.
@@ -800,6 +820,11 @@ pub enum Kernel {
         causal: bool,
         /// Destination [B, L, Ev], contiguous.
         out: TensorArg,
+        /// Optional destination [B, L] (f32, contiguous) for each query row's natural
+        /// log-sum-exp `ln Σ_j exp(scale · q_i·k_j)` over its unmasked keys (−inf for a row
+        /// that sees none), for the backward ([`AttentionSaved`]). A backend that cannot write
+        /// it refuses the kernel with `Unsupported`.
+        lse: Option<TensorArg>,
     },
     /// `act(input · weightᵀ + bias)`: a matmul with its epilogue (an optional fused kernel; see
     /// the module docs).
@@ -1033,15 +1058,31 @@ impl Kernel {
     pub fn operand_slots(&self) -> OperandSlots<'_> {
         match self {
             Kernel::UpdateMany { sets, .. } => OperandSlots(OperandIter::Sets { sets, next: 0 }),
-            Kernel::AttentionBackward(a) => OperandSlots(OperandIter::Seven(
+            Kernel::AttentionBackward(a) => OperandSlots(OperandIter::Nine(
                 [
                     Some(&a.q),
                     Some(&a.k),
                     Some(&a.v),
                     Some(&a.grad),
+                    a.saved.as_ref().map(|s| &s.out),
+                    a.saved.as_ref().map(|s| &s.lse),
                     Some(&a.grad_q),
                     Some(&a.grad_k),
                     Some(&a.grad_v),
+                ]
+                .into_iter(),
+            )),
+            Kernel::Attention { q, k, v, out, lse, .. } => OperandSlots(OperandIter::Nine(
+                [
+                    Some(q),
+                    Some(k),
+                    Some(v),
+                    Some(out),
+                    lse.as_ref(),
+                    None,
+                    None,
+                    None,
+                    None,
                 ]
                 .into_iter(),
             )),
@@ -1053,7 +1094,7 @@ impl Kernel {
     #[inline]
     fn fixed_operand_slots(&self) -> [Option<&TensorArg>; 4] {
         match self {
-            Kernel::UpdateMany { .. } | Kernel::AttentionBackward(_) => [None; 4],
+            Kernel::UpdateMany { .. } | Kernel::AttentionBackward(_) | Kernel::Attention { .. } => [None; 4],
             Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => {
                 [Some(out), None, None, None]
             }
@@ -1080,7 +1121,6 @@ impl Kernel {
             Kernel::Conv2d { input, weight, out, .. } => [Some(input), Some(weight), Some(out), None],
             Kernel::Conv2dBackwardInput { grad, weight, out, .. } => [Some(grad), Some(weight), Some(out), None],
             Kernel::Conv2dBackwardWeight { input, grad, out, .. } => [Some(input), Some(grad), Some(out), None],
-            Kernel::Attention { q, k, v, out, .. } => [Some(q), Some(k), Some(v), Some(out)],
             Kernel::Linear {
                 input,
                 weight,
@@ -1172,8 +1212,10 @@ impl<'a> IntoIterator for OperandSlots<'a> {
 pub enum OperandIter<'a> {
     /// The four slots of a kernel with a fixed operand list.
     Fixed(std::array::IntoIter<Option<&'a TensorArg>, 4>),
-    /// The seven slots of [`Kernel::AttentionBackward`] (q, k, v, grad, then the gradients).
-    Seven(std::array::IntoIter<Option<&'a TensorArg>, 7>),
+    /// The nine slots of [`Kernel::AttentionBackward`] (q, k, v, grad, the saved output and
+    /// log-sum-exp, then the gradients) or of [`Kernel::Attention`] (q, k, v, out, lse, then
+    /// four empty slots).
+    Nine(std::array::IntoIter<Option<&'a TensorArg>, 9>),
     /// Gradient, two state slots and parameter of each [`UpdateSet`] in turn.
     Sets {
         /// The sets.
@@ -1190,7 +1232,7 @@ impl<'a> Iterator for OperandIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             OperandIter::Fixed(slots) => slots.next(),
-            OperandIter::Seven(slots) => slots.next(),
+            OperandIter::Nine(slots) => slots.next(),
             OperandIter::Sets { sets, next } => {
                 let set = sets.get(*next / 4)?;
                 let slot = match *next % 4 {

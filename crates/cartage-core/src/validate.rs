@@ -178,8 +178,14 @@ impl Kernel {
                 out,
             } => conv_backward::weight(input, grad, Window::new(*stride, *padding, *dilation, *groups), out),
             Kernel::Attention {
-                q, k, v, scale, out, ..
-            } => attention(q, k, v, *scale, out),
+                q,
+                k,
+                v,
+                scale,
+                out,
+                lse,
+                ..
+            } => attention(q, k, v, *scale, out, lse.as_ref()),
             Kernel::Linear {
                 input,
                 weight,
@@ -826,7 +832,14 @@ fn conv2d(
     apart(name, weight, out)
 }
 
-fn attention(q: &TensorArg, k: &TensorArg, v: &TensorArg, scale: f64, out: &TensorArg) -> Result<()> {
+fn attention(
+    q: &TensorArg,
+    k: &TensorArg,
+    v: &TensorArg,
+    scale: f64,
+    out: &TensorArg,
+    lse: Option<&TensorArg>,
+) -> Result<()> {
     let name = "attention";
     let (qs, ks, vs, os) = (q.layout.shape(), k.layout.shape(), v.layout.shape(), out.layout.shape());
     let ranks = qs.len() == 3 && ks.len() == 3 && vs.len() == 3 && os.len() == 3;
@@ -852,5 +865,12 @@ fn attention(q: &TensorArg, k: &TensorArg, v: &TensorArg, scale: f64, out: &Tens
     }
     apart(name, q, out)?;
     apart(name, k, out)?;
-    apart(name, v, out)
+    apart(name, v, out)?;
+    if let Some(lse) = lse {
+        attention_backward::lse_rows(name, lse, [qs[0], qs[1]])?;
+        for input in [q, k, v, out] {
+            apart(name, input, lse)?;
+        }
+    }
+    Ok(())
 }

@@ -16,6 +16,10 @@
 // - Causal (top-left: key j masked for query i when j > i): key tiles past the tile's last row are
 //   skipped, and only tiles crossing the diagonal or the end of S are masked element-wise.
 // - A row that sees no key (S = 0) divides 0 by 0: NaN, as the kernel contract says.
+// - With a nonzero `lse`, each row's natural log-sum-exp of its scaled scores goes there in f32
+//   ([B, L], contiguous): what the tiled backward (attention_flash_backward.cu) needs to
+//   recompute the probabilities without a second pass.
+// The shared helpers (cp.async, ldmatrix, mma, swizzle) are in attention_mma.cuh.
 
 #ifndef ATT_BN
 #define ATT_BN 64  // keys per tile
@@ -27,6 +31,7 @@ struct AttnArgs {
     u64 k;
     u64 v;
     u64 out;
+    u64 lse;  // [B, L] f32, or 0 for none
     i64 q_batch;
     i64 q_row;
     i64 k_batch;
@@ -40,92 +45,6 @@ struct AttnArgs {
     f32 scale_log2;
     i32 causal;
 };
-
-__device__ __forceinline__ float att_neg_inf() { return __int_as_float(0xff800000); }
-
-__device__ __forceinline__ float att_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ u32 att_smem_addr(const void* p) {
-    u32 r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-
-// 16 bytes global -> shared; `bytes` = 0 fills the destination with zeros and reads nothing.
-__device__ __forceinline__ void att_cp_async(u32 dst, const void* src, u32 bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void att_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void att_cp_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void att_ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr)
-                 : "memory");
-}
-__device__ __forceinline__ void att_ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr)
-                 : "memory");
-}
-
-// The tensor-core product and the f32 -> 16-bit pair packing of each element type.
-template <typename T> struct AttMma;
-template <> struct AttMma<bf16> {
-    __device__ static __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    __device__ static __forceinline__ u32 pack(float lo, float hi) {
-        u32 r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
-template <> struct AttMma<f16> {
-    __device__ static __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-            "{%0, %1, %2, %3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    __device__ static __forceinline__ u32 pack(float lo, float hi) {
-        u32 r;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
-
-// Byte offset of element (row, col) in a swizzled [rows, D] 16-bit tile; col is a multiple of 8.
-template <int D> __device__ __forceinline__ u32 att_swz(int row, int col) {
-    return (u32)((row * D + (((col >> 3) ^ (row & 7)) << 3)) * 2);
-}
-
-// Queue the copy of rows [0, valid) of a [ROWS, D] tile at `g` (rows `stride` elements apart)
-// into shared memory at `dst`; rows past `valid` become zeros.
-template <int D, int ROWS, int THREADS_>
-__device__ __forceinline__ void att_load_tile(u32 dst, const u16* g, i64 stride, int valid) {
-    constexpr int CHUNKS = D / 8;
-    static_assert(ROWS * CHUNKS % THREADS_ == 0, "whole passes of the block");
-#pragma unroll
-    for (int it = 0; it < ROWS * CHUNKS / THREADS_; ++it) {
-        const int i = it * THREADS_ + (int)threadIdx.x;
-        const int r = i / CHUNKS, c = i % CHUNKS;
-        const bool in = r < valid;
-        const u16* src = in ? g + (i64)r * stride + c * 8 : g;
-        att_cp_async(dst + att_swz<D>(r, c * 8), src, in ? 16u : 0u);
-    }
-}
 
 // BM query rows per block, MT tiles of 16 rows per warp: BM / (16 MT) warps.
 template <typename T, int D, int BM, int MT> __device__ __forceinline__ void attention_fwd(const AttnArgs& a) {
@@ -295,6 +214,11 @@ template <typename T, int D, int BM, int MT> __device__ __forceinline__ void att
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = 1.f / l;
             const int row = row0 + mt * 16 + h * 8;
+            if (a.lse != 0 && row < L && (lane & 3) == 0) {
+                // ln(sum_j exp(scale s_ij)) = ln 2 (m + log2 l), m the running max in base 2;
+                // -inf for a row that sees no key.
+                ((float*)a.lse)[(i64)b * L + row] = (mrow[mt][h] + att_log2(l)) * 0.6931471805599453f;
+            }
             if (row < L) {
                 u32* dst = (u32*)(og + (i64)row * D + 2 * (lane & 3));
 #pragma unroll

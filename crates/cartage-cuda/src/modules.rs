@@ -37,6 +37,7 @@ use crate::{driver, precompiled};
 const COMMON: &str = include_str!("../kernels/common.cuh");
 const REDUCE_COMMON: &str = include_str!("../kernels/reduce_common.cuh");
 const ROWS_COMMON: &str = include_str!("../kernels/rows_common.cuh");
+const ATTENTION_MMA: &str = include_str!("../kernels/attention_mma.cuh");
 
 /// One kernel source file (one module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,8 +70,10 @@ pub enum SourceFile {
     Norm,
     /// `attention.cu` (fused flash-attention forward).
     Attention,
-    /// `attention_backward.cu` (fused attention backward).
+    /// `attention_backward.cu` (fused attention backward, a warp per row).
     AttentionBackward,
+    /// `attention_flash_backward.cu` (tiled flash-attention backward on the tensor cores).
+    AttentionFlashBackward,
     /// `backward.cu` (softmax, norm and cross-entropy backward).
     Backward,
     /// `update.cu` (the fused optimizer step).
@@ -81,7 +84,7 @@ pub enum SourceFile {
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 18] = [
+    pub const ALL: [SourceFile; 19] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -97,6 +100,7 @@ impl SourceFile {
         SourceFile::Norm,
         SourceFile::Attention,
         SourceFile::AttentionBackward,
+        SourceFile::AttentionFlashBackward,
         SourceFile::Backward,
         SourceFile::Update,
         SourceFile::Pool,
@@ -120,6 +124,7 @@ impl SourceFile {
             SourceFile::Norm => "norm.cu",
             SourceFile::Attention => "attention.cu",
             SourceFile::AttentionBackward => "attention_backward.cu",
+            SourceFile::AttentionFlashBackward => "attention_flash_backward.cu",
             SourceFile::Backward => "backward.cu",
             SourceFile::Update => "update.cu",
             SourceFile::Pool => "pool.cu",
@@ -143,6 +148,7 @@ impl SourceFile {
             SourceFile::Norm => include_str!("../kernels/norm.cu"),
             SourceFile::Attention => include_str!("../kernels/attention.cu"),
             SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.cu"),
+            SourceFile::AttentionFlashBackward => include_str!("../kernels/attention_flash_backward.cu"),
             SourceFile::Backward => include_str!("../kernels/backward.cu"),
             SourceFile::Update => include_str!("../kernels/update.cu"),
             SourceFile::Pool => include_str!("../kernels/pool.cu"),
@@ -150,7 +156,8 @@ impl SourceFile {
     }
 
     /// The full text NVRTC compiles: `common.cuh` (then `reduce_common.cuh` for the reduction
-    /// files and `rows_common.cuh` for the row-wise ones), then the file.
+    /// files, `rows_common.cuh` for the row-wise ones and `attention_mma.cuh` for the
+    /// flash-attention ones), then the file.
     pub fn source(self) -> String {
         let reduce = match self {
             SourceFile::Reduce | SourceFile::Extreme | SourceFile::Softmax => REDUCE_COMMON,
@@ -158,6 +165,7 @@ impl SourceFile {
         };
         let rows = match self {
             SourceFile::Softmax | SourceFile::Norm | SourceFile::Scan | SourceFile::Backward => ROWS_COMMON,
+            SourceFile::Attention | SourceFile::AttentionFlashBackward => ATTENTION_MMA,
             _ => "",
         };
         format!(

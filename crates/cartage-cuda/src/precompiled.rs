@@ -58,6 +58,7 @@ pub fn embedded(file: SourceFile) -> &'static str {
         SourceFile::Norm => include_str!("../kernels/norm.ptx"),
         SourceFile::Attention => include_str!("../kernels/attention.ptx"),
         SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.ptx"),
+        SourceFile::AttentionFlashBackward => include_str!("../kernels/attention_flash_backward.ptx"),
         SourceFile::Backward => include_str!("../kernels/backward.ptx"),
         SourceFile::Update => include_str!("../kernels/update.ptx"),
         SourceFile::Pool => include_str!("../kernels/pool.ptx"),

@@ -3,7 +3,9 @@
 //! matrices: `dV = Pᵀ dO`, `dS = P ∘ (dO Vᵀ − rowsum(dO Vᵀ ∘ P))`, `dQ = scale dS K`,
 //! `dK = scale dSᵀ Q`), evaluated on the host in f64 on the same rounded inputs: causal and not,
 //! L < S and L > S, Ev ≠ E, no keys and no queries at all, batches of several heads, heads
-//! interleaved in memory, in f32, f16 and bf16. Then the op is listed for every float dtype, a
+//! interleaved in memory, in f32, f16 and bf16; the same with the forward's saved output and
+//! log-sum-exp (the tiled tensor-core backward for bf16 and f16 with head dims 64 and 128, and
+//! the forward's log-sum-exp itself). Then the op is listed for every float dtype, a
 //! head dim past the kernel's registers is refused so that the frontend composes, and a long
 //! sequence runs without any memory of the size of the score matrix.
 //!
@@ -11,7 +13,7 @@
 
 mod common;
 
-use cartage_core::kernel::AttentionBackwardArgs;
+use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
 use std::sync::Arc;
 
 use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op, TensorArg};
@@ -187,6 +189,7 @@ fn check_case(b: &Arc<dyn Backend>, dtype: DType, c: Case, seed: u64) {
         grad_q: contiguous(&outs[0], shapes[0]),
         grad_k: contiguous(&outs[1], shapes[1]),
         grad_v: contiguous(&outs[2], shapes[2]),
+        saved: None,
     }))
     .run(&[&bufs[0], &bufs[1], &bufs[2], &bufs[3], &outs[0], &outs[1], &outs[2]])
     .unwrap_or_else(|e| panic!("attention_backward {dtype} {c:?}: {e}"));
@@ -237,6 +240,199 @@ fn gradients_match_the_composed_formula() {
     }
 }
 
+/// The largest difference relative to the largest reference magnitude, at least 10⁻³ (with one
+/// key, P = 1 and dS = 0: the query and key gradients are zero up to f32 round-off).
+fn relative_worst(what: &str, got: &[f64], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_finite() {
+                (g - w).abs() / scale
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// `softmax(scale · q kᵀ) v` in f64, row-major [B, L, Ev].
+fn forward_rows(c: &Case, [q, k, v]: [&[f64]; 3]) -> Vec<f64> {
+    let lse = lse_rows(c, q, k);
+    let mut out = vec![0.0; c.b * c.l * c.ev];
+    for b in 0..c.b {
+        for i in 0..c.l {
+            let seen = if c.causal { c.s.min(i + 1) } else { c.s };
+            let qi = &q[(b * c.l + i) * c.e..][..c.e];
+            for j in 0..seen {
+                let kj = &k[(b * c.s + j) * c.e..][..c.e];
+                let s = c.scale() * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>();
+                let p = (s - lse[b * c.l + i]).exp();
+                for x in 0..c.ev {
+                    out[(b * c.l + i) * c.ev + x] += p * v[(b * c.s + j) * c.ev + x];
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Each row's natural log-sum-exp of its scaled, masked scores, in f64 (−inf for no key).
+fn lse_rows(c: &Case, q: &[f64], k: &[f64]) -> Vec<f64> {
+    let mut lse = Vec::with_capacity(c.b * c.l);
+    for b in 0..c.b {
+        for i in 0..c.l {
+            let seen = if c.causal { c.s.min(i + 1) } else { c.s };
+            let scores: Vec<f64> = (0..seen)
+                .map(|j| {
+                    let qi = &q[(b * c.l + i) * c.e..][..c.e];
+                    let kj = &k[(b * c.s + j) * c.e..][..c.e];
+                    c.scale() * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>()
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            lse.push(max + scores.iter().map(|s| (s - max).exp()).sum::<f64>().ln());
+        }
+    }
+    lse
+}
+
+/// The forward with its log-sum-exp (`Kernel::Attention` with `lse`), then the backward given
+/// the saved output and log-sum-exp (the tiled kernel where it takes the case, the warp-per-row
+/// kernels otherwise): the log-sum-exp and the three gradients against f64 on the same rounded
+/// inputs in [-2, 2), relative to the largest magnitude of each.
+fn check_saved_case(b: &Arc<dyn Backend>, dtype: DType, c: Case, seed: u64) {
+    let shapes = [[c.b, c.l, c.e], [c.b, c.s, c.e], [c.b, c.s, c.ev], [c.b, c.l, c.ev]];
+    let raw: Vec<Vec<f64>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(n, s)| {
+            let wide: Vec<f64> = common::values(s.iter().product(), seed + n as u64, DType::F64);
+            // [-2, 2): scores of about one unit, a softmax neither flat nor one-hot.
+            wide.into_iter().map(|v| round(v / 2.0, dtype)).collect()
+        })
+        .collect();
+    let logical: Vec<Vec<f64>> = raw
+        .iter()
+        .zip(&shapes)
+        .map(|(r, &[bb, n, d])| if c.heads { deinterleave(r, bb, n, d) } else { r.clone() })
+        .collect();
+    let bufs: Vec<DeviceBuffer> = raw.iter().map(|r| upload(b, r, dtype)).collect();
+    let contiguous = |buf: &DeviceBuffer, s: &[usize], dtype| buf.arg(Layout::contiguous(s).expect("layout"), dtype);
+    let what = format!("{dtype} {c:?}");
+
+    let want_lse = lse_rows(&c, &logical[0], &logical[1]);
+    let mut out = poisoned(b, c.b * c.l * c.ev, dtype);
+    let mut lse = poisoned(b, c.b * c.l, DType::F32);
+    let forward = Kernel::Attention {
+        q: operand(&bufs[0], shapes[0], c.heads, dtype),
+        k: operand(&bufs[1], shapes[1], c.heads, dtype),
+        v: operand(&bufs[2], shapes[2], c.heads, dtype),
+        scale: c.scale(),
+        causal: c.causal,
+        out: contiguous(&out, &shapes[3], dtype),
+        lse: Some(contiguous(&lse, &[c.b, c.l], DType::F32)),
+    }
+    .run(&[&bufs[0], &bufs[1], &bufs[2], &out, &lse]);
+    match forward {
+        Ok(()) => {
+            let got_lse = download(&lse, c.b * c.l, DType::F32);
+            for (i, (g, w)) in got_lse.iter().zip(&want_lse).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-3 * (1.0 + w.abs()),
+                    "lse {what} row {i}: got {g}, want {w}"
+                );
+            }
+        }
+        // Head dims the forward does not take: the saved values come from the host instead.
+        Err(Error::Unsupported { .. }) if !matches!(c.e, 64 | 128) => {
+            out = upload(b, &forward_rows(&c, [&logical[0], &logical[1], &logical[2]]), dtype);
+            lse = upload(b, &want_lse, DType::F32);
+        }
+        Err(e) => panic!("attention with lse {what}: {e}"),
+    }
+
+    let outs: Vec<DeviceBuffer> = shapes[..3]
+        .iter()
+        .map(|s| poisoned(b, s.iter().product(), dtype))
+        .collect();
+    Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: operand(&bufs[0], shapes[0], c.heads, dtype),
+        k: operand(&bufs[1], shapes[1], c.heads, dtype),
+        v: operand(&bufs[2], shapes[2], c.heads, dtype),
+        grad: operand(&bufs[3], shapes[3], c.heads, dtype),
+        scale: c.scale(),
+        causal: c.causal,
+        grad_q: contiguous(&outs[0], &shapes[0], dtype),
+        grad_k: contiguous(&outs[1], &shapes[1], dtype),
+        grad_v: contiguous(&outs[2], &shapes[2], dtype),
+        saved: Some(AttentionSaved {
+            out: contiguous(&out, &shapes[3], dtype),
+            lse: contiguous(&lse, &[c.b, c.l], DType::F32),
+        }),
+    }))
+    .run(&[
+        &bufs[0], &bufs[1], &bufs[2], &bufs[3], &out, &lse, &outs[0], &outs[1], &outs[2],
+    ])
+    .unwrap_or_else(|e| panic!("attention_backward with saved values {what}: {e}"));
+    let want = composed(&c, [&logical[0], &logical[1], &logical[2], &logical[3]]);
+    // Each of the five products rounds one operand (P, dS) to the dtype: a few of its units.
+    let tolerance = match dtype {
+        DType::BF16 => 2.5e-2,
+        _ => 4e-3,
+    };
+    for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
+        let got = download(&outs[n], want[n].len(), dtype);
+        let err = relative_worst(&format!("{name} {what}"), &got, &want[n]);
+        assert!(
+            err <= tolerance,
+            "{name} {what}: worst error {err:.3e} of the largest magnitude"
+        );
+    }
+}
+
+/// The tiled backward (bf16, f16; head dims 64 and 128) from the forward's saved output and
+/// log-sum-exp: causal and not, L = S, L < S, L > S, lengths that are no multiple of a tile
+/// (1, 77, 300), one key, interleaved heads (batch and row strides of a `[N, B, E]` buffer); and
+/// a head dim the tiled kernel does not take (the saved values are then ignored).
+#[test]
+fn tiled_gradients_match_the_composed_formula() {
+    let Some(b) = backend("tiled_gradients_match_the_composed_formula") else {
+        return;
+    };
+    let case = |b, l, s, e, causal, heads| Case {
+        b,
+        l,
+        s,
+        e,
+        ev: e,
+        causal,
+        heads,
+    };
+    let mut cases = Vec::new();
+    for causal in [false, true] {
+        for e in [64, 128] {
+            cases.extend([
+                case(2, 128, 128, e, causal, false),
+                case(3, 1, 1, e, causal, false),
+                case(2, 77, 77, e, causal, true),
+                case(1, 300, 300, e, causal, false),
+                case(2, 77, 300, e, causal, true),
+                case(2, 300, 77, e, causal, false),
+                case(1, 1, 200, e, causal, false),
+                case(2, 130, 1, e, causal, false),
+            ]);
+        }
+        cases.push(case(2, 40, 45, 32, causal, true));
+    }
+    for dtype in [DType::BF16, DType::F16] {
+        for (n, c) in cases.iter().enumerate() {
+            check_saved_case(&b, dtype, *c, 100 + 10 * n as u64);
+        }
+    }
+}
+
 /// Listed for every float dtype (the fused path the frontend takes), refused for head dims
 /// past the kernel's registers with `Unsupported` (the frontend then composes).
 #[test]
@@ -265,6 +461,7 @@ fn listed_for_floats_and_refuses_wide_heads() {
         grad_q: arg(&outs[0]),
         grad_k: arg(&outs[1]),
         grad_v: arg(&outs[2]),
+        saved: None,
     }))
     .run(&[&input, &outs[0], &outs[1], &outs[2]]);
     assert!(
@@ -299,6 +496,7 @@ fn long_sequences_keep_no_score_matrix() {
         grad_q: arg(&outs[0]),
         grad_k: arg(&outs[1]),
         grad_v: arg(&outs[2]),
+        saved: None,
     }))
     .run(&[&ins[0], &ins[1], &ins[2], &ins[3], &outs[0], &outs[1], &outs[2]])
     .expect("attention_backward");

@@ -4,8 +4,9 @@
 //! head dims 64 and 128, heads interleaved in memory, a batch broadcast (stride 0) and padded
 //! rows. A fused kernel may support only some head dims and layouts: for the others (head dim 40,
 //! an unaligned offset, a transposed last dimension) it may refuse with `Unsupported`, so that the
-//! frontend composes the result, but what it accepts must be right. Dtypes not listed are
-//! refused.
+//! frontend composes the result, but what it accepts must be right. Each case asks for the
+//! per-row log-sum-exp too, checked where the backend writes it (it may refuse the kernel with
+//! it, and must then run it without). Dtypes not listed are refused.
 
 use crate::dtype::DType;
 use crate::error::Error;
@@ -70,20 +71,35 @@ struct Case {
     lays: [Lay; 3],
 }
 
-/// `softmax(scale · q kᵀ) v` in f64, and for each output the magnitude `Σ p |v| / Σ p` that
-/// bounds the error of rounding the probabilities.
-fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) {
+/// What the f64 reference gives for one case.
+struct Reference {
+    /// `softmax(scale · q kᵀ) v`.
+    out: Vec<f64>,
+    /// For each output, the magnitude `Σ p |v| / Σ p` that bounds the error of rounding the
+    /// probabilities.
+    mag: Vec<f64>,
+    /// Each row's log-sum-exp of its scaled scores (−inf for no key).
+    lse: Vec<f64>,
+    /// Each row's largest score magnitude `scale · Σ |q| |k|` (bounds the error of the lse).
+    lse_mag: Vec<f64>,
+}
+
+/// The f64 reference of one case.
+fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
     let (mut out, mut mag) = (vec![0.0; c.b * c.l * c.ev], vec![0.0; c.b * c.l * c.ev]);
+    let (mut lse, mut lse_mag) = (vec![0.0; c.b * c.l], vec![0.0; c.b * c.l]);
     let mut p = vec![0.0; c.s];
     for b in 0..c.b {
         for i in 0..c.l {
             let qi = &q[(b * c.l + i) * c.e..][..c.e];
             let mut max = f64::NEG_INFINITY;
+            let mut largest = 0.0f64;
             for (j, pj) in p.iter_mut().enumerate() {
                 *pj = if c.causal && j > i {
                     f64::NEG_INFINITY
                 } else {
                     let kj = &k[(b * c.s + j) * c.e..][..c.e];
+                    largest = largest.max(scale.abs() * qi.iter().zip(kj).map(|(x, y)| (x * y).abs()).sum::<f64>());
                     scale * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>()
                 };
                 max = max.max(*pj);
@@ -93,6 +109,8 @@ fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>
                 *pj = (*pj - max).exp();
                 sum += *pj;
             }
+            lse[b * c.l + i] = max + sum.ln();
+            lse_mag[b * c.l + i] = largest;
             let row = (b * c.l + i) * c.ev;
             for d in 0..c.ev {
                 let (mut acc, mut abs) = (0.0, 0.0);
@@ -107,7 +125,7 @@ fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>
             }
         }
     }
-    (out, mag)
+    Reference { out, mag, lse, lse_mag }
 }
 
 /// Unit roundoff of the probabilities and the output (f32 accumulation elsewhere).
@@ -149,32 +167,58 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
         c.lays[1],
         c.lays[2]
     );
-    let kernel = Kernel::Attention {
+    // The log-sum-exp rows, eight elements into a poisoned f32 buffer with eight more after.
+    let lse = h.poisoned(DType::F32, c.b * c.l + 16);
+    let lse_layout = Layout::from_parts(&[c.b, c.l], &[c.l, 1], 8).expect("suite shapes are small");
+    let kernel = |with_lse: bool| Kernel::Attention {
         q: q.arg(),
         k: k.arg(),
         v: v.arg(),
         scale,
         causal: c.causal,
         out: out.arg(&out_layout),
+        lse: with_lse.then(|| lse.arg(&lse_layout)),
     };
     let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
-    match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
-        Ok(()) => {}
-        Err(Error::Unsupported { .. }) if may_refuse => {
-            h.count_check();
+    let run = |with_lse| h.run(&kernel(with_lse)).and_then(|()| h.backend().synchronize());
+    // A backend that cannot write the log-sum-exp refuses it; the plain kernel must then run.
+    let with_lse = match run(true) {
+        Ok(()) => true,
+        Err(Error::Unsupported { .. }) => false,
+        Err(e) => {
+            h.fail(format!(
+                "{what} with lse: launch failed with {} error: {e}",
+                e.kind_name()
+            ));
             return;
         }
-        Err(e) => {
-            h.fail(format!("{what}: launch failed with {} error: {e}", e.kind_name()));
-            return;
+    };
+    if !with_lse {
+        match run(false) {
+            Ok(()) => {}
+            Err(Error::Unsupported { .. }) if may_refuse => {
+                h.count_check();
+                return;
+            }
+            Err(e) => {
+                h.fail(format!("{what}: launch failed with {} error: {e}", e.kind_name()));
+                return;
+            }
         }
     }
-    let (want, mag) = reference(&c, scale, &q.values, &k.values, &v.values);
+    let want = reference(&c, scale, &q.values, &k.values, &v.values);
     let u = roundoff(dtype);
     let tol = Tolerance::of(dtype);
-    h.check_with(&what, &out, &out_layout, &want, |i, w| {
-        2.0 * u * mag[i] + u * w.abs() + tol.abs
+    h.check_with(&what, &out, &out_layout, &want.out, |i, w| {
+        2.0 * u * want.mag[i] + u * w.abs() + tol.abs
     });
+    if with_lse {
+        // Scores accumulate in f32 from the rounded inputs; exp and log are approximations.
+        let f32_u = 2f64.powi(-20);
+        h.check_with(&format!("{what} lse"), &lse, &lse_layout, &want.lse, |i, w| {
+            4.0 * f32_u * (want.lse_mag[i] + w.abs() + 1.0) * (c.e.max(1) as f64).sqrt()
+        });
+    }
 }
 
 /// `Attention`: every dtype the backend lists over the case table; the others are refused.
@@ -230,6 +274,7 @@ pub fn attention(h: &Harness) {
                 scale: 0.5,
                 causal: false,
                 out: out.contiguous(&[1, 2, 4]),
+                lse: None,
             };
             h.expect_unsupported(&format!("attention {dtype}"), &kernel);
             continue;

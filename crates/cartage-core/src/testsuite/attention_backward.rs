@@ -6,15 +6,18 @@
 //! in memory, a batch broadcast (stride 0) and padded rows. A fused kernel may refuse
 //! (`Unsupported`) head dims other than 64 and 128, E ≠ Ev, an unaligned offset or a transposed
 //! last dimension, so that the frontend composes the gradients, but what it accepts must be
-//! right. Dtypes not listed are refused.
+//! right. Every case runs again with the forward's output and log-sum-exp given as saved values
+//! (which a backend may use, e.g. in a tiled kernel that rounds P and dS to a 16-bit dtype for
+//! its products: the bound then uses that dtype's roundoff). Dtypes not listed are refused.
 //!
 //! The allowed error is one rounding of each gradient plus the compute type's error in the
 //! probabilities (relative, growing with the size of the scores), in the two dot products and in
 //! the sums over keys or queries, each scaled by the magnitudes that enter the element's sum.
 
 use crate::dtype::DType;
-use crate::error::Error;
-use crate::kernel::AttentionBackwardArgs;
+use crate::error::{Error, ErrorKind};
+use crate::kernel::TensorArg;
+use crate::kernel::{AttentionBackwardArgs, AttentionSaved};
 use crate::kernel::{Kernel, Op};
 use crate::layout::{Layout, contiguous_strides};
 
@@ -76,10 +79,13 @@ struct Case {
     lays: [Lay; 4],
 }
 
-/// The three gradients in f64 with the magnitude bounding each element's error.
+/// The three gradients in f64 with the magnitude bounding each element's error, and the
+/// forward's output and per-row log-sum-exp (what a backend may be given as saved values).
 struct Reference {
     grads: [Vec<f64>; 3],
     bounds: [Vec<f64>; 3],
+    out: Vec<f64>,
+    lse: Vec<f64>,
 }
 
 fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
@@ -93,8 +99,9 @@ fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
 /// 1)` (its score and the row's log-sum-exp, with `|s|` the magnitude `scale·Σ|q||k|`), each dP
 /// by `4u·Σ|dO||v|`, D by the sum of both over the row; sums over up to max(L, S) terms add
 /// `4u·sqrt(terms)` of the magnitudes they add up (`P·(|dP| + |D|)` for dS, so that forming
-/// `Σ P dP k − D Σ P k` is allowed too).
-fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Reference {
+/// `Σ P dP k − D Σ P k` is allowed too). `out_u` is the unit roundoff of a saved output the
+/// kernel may form D from (`D = dO·O`): D is then off by `out_u·Σ|dO|·Σ P|v|` more.
+fn reference(c: &Case, scale: f64, u: f64, out_u: f64, [q, k, v, g]: [&[f64]; 4]) -> Reference {
     let (e, ev) = (c.e, c.ev);
     let mut grads = [
         vec![0.0; c.b * c.l * e],
@@ -102,6 +109,7 @@ fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Referen
         vec![0.0; c.b * c.s * ev],
     ];
     let mut bounds = grads.clone();
+    let (mut out, mut lse) = (vec![f64::NAN; c.b * c.l * ev], vec![f64::NEG_INFINITY; c.b * c.l]);
     let sum_err = 4.0 * u * (c.l.max(c.s).max(1) as f64).sqrt();
     for b in 0..c.b {
         let row = |n: usize, i: usize, w: usize| (b * n + i) * w..(b * n + i + 1) * w;
@@ -120,11 +128,24 @@ fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Referen
             let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let total: f64 = p.iter().map(|s| (s - max).exp()).sum();
             p.iter_mut().for_each(|s| *s = (*s - max).exp() / total);
+            lse[b * c.l + i] = max + total.ln();
+            let mut out_mag = 0.0;
+            for x in 0..ev {
+                let (mut o, mut o_abs) = (0.0, 0.0);
+                for (j, pj) in p.iter().enumerate() {
+                    let vx = v[row(c.s, j, ev).start + x];
+                    o += pj * vx;
+                    o_abs += pj * vx.abs();
+                }
+                out[(b * c.l + i) * ev + x] = o;
+                out_mag += gi[x].abs() * o_abs;
+            }
             let rel_p: Vec<f64> = size.iter().map(|a| 4.0 * u * (a + largest + 1.0)).collect();
             let delta: f64 = p.iter().zip(&dp).map(|(p, (d, _))| p * d).sum();
             let delta_err: f64 = (0..seen)
                 .map(|j| p[j] * (rel_p[j] * dp[j].0.abs() + 4.0 * u * dp[j].1))
-                .sum();
+                .sum::<f64>()
+                + out_u * out_mag;
             for (j, (&pj, &(d, dm))) in p.iter().zip(&dp).enumerate() {
                 let ds = pj * (d - delta);
                 let ds_err =
@@ -144,10 +165,27 @@ fn reference(c: &Case, scale: f64, u: f64, [q, k, v, g]: [&[f64]; 4]) -> Referen
             }
         }
     }
-    Reference { grads, bounds }
+    Reference {
+        grads,
+        bounds,
+        out,
+        lse,
+    }
 }
 
-fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
+/// The unit roundoff of a 16-bit float (a kernel may round P and dS to it for its products),
+/// else 0.
+fn half_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2f64.powi(-8),
+        DType::F16 => 2f64.powi(-11),
+        _ => 0.0,
+    }
+}
+
+/// One case; with `saved`, the forward's output (rounded to the dtype) and log-sum-exp (f32) go
+/// with the kernel, which may then round P and dS to a 16-bit dtype for its products.
+fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
     let spec = Spec::new((-1.0, 1.0), (-1, 1));
     let operand = |lay: Lay, shape: [usize; 3]| -> Operand {
         let v = lay.view(shape);
@@ -167,14 +205,29 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
         (h.poisoned(dtype, numel + 16), layout)
     };
     let outs = [out([c.b, c.l, c.e]), out([c.b, c.s, c.e]), out([c.b, c.s, c.ev])];
+    let inputs = [&q.values[..], &k.values[..], &v.values[..], &g.values[..]];
+    let (u, out_u) = if saved {
+        let half = half_roundoff(dtype);
+        (accumulation_eps(dtype).max(half), half)
+    } else {
+        (accumulation_eps(dtype), 0.0)
+    };
+    let want = reference(&c, scale, u, out_u, inputs);
+    let saved_bufs = saved.then(|| {
+        // One element more than the views, so that no upload is empty.
+        let out: Vec<f64> = want.out.iter().copied().chain([0.0]).collect();
+        let lse: Vec<f64> = want.lse.iter().map(|&x| f64::from(x as f32)).chain([0.0]).collect();
+        (h.upload(dtype, &out), h.upload(DType::F32, &lse))
+    });
     let what = format!(
-        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?}, grad {:?})",
+        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {}{} (q {:?}, k {:?}, v {:?}, grad {:?})",
         c.b,
         c.l,
         c.s,
         c.e,
         c.ev,
         if c.causal { "causal" } else { "full" },
+        if saved { " with saved output and lse" } else { "" },
         c.lays[0],
         c.lays[1],
         c.lays[2],
@@ -190,6 +243,10 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
         grad_q: outs[0].0.arg(&outs[0].1),
         grad_k: outs[1].0.arg(&outs[1].1),
         grad_v: outs[2].0.arg(&outs[2].1),
+        saved: saved_bufs.as_ref().map(|(out, lse)| AttentionSaved {
+            out: out.contiguous(&[c.b, c.l, c.ev]),
+            lse: lse.contiguous(&[c.b, c.l]),
+        }),
     }));
     let may_refuse = !matches!(c.e, 64 | 128) || c.e != c.ev || !c.lays.iter().all(|l| l.expected());
     match h.run(&kernel).and_then(|()| h.backend().synchronize()) {
@@ -203,8 +260,6 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case) {
             return;
         }
     }
-    let inputs = [&q.values[..], &k.values[..], &v.values[..], &g.values[..]];
-    let want = reference(&c, scale, accumulation_eps(dtype), inputs);
     let tol = Tolerance::of(dtype);
     for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
         let (buf, layout) = &outs[n];
@@ -267,12 +322,127 @@ pub fn attention_backward(h: &Harness) {
                 grad_q: grad(0),
                 grad_k: grad(1),
                 grad_v: grad(2),
+                saved: None,
             }));
             h.expect_unsupported(&format!("attention_backward {dtype}"), &kernel);
             continue;
         }
         for c in &cases {
-            attention_backward_case(h, dtype, *c);
+            attention_backward_case(h, dtype, *c, false);
+            attention_backward_case(h, dtype, *c, true);
         }
+    }
+    malformed_saved(h);
+}
+
+/// Require `kernel` to fail validation with `kind`, and the launch with `kind` too
+/// (`Unsupported` allowed where the backend does not list the op).
+fn refused(h: &Harness, what: &str, kernel: &Kernel, kind: ErrorKind) {
+    h.count_check();
+    match kernel.validate() {
+        Err(e) if e.kind() == kind => {}
+        Err(e) => h.fail(format!(
+            "{what}: validate() gave {} ({e}), expected {}",
+            e.kind_name(),
+            kind.name()
+        )),
+        Ok(()) => h.fail(format!("{what}: validate() accepted it, expected {}", kind.name())),
+    }
+    let supported = h.supports(kernel.op(), kernel.dtype());
+    match h.run(kernel).and_then(|()| h.backend().synchronize()) {
+        Err(e) if e.kind() == kind => {}
+        Err(e) if !supported && e.kind() == ErrorKind::Unsupported => {}
+        Err(e) => h.fail(format!(
+            "{what}: launch gave {} ({e}), expected {}",
+            e.kind_name(),
+            kind.name()
+        )),
+        Ok(()) => h.fail(format!("{what}: the malformed kernel was accepted")),
+    }
+}
+
+/// Malformed saved values for a [1, 4, 8] attention (and a forward writing a malformed
+/// log-sum-exp): an output of the wrong shape, a log-sum-exp of the wrong shape, dtype or
+/// layout, and a gradient written over the saved output.
+fn malformed_saved(h: &Harness) {
+    use ErrorKind::*;
+    let dtype = [DType::BF16, DType::F16, DType::F32]
+        .into_iter()
+        .find(|&d| h.supports(Op::AttentionBackward, d))
+        .unwrap_or(DType::F32);
+    let input = h.upload(dtype, &[0.25; 32]);
+    let out = h.upload(dtype, &[0.5; 64]);
+    let lse = h.upload(DType::F32, &[1.0; 8]);
+    let lse_wide = h.upload(DType::F64, &[1.0; 8]);
+    let grads = h.poisoned(dtype, 96);
+    let grad_at = |n: usize| {
+        let layout = Layout::from_parts(&[1, 4, 8], &[32, 8, 1], 32 * n).expect("small");
+        grads.arg(&layout)
+    };
+    let arg = input.contiguous(&[1, 4, 8]);
+    let backward = |saved_out: TensorArg, saved_lse: TensorArg, grad_q: TensorArg| {
+        Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+            q: arg.clone(),
+            k: arg.clone(),
+            v: arg.clone(),
+            grad: arg.clone(),
+            scale: 0.5,
+            causal: true,
+            grad_q,
+            grad_k: grad_at(1),
+            grad_v: grad_at(2),
+            saved: Some(AttentionSaved {
+                out: saved_out,
+                lse: saved_lse,
+            }),
+        }))
+    };
+    let transposed = Layout::from_parts(&[1, 4], &[4, 2], 0).expect("small");
+    let cases = [
+        (
+            "attention_backward with a saved output of [1, 4, 4]",
+            backward(out.contiguous(&[1, 4, 4]), lse.contiguous(&[1, 4]), grad_at(0)),
+            ShapeMismatch,
+        ),
+        (
+            "attention_backward with a saved lse of [4]",
+            backward(out.contiguous(&[1, 4, 8]), lse.contiguous(&[4]), grad_at(0)),
+            InvalidArgument,
+        ),
+        (
+            "attention_backward with a saved lse in f64",
+            backward(out.contiguous(&[1, 4, 8]), lse_wide.contiguous(&[1, 4]), grad_at(0)),
+            WrongDType,
+        ),
+        (
+            "attention_backward with a strided saved lse",
+            backward(out.contiguous(&[1, 4, 8]), lse.arg(&transposed), grad_at(0)),
+            InvalidArgument,
+        ),
+        (
+            "attention_backward writing grad_q over the saved output",
+            backward(
+                out.contiguous(&[1, 4, 8]),
+                lse.contiguous(&[1, 4]),
+                out.contiguous(&[1, 4, 8]),
+            ),
+            InvalidArgument,
+        ),
+        (
+            "attention writing a log-sum-exp of [1, 2]",
+            Kernel::Attention {
+                q: arg.clone(),
+                k: arg.clone(),
+                v: arg.clone(),
+                scale: 0.5,
+                causal: false,
+                out: out.contiguous(&[1, 4, 8]),
+                lse: Some(lse.contiguous(&[1, 2])),
+            },
+            InvalidArgument,
+        ),
+    ];
+    for (what, kernel, kind) in cases {
+        refused(h, what, &kernel, kind);
     }
 }

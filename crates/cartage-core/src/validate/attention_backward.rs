@@ -1,12 +1,42 @@
 //! The structural rules of [`crate::Kernel::AttentionBackward`], in the terms of
 //! [`crate::validate`]: the forward's shapes (q [B, L, E], k [B, S, E], v [B, S, Ev]) with the
 //! incoming gradient [B, L, Ev], one float dtype, a finite scale, and three contiguous gradients
-//! shaped like q, k and v, apart from every input and from each other. The causal mask is
-//! top-left aligned as the forward's, so it is defined for every L and S.
+//! shaped like q, k and v, apart from every input and from each other. The optional saved
+//! forward output is shaped like the incoming gradient (same dtype, any strides) and the saved
+//! log-sum-exp is a contiguous f32 [B, L] (the forward's `lse` operand obeys the same rule). The
+//! causal mask is top-left aligned as the forward's, so it is defined for every L and S.
 
-use super::{aligned, apart, mismatch, same_dtype, writable};
+use super::{aligned, apart, dtype_is, mismatch, same_dtype, writable};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::AttentionBackwardArgs;
+use crate::kernel::TensorArg;
+
+/// The log-sum-exp rows of attention: contiguous f32 [B, L], writable.
+pub(super) fn lse_rows(op: &'static str, lse: &TensorArg, [b, l]: [usize; 2]) -> Result<()> {
+    if lse.layout.shape() != [b, l] {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the log-sum-exp has one value per query row, [B, L] = {:?}; got {:?}",
+                [b, l],
+                lse.layout.shape()
+            ),
+        ));
+    }
+    dtype_is(op, lse, DType::F32, "the attention log-sum-exp is f32")?;
+    if !lse.layout.is_contiguous() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the log-sum-exp must be contiguous [B, L]; got strides {:?}",
+                lse.layout.strides()
+            ),
+        ));
+    }
+    aligned(op, lse)?;
+    writable(op, lse)
+}
 
 const NAME: &str = "attention_backward";
 
@@ -85,8 +115,22 @@ pub(super) fn attention_backward(a: &AttentionBackwardArgs) -> Result<()> {
     for arg in inputs.iter().chain(outputs.iter().map(|(_, out, _)| out)) {
         aligned(NAME, arg)?;
     }
+    if let Some(saved) = &a.saved {
+        if saved.out.layout.shape() != gs {
+            return Err(mismatch(
+                NAME,
+                &saved.out,
+                grad,
+                "the saved forward output must have the incoming gradient's shape [B, L, Ev]",
+            ));
+        }
+        same_dtype(NAME, q, &saved.out)?;
+        aligned(NAME, &saved.out)?;
+        lse_rows(NAME, &saved.lse, [qs[0], qs[1]])?;
+    }
+    let saved = a.saved.iter().flat_map(|s| [&s.out, &s.lse]);
     for (i, (_, out, _)) in outputs.iter().enumerate() {
-        for input in inputs {
+        for input in inputs.into_iter().chain(saved.clone()) {
             apart(NAME, input, out)?;
         }
         for (_, other, _) in &outputs[i + 1..] {

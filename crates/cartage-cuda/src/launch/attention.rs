@@ -4,7 +4,8 @@
 //! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); q, k and v are read in
 //! place with their batch and row strides, provided the last dimension is dense and every row
 //! starts on 16 bytes (the tiles are copied with 16-byte `cp.async`). Anything else is refused
-//! with [`Error::Unsupported`], so the frontend composes the result instead.
+//! with [`Error::Unsupported`], so the frontend composes the result instead. With an `lse`
+//! operand the kernel also writes each query row's log-sum-exp, for the tiled backward.
 
 use cartage_core::{DType, Error, Result, TensorArg};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
@@ -32,6 +33,7 @@ struct AttentionArgs {
     k: u64,
     v: u64,
     out: u64,
+    lse: u64,
     q_batch: i64,
     q_row: i64,
     k_batch: i64,
@@ -49,15 +51,15 @@ struct AttentionArgs {
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
 unsafe impl DeviceRepr for AttentionArgs {}
 
-/// Queue `out = softmax(scale · q kᵀ) v` (validated operands).
+/// Queue `out = softmax(scale · q kᵀ) v` for `[q, k, v]` (validated operands), and each row's
+/// log-sum-exp into `lse` when given.
 pub(super) fn attention(
     backend: &CudaBackend,
-    q: &TensorArg,
-    k: &TensorArg,
-    v: &TensorArg,
+    [q, k, v]: [&TensorArg; 3],
     scale: f64,
     causal: bool,
     out: &TensorArg,
+    lse: Option<&TensorArg>,
 ) -> Result<()> {
     let refuse = |reason: String| Error::unsupported("attention", q.dtype, backend.device, reason);
     let dtype = match q.dtype {
@@ -122,6 +124,7 @@ pub(super) fn attention(
         k: device_ptr(k),
         v: device_ptr(v),
         out: device_ptr(out),
+        lse: lse.map_or(0, device_ptr),
         q_batch: stride(q, 0),
         q_row: stride(q, 1),
         k_batch: stride(k, 0),
@@ -143,7 +146,16 @@ pub(super) fn attention(
         block_dim: (block_threads, 1, 1),
         shared_mem_bytes: 0,
     };
-    launch_kernel!(backend, kernel, cfg, [q.buffer, k.buffer, v.buffer, out.buffer], &args)
+    match lse {
+        Some(lse) => launch_kernel!(
+            backend,
+            kernel,
+            cfg,
+            [q.buffer, k.buffer, v.buffer, out.buffer, lse.buffer],
+            &args
+        ),
+        None => launch_kernel!(backend, kernel, cfg, [q.buffer, k.buffer, v.buffer, out.buffer], &args),
+    }
 }
 
 #[cfg(test)]

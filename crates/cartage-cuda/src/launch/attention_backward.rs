@@ -1,7 +1,9 @@
-//! The fused backward of scaled dot-product attention (`Kernel::AttentionBackward`): the two
-//! launches of `attention_backward.cu`, a warp per query row (log-sum-exp, `D_i` and `grad_q`),
-//! then a warp per key row (`grad_k`, `grad_v`), with a `[B, L]` pair of compute-type scratch
-//! rows between them from the caching allocator. Nothing of size L × S is stored.
+//! The fused backward of scaled dot-product attention (`Kernel::AttentionBackward`). Where the
+//! forward's output and log-sum-exp come with the kernel and the tiled tensor-core kernel takes
+//! the dtype, head dim and strides, it runs ([`super::attention_flash_backward`]); otherwise the
+//! two launches of `attention_backward.cu`, a warp per query row (log-sum-exp, `D_i` and
+//! `grad_q`), then a warp per key row (`grad_k`, `grad_v`), with a `[B, L]` pair of compute-type
+//! scratch rows between them from the caching allocator. Nothing of size L × S is stored.
 //!
 //! The kernels read q, k, v and the incoming gradient in place through their strides, and take
 //! head dims (E and Ev) up to [`MAX_HEAD_DIM`]; larger ones are refused with
@@ -85,6 +87,9 @@ fn compute_bytes(dtype: DType) -> usize {
 
 /// Queue the gradients of `softmax(scale · q kᵀ) v` (validated operands).
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
+    if let Some(saved) = super::attention_flash_backward::eligible(a) {
+        return super::attention_flash_backward::attention_flash_backward(backend, a, saved);
+    }
     let dtype = a.q.dtype;
     let refuse = |reason: String| Error::unsupported("attention_backward", dtype, backend.device, reason);
     if !DTYPES.contains(&dtype) {

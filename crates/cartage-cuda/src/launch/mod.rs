@@ -15,6 +15,7 @@ use crate::{conv, matmul};
 
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
+pub(crate) mod attention_flash_backward;
 pub(crate) mod backward;
 mod copy;
 mod cross_entropy_backward;
@@ -140,7 +141,8 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             scale,
             causal,
             out,
-        } => attention::attention(backend, q, k, v, *scale, *causal, out),
+            lse,
+        } => attention::attention(backend, [q, k, v], *scale, *causal, out, lse.as_ref()),
         Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
         Kernel::Pool2d {
             mode,

@@ -427,8 +427,9 @@ impl Tensor {
         })
     }
 
-    /// A fresh contiguous tensor on this tensor's device (for op outputs).
-    fn alloc_like(&self, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
+    /// A fresh contiguous tensor on this tensor's device (for op outputs), contents unspecified:
+    /// the caller's kernel must write all of it.
+    pub(crate) fn alloc_like(&self, shape: &[usize], dtype: DType, site: Site) -> Result<Tensor> {
         let layout = if shape == self.shape() && self.layout.offset() == 0 && self.is_contiguous() {
             self.layout.clone()
         } else {

@@ -156,6 +156,7 @@ pub(super) fn attention(b: &Dyn) -> Result<()> {
                     scale: 1.0 / (head as f64).sqrt(),
                     causal,
                     out: tensor(&out, &shape, dtype),
+                    lse: None,
                 };
                 let t = device_time(b, 5, 30, || kernel.run(&[&q, &k, &v, &out]).expect("attention"))?;
                 let mut flops = 4.0 * (batch * seq * seq * head) as f64;

@@ -2,7 +2,7 @@
 //! Half-precision inputs are differentiated in f32 and the gradients cast back, as the forward
 //! kernels compute in f32.
 
-use cartage_core::kernel::AttentionBackwardArgs;
+use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
 use cartage_core::{DType, Error, Kernel, NormKind, Op, Result};
 
 use super::when;
@@ -127,15 +127,30 @@ pub(crate) fn cross_entropy(
 }
 
 /// The backward of the fused `scaled_dot_product_attention(q, k, v, None, causal)`, with the
-/// probabilities recomputed from the saved inputs (the fused forward keeps none):
+/// probabilities recomputed from the saved inputs:
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ - rowsum(dO·Vᵀ ∘ P))`, `dQ = s·dS·K`, `dK = s·dSᵀ·Q`.
-/// One fused `Kernel::AttentionBackward` where the backend lists it for the dtype and the
-/// composed formula's score matrix would be large (see [`FUSED_BACKWARD_MIN_SCORE_BYTES`]),
-/// else composed from matmuls and a softmax over the `[.., L, S]` scores.
-pub(crate) fn attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64) -> (BackwardFn, Saved) {
+/// `saved` is the forward's output and per-row log-sum-exp ([B, L] f32, B the merged batch)
+/// where the fused forward wrote one; both are kept (with q, k and v) under the version-counter
+/// check. One fused `Kernel::AttentionBackward` where the backend lists it for the dtype, and
+/// either `saved` is there (the backend may then run a tiled kernel that reads them, faster than
+/// the composed formula at every size) or the composed formula's score matrix would be large
+/// (see [`FUSED_BACKWARD_MIN_SCORE_BYTES`]); else composed from matmuls and a softmax over the
+/// `[.., L, S]` scores.
+pub(crate) fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    scale: f64,
+    saved: Option<(Tensor, Tensor)>,
+) -> (BackwardFn, Saved) {
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
-    saving(keep(&[&q, &k, &v]), move |g, need| {
-        if let Some([gq, gk, gv]) = attention_fused(&q, &k, &v, g, causal, scale)? {
+    let saved = saved.map(|(out, lse)| (out.detach(), lse.detach()));
+    let mut kept = vec![&q, &k, &v];
+    kept.extend(saved.iter().flat_map(|(out, lse)| [out, lse]));
+    saving(keep(&kept), move |g, need| {
+        let fused = attention_fused(&q, &k, &v, g, causal, scale, saved.as_ref())?;
+        if let Some([gq, gk, gv]) = fused {
             let keep = |t: Tensor, i: usize| need[i].then_some(t);
             return Ok(vec![keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
         }
@@ -191,7 +206,7 @@ pub(crate) const FUSED_BACKWARD_MIN_SCORE_BYTES: usize = 1 << 30;
 /// The three attention gradients from one `Kernel::AttentionBackward`, with the batch dimensions
 /// of q, k, v and `g` (the same for all four, as the fused forward requires) merged into one;
 /// `None` where the backend does not list the kernel for the dtype or refuses these sizes or
-/// strides with `Unsupported`.
+/// strides with `Unsupported`, or where nothing was saved and the scores are small.
 fn attention_fused(
     q: &Tensor,
     k: &Tensor,
@@ -199,6 +214,7 @@ fn attention_fused(
     g: &Tensor,
     causal: bool,
     scale: f64,
+    saved: Option<&(Tensor, Tensor)>,
 ) -> Result<Option<[Tensor; 3]>> {
     let dtype = q.dtype();
     if !q.backend().capabilities().supports(Op::AttentionBackward, dtype) {
@@ -208,20 +224,29 @@ fn attention_fused(
     let batch: usize = q.shape()[..rank - 2].iter().product();
     let (l, s) = (q.shape()[rank - 2], k.shape()[rank - 2]);
     let score_bytes = batch.saturating_mul(l).saturating_mul(s).saturating_mul(4);
-    if score_bytes < FUSED_BACKWARD_MIN_SCORE_BYTES {
+    if saved.is_none() && score_bytes < FUSED_BACKWARD_MIN_SCORE_BYTES {
         return Ok(None);
     }
     let merged = |t: &Tensor| -> Result<Tensor> {
         let (n, d) = (t.shape()[rank - 2], t.shape()[rank - 1]);
         t.reshape(&[batch, n, d])
     };
-    let g = g.to_dtype(dtype)?;
+    let mut g = g.to_dtype(dtype)?;
+    if saved.is_some() && g.layout().strides().last() != Some(&1) {
+        // The tiled kernel reads rows with a dense last dimension.
+        g = g.contiguous()?;
+    }
     let inputs = [merged(q)?, merged(k)?, merged(v)?, merged(&g)?];
-    let device = q.device();
+    let saved = match saved {
+        Some((out, lse)) => Some([merged(out)?, lse.clone()]),
+        None => None,
+    };
+    // Unfilled: the kernel writes every element of the three gradients.
+    let site = std::panic::Location::caller();
     let grads = [
-        Tensor::empty(inputs[0].shape(), dtype, &device)?,
-        Tensor::empty(inputs[1].shape(), dtype, &device)?,
-        Tensor::empty(inputs[2].shape(), dtype, &device)?,
+        q.alloc_like(inputs[0].shape(), dtype, site)?,
+        q.alloc_like(inputs[1].shape(), dtype, site)?,
+        q.alloc_like(inputs[2].shape(), dtype, site)?,
     ];
     let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
         q: inputs[0].as_arg(),
@@ -233,13 +258,14 @@ fn attention_fused(
         grad_q: grads[0].as_arg(),
         grad_k: grads[1].as_arg(),
         grad_v: grads[2].as_arg(),
+        saved: saved.as_ref().map(|[out, lse]| AttentionSaved {
+            out: out.as_arg(),
+            lse: lse.as_arg(),
+        }),
     }));
-    let buffers: Vec<_> = inputs
-        .iter()
-        .chain(&grads)
-        .map(|t| t.storage().device_buffer())
-        .collect();
-    crate::graph::hold(inputs.iter().chain(&grads));
+    let operands: Vec<&Tensor> = inputs.iter().chain(saved.iter().flatten()).chain(&grads).collect();
+    let buffers: Vec<_> = operands.iter().map(|t| t.storage().device_buffer()).collect();
+    crate::graph::hold(operands.iter().copied());
     match kernel.run(&buffers) {
         Ok(()) => {}
         Err(Error::Unsupported { .. }) => return Ok(None),

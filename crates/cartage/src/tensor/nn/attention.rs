@@ -2,6 +2,8 @@
 //! the dtype (no explicit mask, q, k and v with the same batch dimensions, shapes and strides the
 //! kernel accepts), else composed from matmul, scale, masks built or applied on the device,
 //! softmax and matmul (the `[.., L, S]` scores are materialised). Both give the same result.
+//! When a backward will follow, the fused kernel also leaves each query row's log-sum-exp for
+//! the fused backward (see `formulas::nn::attention`).
 
 use cartage_core::{DType, Error, Kernel, Layout, Op, Result, Scalar, Site, broadcast_shapes};
 
@@ -97,11 +99,12 @@ impl Tensor {
             let tracked = graph::tracking(&[q, k, v]);
             let out = {
                 let _plain = tracked.then(crate::autograd::no_grad);
-                fused(q, k, v, causal, scale, site)?
+                fused(q, k, v, causal, scale, tracked, site)?
             };
-            if let Some(out) = out {
-                return Ok(graph::record(out, NAME, &[q, k, v], |_| {
-                    formulas::nn::attention(q, k, v, causal, scale)
+            if let Some((out, lse)) = out {
+                return Ok(graph::record(out, NAME, &[q, k, v], |out| {
+                    let saved = lse.map(|lse| (out.clone(), lse));
+                    formulas::nn::attention(q, k, v, causal, scale, saved)
                 }));
             }
         }
@@ -144,7 +147,18 @@ impl Tensor {
 /// (a view where the strides allow it, else a contiguous copy). `None` sends the caller to the
 /// composed path: the backend does not list the op for the dtype, the batch dimensions of q, k
 /// and v differ (broadcasting), or the backend refuses these sizes or strides with `Unsupported`.
-fn fused(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64, site: Site) -> Result<Option<Tensor>> {
+/// With `want_lse` (a backward will follow) the kernel also writes each query row's log-sum-exp
+/// ([B, L] f32, B the merged batch), returned beside the output for the fused backward; a
+/// backend that cannot write it runs the plain kernel and the second value is `None`.
+fn fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    scale: f64,
+    want_lse: bool,
+    site: Site,
+) -> Result<Option<(Tensor, Option<Tensor>)>> {
     if !q.backend().capabilities().supports(Op::Attention, q.dtype) {
         return Ok(None);
     }
@@ -172,20 +186,34 @@ fn fused(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: f64, site: Sit
     let (q3, k3, v3) = (merged(q)?, merged(k)?, merged(v)?);
     let (l, ev) = (q.shape()[rank - 2], v.shape()[rank - 1]);
     let out = q.alloc_like(&[batch, l, ev], q.dtype, site)?;
-    let kernel = Kernel::Attention {
+    let kernel = |lse: Option<&Tensor>| Kernel::Attention {
         q: q3.as_arg(),
         k: k3.as_arg(),
         v: v3.as_arg(),
         scale,
         causal,
         out: out.as_arg(),
+        lse: lse.map(Tensor::as_arg),
     };
-    match out.launch(&kernel, &[&q3, &k3, &v3], out.numel()) {
-        Ok(()) => {}
-        Err(Error::Unsupported { .. }) => return Ok(None),
-        Err(e) => return Err(e),
+    let mut lse = None;
+    if want_lse && out.numel() > 0 {
+        let rows = q.alloc_like(&[batch, l], DType::F32, site)?;
+        let buffers = [&out, &rows, &q3, &k3, &v3].map(|t| t.storage().device_buffer());
+        crate::graph::hold([&out, &rows, &q3, &k3, &v3]);
+        match kernel(Some(&rows)).run(&buffers) {
+            Ok(()) => lse = Some(rows),
+            Err(Error::Unsupported { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if lse.is_none() {
+        match out.launch(&kernel(None), &[&q3, &k3, &v3], out.numel()) {
+            Ok(()) => {}
+            Err(Error::Unsupported { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
     }
     let mut shape = batch_dims.to_vec();
     shape.extend([l, ev]);
-    Ok(Some(out.with_layout(Layout::contiguous(&shape)?)))
+    Ok(Some((out.with_layout(Layout::contiguous(&shape)?), lse)))
 }
