@@ -241,12 +241,11 @@ fn attention_fused(
         Some((out, lse)) => Some([merged(out)?, lse.clone()]),
         None => None,
     };
-    // Unfilled: the kernel writes every element of the three gradients.
-    let site = std::panic::Location::caller();
+    let device = q.device();
     let grads = [
-        q.alloc_like(inputs[0].shape(), dtype, site)?,
-        q.alloc_like(inputs[1].shape(), dtype, site)?,
-        q.alloc_like(inputs[2].shape(), dtype, site)?,
+        Tensor::empty(inputs[0].shape(), dtype, &device)?,
+        Tensor::empty(inputs[1].shape(), dtype, &device)?,
+        Tensor::empty(inputs[2].shape(), dtype, &device)?,
     ];
     let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
         q: inputs[0].as_arg(),
