@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::backend::Backend;
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::kernel::Kernel;
 use crate::layout::Layout;
 
@@ -163,6 +163,32 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// Require `kernel` to fail validation with `kind`, and the launch with `kind` too
+    /// (`Unsupported` allowed where the backend does not list the op).
+    pub(super) fn expect_refused(&self, what: &str, kernel: &Kernel, kind: ErrorKind) {
+        self.count_check();
+        match kernel.validate() {
+            Err(e) if e.kind() == kind => {}
+            Err(e) => self.fail(format!(
+                "{what}: validate() gave {} ({e}), expected {}",
+                e.kind_name(),
+                kind.name()
+            )),
+            Ok(()) => self.fail(format!("{what}: validate() accepted it, expected {}", kind.name())),
+        }
+        let supported = self.supports(kernel.op(), kernel.dtype());
+        match self.run(kernel).and_then(|()| self.backend().synchronize()) {
+            Err(e) if e.kind() == kind => {}
+            Err(e) if !supported && e.kind() == ErrorKind::Unsupported => {}
+            Err(e) => self.fail(format!(
+                "{what}: launch gave {} ({e}), expected {}",
+                e.kind_name(),
+                kind.name()
+            )),
+            Ok(()) => self.fail(format!("{what}: the malformed kernel was accepted")),
+        }
+    }
+
     fn new(suite: &'static str, test: &'static str, backend: Arc<dyn Backend>, open: OpenBackend) -> Self {
         let seed = std::env::var(SEED_VAR)
             .ok()
