@@ -6,6 +6,10 @@
 // coalesced here: the kernels need the coordinate along `dim`. An index outside [0, size) is not
 // followed: the kernel records it in `fault` (the first thread to find one wins) and the host
 // turns it into Error::IndexOutOfRange after reading the flag back.
+//
+// The row forms (`index_select_rows_w<bytes>_<index dtype>`, `index_add_rows_<dtype>_<index
+// dtype>`, see src/launch/index_rows.rs) move whole contiguous rows: a group of lanes per row
+// whose first lane reads and checks the index once and hands that value to the others.
 
 struct IndexFault {
     u32 hit;
@@ -195,3 +199,152 @@ SCATTER_BOTH_INDEX(SCATTER_ADD, bf16, bf16)
 SCATTER_BOTH_INDEX(SCATTER_ADD, i32, i32)
 SCATTER_BOTH_INDEX(SCATTER_ADD, i64, i64)
 SCATTER_BOTH_INDEX(SCATTER_ADD, u8, u8)
+
+// ---- whole rows --------------------------------------------------------------------------------
+
+// Positions are (outer o, entry p, unit u): entry p of the index picks row k = index[p]. A gather
+// (index_select) writes destination row (o, p) from source row (o, k); a scatter (index_add) adds
+// source row (o, p) into destination row (o, k). Units are words of the kernel's width for the
+// gather and elements for the scatter; offsets and strides below are in units. Mirrors `RowGeom`
+// in src/launch/index_rows.rs.
+struct RowGeom {
+    u64 tasks;       // outer * count * chunks
+    u64 count;       // index entries
+    u64 chunks;      // chunks per row
+    u64 row_len;     // units per row
+    u64 chunk_len;   // units per chunk
+    i64 src_outer;   // stride of the outer dimension in the source
+    i64 dst_outer;   // and in the destination
+    i64 src_step;    // stride of the indexed dimension in the source
+    i64 dst_step;    // and in the destination
+    i64 index_stride;
+    u64 dim_size;    // the bound of the index values
+    u32 group;       // lanes per task: a power of two up to 32
+    u32 pad;
+};
+
+// Lane 0's value of each group of `group` lanes (a power of two up to 32), to every lane of it.
+__device__ __forceinline__ i64 row_broadcast(i64 v, u32 group) {
+    u32 lo = (u32)(u64)v, hi = (u32)((u64)v >> 32);
+    lo = __shfl_sync(0xffffffffu, lo, 0, (int)group);
+    hi = __shfl_sync(0xffffffffu, hi, 0, (int)group);
+    return (i64)(((u64)hi << 32) | (u64)lo);
+}
+
+// One chunk of one row: where the row starts in the source and destination, and its units.
+struct RowTask {
+    i64 src;
+    i64 dst;
+    u64 begin;
+    u64 end;
+};
+
+// Decode task `t` for `lane` of its group. Lane 0 reads the index once; the group uses that very
+// value, checked here. Every lane of the warp must call this together (the broadcast is a warp
+// shuffle). False when `t` is past the end or its index is out of range (recorded in `fault`).
+template <bool SCATTER, typename I>
+__device__ __forceinline__ bool row_task(u64 t, u32 lane, const I* index, IndexFault* fault, const RowGeom& g,
+                                         RowTask& r) {
+    const bool valid = t < g.tasks;
+    u64 row = 0, chunk = 0;
+    if (valid) {
+        row = g.chunks == 1 ? t : t / g.chunks;
+        chunk = t - row * g.chunks;
+    }
+    u64 o = 0, p = row;
+    if (row >= g.count) {
+        o = row / g.count;
+        p = row - o * g.count;
+    }
+    i64 k = 0;
+    if (valid && lane == 0) k = (i64)index[(i64)p * g.index_stride];
+    k = row_broadcast(k, g.group);
+    if (!valid) return false;
+    if (k < 0 || (u64)k >= g.dim_size) {
+        if (lane == 0) record_fault(fault, k);
+        return false;
+    }
+    const i64 from = SCATTER ? (i64)p : k;
+    const i64 to = SCATTER ? k : (i64)p;
+    r.src = (i64)o * g.src_outer + from * g.src_step;
+    r.dst = (i64)o * g.dst_outer + to * g.dst_step;
+    r.begin = chunk * g.chunk_len;
+    r.end = r.begin + g.chunk_len < g.row_len ? r.begin + g.chunk_len : g.row_len;
+    return true;
+}
+
+// index_select of whole rows, copied as words of type W (1 to 16 bytes) with four loads in flight
+// per lane. The loop bound is the same for the whole block, so every lane of a warp reaches the
+// shuffle in `row_task` together.
+template <typename W, typename I>
+__device__ void index_select_rows(W* __restrict__ dst, const W* __restrict__ src, const I* __restrict__ index,
+                                  IndexFault* fault, const RowGeom& g) {
+    const u32 G = g.group;
+    const u32 lane = threadIdx.x & (G - 1);
+    const u64 per_block = blockDim.x / G;
+    const u64 slot = threadIdx.x / G;
+    for (u64 base = (u64)blockIdx.x * per_block; base < g.tasks; base += (u64)gridDim.x * per_block) {
+        RowTask r;
+        if (!row_task<false, I>(base + slot, lane, index, fault, g, r)) continue;
+        const W* s = src + r.src;
+        W* d = dst + r.dst;
+        u64 u = r.begin + lane;
+        for (; u + 3 * (u64)G < r.end; u += 4 * (u64)G) {
+            const W a = s[u], b = s[u + G], c = s[u + 2 * G], e = s[u + 3 * G];
+            d[u] = a;
+            d[u + G] = b;
+            d[u + 2 * G] = c;
+            d[u + 3 * G] = e;
+        }
+        for (; u < r.end; u += G) d[u] = s[u];
+    }
+}
+
+// index_add of whole rows: each element added with the scatter's atomics.
+template <typename T, typename I>
+__device__ void index_add_rows(T* dst, const T* __restrict__ src, const I* __restrict__ index, IndexFault* fault,
+                               const RowGeom& g) {
+    const u32 G = g.group;
+    const u32 lane = threadIdx.x & (G - 1);
+    const u64 per_block = blockDim.x / G;
+    const u64 slot = threadIdx.x / G;
+    for (u64 base = (u64)blockIdx.x * per_block; base < g.tasks; base += (u64)gridDim.x * per_block) {
+        RowTask r;
+        if (!row_task<true, I>(base + slot, lane, index, fault, g, r)) continue;
+        const T* s = src + r.src;
+        T* d = dst + r.dst;
+        u64 u = r.begin + lane;
+        for (; u + 3 * (u64)G < r.end; u += 4 * (u64)G) {
+            const T a = s[u], b = s[u + G], c = s[u + 2 * G], e = s[u + 3 * G];
+            atomic_add_v(d + u, a);
+            atomic_add_v(d + u + G, b);
+            atomic_add_v(d + u + 2 * G, c);
+            atomic_add_v(d + u + 3 * G, e);
+        }
+        for (; u < r.end; u += G) atomic_add_v(d + u, s[u]);
+    }
+}
+
+#define SELECT_ROWS(BYTES, W, IN, I)                                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS) index_select_rows_w##BYTES##_##IN(                        \
+        W* __restrict__ out, const W* __restrict__ in, const I* __restrict__ index, IndexFault* fault, RowGeom g) { \
+        index_select_rows<W, I>(out, in, index, fault, g);                                                          \
+    }
+#define ADD_ROWS(TN, T, IN, I)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS) index_add_rows_##TN##_##IN(                               \
+        T* out, const T* __restrict__ src, const I* __restrict__ index, IndexFault* fault, RowGeom g) {             \
+        index_add_rows<T, I>(out, src, index, fault, g);                                                            \
+    }
+
+SCATTER_BOTH_INDEX(SELECT_ROWS, 1, u8)
+SCATTER_BOTH_INDEX(SELECT_ROWS, 2, u16)
+SCATTER_BOTH_INDEX(SELECT_ROWS, 4, u32)
+SCATTER_BOTH_INDEX(SELECT_ROWS, 8, u64)
+SCATTER_BOTH_INDEX(SELECT_ROWS, 16, uint4)
+SCATTER_BOTH_INDEX(ADD_ROWS, f32, f32)
+SCATTER_BOTH_INDEX(ADD_ROWS, f64, f64)
+SCATTER_BOTH_INDEX(ADD_ROWS, f16, f16)
+SCATTER_BOTH_INDEX(ADD_ROWS, bf16, bf16)
+SCATTER_BOTH_INDEX(ADD_ROWS, i32, i32)
+SCATTER_BOTH_INDEX(ADD_ROWS, i64, i64)
+SCATTER_BOTH_INDEX(ADD_ROWS, u8, u8)

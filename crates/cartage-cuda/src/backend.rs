@@ -5,6 +5,7 @@
 //! per-argument event tracking is switched off, since cartage never hands cudarc a `CudaSlice`.
 
 use std::any::Any;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ pub struct CudaBackend {
     precision: Mutex<MatmulPrecision>,
     /// The graph capture running on the compute stream, if any (the `graph` module).
     pub(crate) capture: crate::graph::CaptureSlot,
+    /// The cuDNN algorithm search switch (`CudaBackend::set_conv_benchmark`).
+    pub(crate) conv_benchmark: AtomicBool,
     capabilities: Capabilities,
     info: DeviceInfo,
 }
@@ -201,6 +204,7 @@ impl CudaBackend {
             compute_capability,
             precision: Mutex::new(precision),
             capture: Default::default(),
+            conv_benchmark: AtomicBool::new(crate::conv::benchmark_from_env()),
             capabilities,
             info,
         })

@@ -17,10 +17,22 @@
 //! - Arithmetic: f16 and bf16 on tensor cores with f32 accumulation; f32 in true f32 (FMA math)
 //!   unless the device's matmul precision is `High`, which allows TF32 (as PyTorch's default
 //!   `allow_tf32` for cuDNN); f64 in f64. The same for all three passes.
-//! - The algorithm comes from cuDNN's heuristics (`cudnnGetConvolutionForwardAlgorithm_v7`,
-//!   `…BackwardDataAlgorithm_v7`, `…BackwardFilterAlgorithm_v7`), cached with the descriptors
-//!   per pass, shape, strides, dtype and math; its workspace is a block of the backend's caching
-//!   allocator, given back in stream order after the call.
+//! - The algorithm: cuDNN's heuristics (`cudnnGetConvolutionForwardAlgorithm_v7`,
+//!   `…BackwardDataAlgorithm_v7`, `…BackwardFilterAlgorithm_v7`) rank the candidates, and with
+//!   the algorithm search on (the default; [`crate::CudaBackend::set_conv_benchmark`],
+//!   `CARTAGE_CUDNN_BENCHMARK=0` turns it off) the first call of each plan times them with
+//!   `cudnnFind…AlgorithmEx` and runs the fastest that fits from then on (`search`, as
+//!   `torch.backends.cudnn.benchmark` does). Plans are cached with the descriptors per pass,
+//!   shape, strides, dtype, math and search setting; the workspace is a block of the backend's
+//!   caching allocator, given back in stream order after the call. The algorithm each plan ran
+//!   is logged (`tracing` debug) when it changes and reported by
+//!   [`crate::CudaBackend::conv_algorithms`].
+//! - Layout: NCHW operands are described as they are, NHWC-backed views with their strides.
+//!   cuDNN itself pads, folds or transposes NCHW data to NHWC where its tensor-core kernels need
+//!   it (cuDNN's legacy API guide, "Data and Filter Formats"), and the search times each
+//!   algorithm with those transformations included, so cartage adds no transposition of its
+//!   own: one around the call would move the same bytes cuDNN's does, and pays only when the
+//!   data stays NHWC across layers (a model kept channels-last), which is the caller's layout.
 //!
 //! Shapes, dtypes, alignment and a contiguous output apart from the inputs are core's
 //! [`cartage_core::Kernel::validate`]; this module checks only cuDNN's 32-bit sizes. A broadcast
@@ -31,10 +43,13 @@
 //! channels, an empty batch, no output channels) are a fill with zeros, not a cuDNN call.
 //!
 //! `library` finds cuDNN; `plan` holds the handle, the descriptors and the algorithm cache and
-//! makes the calls; this file takes the kernels' operands to it.
+//! makes the calls; `search` times the algorithms; `choice` is the public report and switch;
+//! this file takes the kernels' operands to them.
 
+mod choice;
 mod library;
 mod plan;
+mod search;
 
 use std::ffi::c_int;
 
@@ -44,6 +59,8 @@ use cudarc::cudnn::sys;
 
 use crate::backend::CudaBackend;
 use crate::launch::{device_ptr, launch};
+pub(crate) use choice::benchmark_from_env;
+pub use choice::{CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvPass};
 pub(crate) use library::{available, backward_available};
 use plan::{Pass, PlanKey, data_type, execute, handle};
 
@@ -462,6 +479,7 @@ fn attempt(
         y_strides: dims4(op, "an output stride", &descriptor_strides(y))?,
         window: conv.window,
         groups: conv.groups,
+        benchmark: backend.conv_benchmark(),
     };
     backend.bind()?;
     let shared = handle(backend, op, conv.dtype)?;
@@ -471,6 +489,14 @@ fn attempt(
         Ok(plan) => plan,
         Err(refusal) => return Ok(Some(refusal)),
     };
+    // The search waits for the device: never inside a graph capture (the next call outside
+    // one searches).
+    if key.benchmark && !plan.searched && !backend.capture.active() {
+        if let Err(e) = search::search(backend, handle, plan, &key, (x, w, y), scratch) {
+            tracing::debug!(%device, op, error = %e, "the cuDNN algorithm search did not run; cuDNN's heuristics choose");
+        }
+        plan.searched = true;
+    }
     let mut out_of_memory = None;
     let mut refusal = None;
     let mut index = 0;
@@ -500,7 +526,22 @@ fn attempt(
             backend.allocator.free(block);
         }
         match queued {
-            Ok(()) => return Ok(None),
+            Ok(()) => {
+                if plan.chosen.is_none_or(|c| !c.same(&candidate)) {
+                    tracing::debug!(
+                        %device,
+                        op,
+                        ?key,
+                        algo = ?candidate.algo,
+                        math = ?candidate.math,
+                        workspace = candidate.workspace,
+                        search_ms = ?candidate.time_ms,
+                        "cuDNN conv2d algorithm"
+                    );
+                }
+                plan.chosen = Some(candidate);
+                return Ok(None);
+            }
             Err(e @ Error::Driver { op: called, .. }) if called.starts_with("cudnn") => {
                 // cuDNN refused this algorithm for these operands (nothing was queued): drop it
                 // from the plan and try the next.

@@ -12,6 +12,10 @@
 //! - Matmul runs through cuBLASLt or cuBLAS's GemmEx, chosen per shape, with an optional algorithm
 //!   search ([`matmul`], `lt_route`) and an explicit f32 precision setting (R32); the fused
 //!   linear layer runs cuBLASLt's bias and activation epilogues.
+//! - Convolutions run on cuDNN, loaded at run time, with an algorithm search per shape (on by
+//!   default, like `torch.backends.cudnn.benchmark`; [`CudaBackend::set_conv_benchmark`],
+//!   `CARTAGE_CUDNN_BENCHMARK=0`) and a report of the algorithm each shape runs
+//!   ([`CudaBackend::conv_algorithms`]).
 //!
 //! Every device is `cuda:N` with an explicit ordinal; [`open`] returns the same backend for the
 //! same ordinal within a process.
@@ -45,6 +49,7 @@ pub mod precompiled;
 mod staging;
 
 pub use backend::{CudaBackend, capabilities_for};
+pub use conv::{CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvPass};
 pub use lt_route::{MatmulCounters, MatmulLibrary, SEARCH_CANDIDATES, SEARCH_REPEATS};
 pub use staging::TransferStats;
 

@@ -1,5 +1,6 @@
-//! `Gather` and `IndexSelect` with i32 and i64 indices (strided, broadcast, repeated, empty),
-//! and out-of-range indices (≥ size, negative, beyond 32 bits): `Error::IndexOutOfRange` from
+//! `Gather` and `IndexSelect` with i32 and i64 indices (strided, broadcast, repeated, empty;
+//! whole rows of 3, 768 and 769 elements, from tables on and off a 16-byte boundary), and
+//! out-of-range indices (≥ size, negative, beyond 32 bits): `Error::IndexOutOfRange` from
 //! the launch or, on an asynchronous device, from the synchronize or read that follows — never
 //! garbage — after which the backend still works.
 
@@ -119,6 +120,11 @@ pub fn index_select(h: &Harness) {
         (vec![5], 4, 0, Offset, Some(Broadcast)),
         (vec![6, 7], 5, 1, Narrowed, None),
         (vec![1024, 64], 2048, 0, Contiguous, Some(Contiguous)),
+        // Whole rows (an embedding lookup) of lengths that allow 16-byte words or not, from a
+        // table starting off a 16-byte boundary too.
+        (vec![37, 768], 50, 0, Contiguous, Some(Contiguous)),
+        (vec![37, 769], 50, 0, Offset, Some(Contiguous)),
+        (vec![37, 3], 50, 0, Offset, None),
     ];
     for dtype in DType::ALL {
         if !h.supports(Op::IndexSelect, dtype) {

@@ -169,6 +169,10 @@ fn add_cases() -> Vec<ScatterCase> {
         // index_add along dim 0 and 1 (a 1-D index broadcast over the other dim).
         case(&[6, 9], &[10, 9], &[10, 9], 0, (Contiguous, Contiguous, None)),
         case(&[9, 6], &[9, 10], &[9, 10], 1, (Transposed, Broadcast, None)),
+        // index_add of whole rows (an embedding's gradient), into a destination off a 16-byte
+        // boundary too.
+        case(&[7, 769], &[40, 769], &[40, 769], 0, (Contiguous, Contiguous, None)),
+        case(&[7, 768], &[40, 768], &[40, 768], 0, (Offset, Offset, None)),
         case(&[5, 7], &[0, 7], &[0, 7], 0, (Contiguous, Contiguous, Some(Contiguous))),
         case(&[1], &[1], &[1], 0, (Contiguous, Contiguous, Some(Contiguous))),
         case(&[1], &[9], &[9], 0, (Contiguous, Contiguous, Some(Contiguous))),

@@ -6,7 +6,8 @@
 //! `$CUDA_PATH`, `$CUDA_HOME` (each's `lib64`, `lib` or itself) or `/usr/local/cuda/lib64`;
 //! then every entry point the forward convolution calls, and version 9 or later. The backward
 //! passes' entry points are checked apart ([`backward_available`]), so a library without them
-//! still convolves forward and only the backward ops go unlisted.
+//! still convolves forward and only the backward ops go unlisted; so are the algorithm search's
+//! ([`search_available`]): without them every plan keeps cuDNN's heuristic choice.
 //!
 //! cuDNN 9's main library opens its sub-libraries (`libcudnn_cnn.so.9`, …) by name when first
 //! used, so another cuDNN earlier on the loader's path would be mixed in
@@ -54,6 +55,13 @@ const BACKWARD_SYMBOLS: &[&str] = &[
     "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
     "cudnnGetConvolutionBackwardFilterWorkspaceSize",
     "cudnnConvolutionBackwardFilter",
+];
+
+/// The entry points of the algorithm search (`cudnnFind…AlgorithmEx`).
+const SEARCH_SYMBOLS: &[&str] = &[
+    "cudnnFindConvolutionForwardAlgorithmEx",
+    "cudnnFindConvolutionBackwardDataAlgorithmEx",
+    "cudnnFindConvolutionBackwardFilterAlgorithmEx",
 ];
 
 /// Libraries opened by full path from a folder off the loader's path, kept for the process.
@@ -159,6 +167,15 @@ pub(crate) fn backward_available() -> std::result::Result<(), String> {
     static ANSWER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     ANSWER
         .get_or_init(|| available().and_then(|()| lacking(BACKWARD_SYMBOLS)))
+        .clone()
+}
+
+/// [`available`], and the algorithm search's entry points present too, or why not (computed once
+/// per process).
+pub(crate) fn search_available() -> std::result::Result<(), String> {
+    static ANSWER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| available().and_then(|()| lacking(SEARCH_SYMBOLS)))
         .clone()
 }
 

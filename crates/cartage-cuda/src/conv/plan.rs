@@ -1,6 +1,8 @@
 //! cuDNN's side of a convolution: the handle per device (on the compute stream), descriptors
 //! and the algorithms cuDNN's heuristics rank for one pass (forward, backward data, backward
-//! filter) and shape, cached per pass, shape, strides, dtype and math, and the calls themselves.
+//! filter) and shape, cached per pass, shape, strides, dtype, math and search setting (the
+//! search itself, which reorders them by measured time, is `search.rs`), the calls themselves,
+//! and the report of what each plan ran ([`choices`]).
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -10,6 +12,8 @@ use cartage_core::raw::Allocation;
 use cartage_core::{DType, Device, Error, Result, TensorArg};
 use cudarc::cudnn::sys;
 
+use super::choice::ConvAlgorithmChoice;
+pub(super) use super::choice::ConvPass as Pass;
 use super::library::{cudnn_error, load_sublibraries};
 use crate::backend::CudaBackend;
 use crate::launch::device_ptr;
@@ -29,28 +33,6 @@ pub(super) fn data_type(dtype: DType) -> Option<(sys::cudnnDataType_t, sys::cudn
     }
 }
 
-/// Which of cuDNN's three convolution calls a plan is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum Pass {
-    /// `y = conv(x, w)` (`Kernel::Conv2d`).
-    Forward,
-    /// `dx` from `dy` and `w` (`Kernel::Conv2dBackwardInput`).
-    BackwardData,
-    /// `dw` from `x` and `dy` (`Kernel::Conv2dBackwardWeight`).
-    BackwardFilter,
-}
-
-impl Pass {
-    /// The op's name in errors.
-    pub(super) const fn op(self) -> &'static str {
-        match self {
-            Pass::Forward => "conv2d",
-            Pass::BackwardData => "conv2d_backward_input",
-            Pass::BackwardFilter => "conv2d_backward_weight",
-        }
-    }
-}
-
 /// What a plan depends on. `x` is the forward's input (the input gradient for backward data),
 /// `y` the forward's output (the output gradient for the backward passes); the filter is dense.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -66,6 +48,8 @@ pub(super) struct PlanKey {
     /// Padding, stride, dilation, each (height, width).
     pub(super) window: [c_int; 6],
     pub(super) groups: c_int,
+    /// Whether the algorithm search orders this plan (each setting keeps its own plans).
+    pub(super) benchmark: bool,
 }
 
 /// An algorithm of one of the three passes.
@@ -76,20 +60,40 @@ pub(super) enum Algo {
     Filter(sys::cudnnConvolutionBwdFilterAlgo_t),
 }
 
-/// One algorithm cuDNN proposed, with the math it runs under and its workspace.
-#[derive(Clone, Copy, Debug)]
+impl Algo {
+    /// cuDNN's name of the algorithm.
+    fn name(self) -> String {
+        match self {
+            Algo::Forward(a) => format!("{a:?}"),
+            Algo::Data(a) => format!("{a:?}"),
+            Algo::Filter(a) => format!("{a:?}"),
+        }
+    }
+}
+
+/// One algorithm cuDNN proposed, with the math it runs under and its workspace (and its time
+/// when the search measured it).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Candidate {
     pub(super) algo: Algo,
     pub(super) math: sys::cudnnMathType_t,
     pub(super) workspace: usize,
+    pub(super) time_ms: Option<f32>,
+}
+
+impl Candidate {
+    /// The same algorithm under the same math (times and workspaces aside).
+    pub(super) fn same(&self, other: &Candidate) -> bool {
+        self.algo == other.algo && self.math == other.math
+    }
 }
 
 /// An owned cuDNN tensor descriptor.
-struct TensorDesc(sys::cudnnTensorDescriptor_t);
+pub(super) struct TensorDesc(pub(super) sys::cudnnTensorDescriptor_t);
 /// An owned cuDNN filter descriptor.
-struct FilterDesc(sys::cudnnFilterDescriptor_t);
+pub(super) struct FilterDesc(pub(super) sys::cudnnFilterDescriptor_t);
 /// An owned cuDNN convolution descriptor.
-struct ConvDesc(sys::cudnnConvolutionDescriptor_t);
+pub(super) struct ConvDesc(pub(super) sys::cudnnConvolutionDescriptor_t);
 
 impl Drop for TensorDesc {
     fn drop(&mut self) {
@@ -114,11 +118,29 @@ impl Drop for ConvDesc {
 
 /// Descriptors and ranked algorithms of one convolution shape.
 pub(super) struct Plan {
-    x: TensorDesc,
-    w: FilterDesc,
-    y: TensorDesc,
-    conv: ConvDesc,
+    pub(super) x: TensorDesc,
+    pub(super) w: FilterDesc,
+    pub(super) y: TensorDesc,
+    pub(super) conv: ConvDesc,
+    /// The algorithms to try, best first: cuDNN's heuristic ranking, or the search's timing
+    /// followed by the heuristic candidates it did not time.
     pub(super) candidates: Vec<Candidate>,
+    /// True once the search ordered `candidates` (or found it could not run and gave up).
+    pub(super) searched: bool,
+    /// The candidate the last successful call ran.
+    pub(super) chosen: Option<Candidate>,
+}
+
+impl Plan {
+    /// The raw descriptors, as cuDNN's ranking, sizing and search calls take them.
+    pub(super) fn descriptors(&self) -> Descriptors {
+        Descriptors {
+            x: self.x.0,
+            w: self.w.0,
+            y: self.y.0,
+            conv: self.conv.0,
+        }
+    }
 }
 
 /// A cuDNN handle on one device's compute stream, with its plans (or why cuDNN refused one).
@@ -311,11 +333,12 @@ impl Cudnn {
             unsafe { sys::cudnnSetConvolutionMathType(conv.0, math) }
                 .result()
                 .map_err(err("cudnnSetConvolutionMathType"))?;
-            if let Some(workspace) = self.workspace(&descriptors, p.algo) {
+            if let Some(workspace) = workspace_size(self.handle, &descriptors, p.algo) {
                 candidates.push(Candidate {
                     algo: p.algo,
                     math,
                     workspace,
+                    time_ms: None,
                 });
             }
         }
@@ -337,16 +360,18 @@ impl Cudnn {
             y,
             conv,
             candidates,
+            searched: false,
+            chosen: None,
         })
     }
 }
 
-/// The raw descriptors of a plan, as the ranking and sizing calls take them.
-struct Descriptors {
-    x: sys::cudnnTensorDescriptor_t,
-    w: sys::cudnnFilterDescriptor_t,
-    y: sys::cudnnTensorDescriptor_t,
-    conv: sys::cudnnConvolutionDescriptor_t,
+/// The raw descriptors of a plan, as the ranking, sizing and search calls take them.
+pub(super) struct Descriptors {
+    pub(super) x: sys::cudnnTensorDescriptor_t,
+    pub(super) w: sys::cudnnFilterDescriptor_t,
+    pub(super) y: sys::cudnnTensorDescriptor_t,
+    pub(super) conv: sys::cudnnConvolutionDescriptor_t,
 }
 
 /// One entry of cuDNN's ranking, whatever the pass.
@@ -435,37 +460,31 @@ impl Cudnn {
             ),
         })
     }
+}
 
-    /// The workspace `algo` needs under the convolution descriptor's current math type, or
-    /// `None` when cuDNN will not size it (the algorithm is then left out).
-    fn workspace(&self, d: &Descriptors, algo: Algo) -> Option<usize> {
-        let mut bytes = 0usize;
-        // SAFETY: live handle and descriptors of this plan; `bytes` is a valid out-pointer.
-        let status = unsafe {
-            match algo {
-                Algo::Forward(a) => {
-                    sys::cudnnGetConvolutionForwardWorkspaceSize(self.handle, d.x, d.w, d.conv, d.y, a, &mut bytes)
-                }
-                Algo::Data(a) => {
-                    sys::cudnnGetConvolutionBackwardDataWorkspaceSize(self.handle, d.w, d.y, d.conv, d.x, a, &mut bytes)
-                }
-                Algo::Filter(a) => sys::cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                    self.handle,
-                    d.x,
-                    d.y,
-                    d.conv,
-                    d.w,
-                    a,
-                    &mut bytes,
-                ),
+/// The workspace `algo` needs under the convolution descriptor's current math type, or `None`
+/// when cuDNN will not size it (the algorithm is then left out).
+pub(super) fn workspace_size(handle: sys::cudnnHandle_t, d: &Descriptors, algo: Algo) -> Option<usize> {
+    let mut bytes = 0usize;
+    // SAFETY: a live handle and live descriptors of one plan; `bytes` is a valid out-pointer.
+    let status = unsafe {
+        match algo {
+            Algo::Forward(a) => {
+                sys::cudnnGetConvolutionForwardWorkspaceSize(handle, d.x, d.w, d.conv, d.y, a, &mut bytes)
             }
-        };
-        status.result().ok().map(|()| bytes)
-    }
+            Algo::Data(a) => {
+                sys::cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w, d.y, d.conv, d.x, a, &mut bytes)
+            }
+            Algo::Filter(a) => {
+                sys::cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x, d.y, d.conv, d.w, a, &mut bytes)
+            }
+        }
+    };
+    status.result().ok().map(|()| bytes)
 }
 
 /// The `cudnnMathType_t` of a [`PlanKey`]'s number.
-fn math_from_u32(v: u32) -> sys::cudnnMathType_t {
+pub(super) fn math_from_u32(v: u32) -> sys::cudnnMathType_t {
     use sys::cudnnMathType_t::*;
     match v {
         1 => CUDNN_TENSOR_OP_MATH,
@@ -475,20 +494,100 @@ fn math_from_u32(v: u32) -> sys::cudnnMathType_t {
     }
 }
 
+/// Every device's cuDNN handle (with its plans).
+type Handles = Mutex<HashMap<Device, Arc<Mutex<Cudnn>>>>;
+
+fn handles() -> &'static Handles {
+    static HANDLES: OnceLock<Handles> = OnceLock::new();
+    HANDLES.get_or_init(Default::default)
+}
+
 /// The device's cuDNN handle, created on first use.
 pub(super) fn handle(backend: &CudaBackend, op: &'static str, dtype: DType) -> Result<Arc<Mutex<Cudnn>>> {
-    type Handles = Mutex<HashMap<Device, Arc<Mutex<Cudnn>>>>;
-    static HANDLES: OnceLock<Handles> = OnceLock::new();
-    let mut handles = HANDLES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut handles = handles().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(h) = handles.get(&backend.device) {
         return Ok(h.clone());
     }
     let h = Arc::new(Mutex::new(Cudnn::new(backend, op, dtype)?));
     handles.insert(backend.device, h.clone());
     Ok(h)
+}
+
+/// What each plan of `device` that has run chose, sorted by pass and key (none before the first
+/// convolution).
+pub(super) fn choices(device: Device) -> Vec<ConvAlgorithmChoice> {
+    let Some(cudnn) = handles()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&device)
+        .cloned()
+    else {
+        return Vec::new();
+    };
+    let cudnn = cudnn.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out: Vec<(PlanSort, ConvAlgorithmChoice)> = cudnn
+        .plans
+        .iter()
+        .filter_map(|(key, plan)| {
+            let chosen = plan.as_ref().ok()?.chosen?;
+            let searched = plan.as_ref().ok()?.searched && chosen.time_ms.is_some();
+            Some((sort_key(key), choice_of(key, &chosen, searched)))
+        })
+        .collect();
+    out.sort_by_key(|a| a.0);
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The order of [`choices`]: pass, then the key's numbers.
+type PlanSort = (
+    Pass,
+    DType,
+    bool,
+    u32,
+    [c_int; 4],
+    [c_int; 4],
+    [c_int; 4],
+    [c_int; 4],
+    [c_int; 6],
+    c_int,
+);
+
+fn sort_key(k: &PlanKey) -> PlanSort {
+    (
+        k.pass,
+        k.dtype,
+        k.benchmark,
+        k.math,
+        k.x_dims,
+        k.x_strides,
+        k.w_dims,
+        k.y_strides,
+        k.window,
+        k.groups,
+    )
+}
+
+/// The public report of `chosen` for `key`.
+fn choice_of(key: &PlanKey, chosen: &Candidate, searched: bool) -> ConvAlgorithmChoice {
+    let four = |v: [c_int; 4]| v.map(|x| x.max(0) as usize);
+    let [ph, pw, sh, sw, dh, dw] = key.window.map(|x| x.max(0) as usize);
+    ConvAlgorithmChoice {
+        pass: key.pass,
+        dtype: key.dtype,
+        input: four(key.x_dims),
+        input_strides: four(key.x_strides),
+        weight: four(key.w_dims),
+        output_strides: four(key.y_strides),
+        padding: [ph, pw],
+        stride: [sh, sw],
+        dilation: [dh, dw],
+        groups: key.groups.max(0) as usize,
+        algorithm: chosen.algo.name(),
+        math: format!("{:?}", chosen.math),
+        workspace_bytes: chosen.workspace,
+        searched,
+        search_ms: if searched { chosen.time_ms } else { None },
+    }
 }
 
 /// The candidate's call on the handle's stream: `cudnnConvolutionForward` (reads `x`, `w`,

@@ -2,11 +2,16 @@
 //! recorded in a small fault record instead of being followed, and the record is read back after
 //! the launch — a host synchronisation on every gather/index_select, the price of returning
 //! `Error::IndexOutOfRange` instead of garbage or a fault.
+//!
+//! `IndexSelect` of whole contiguous rows (an embedding lookup) and the `index_add` form of
+//! `Scatter` take the row kernels of [`super::index_rows`]; everything else runs one thread per
+//! element here.
 
 use cartage_core::{Error, Result, ScatterMode, TensorArg};
 use cudarc::driver::DeviceRepr;
 
 use super::geometry::{KernelShape, KernelStrides, MAX_RANK, grid};
+use super::index_rows::{self, RowLaunch};
 use super::{device_ptr, launch_kernel, max_blocks, size_name};
 use crate::backend::CudaBackend;
 use crate::driver;
@@ -112,6 +117,11 @@ fn run(
             &geom
         )
     })?;
+    out_of_range(backend, op, fault, dim, size)
+}
+
+/// `Error::IndexOutOfRange` for a recorded index, naming the op, the dim and its size.
+fn out_of_range(backend: &CudaBackend, op: &'static str, fault: Option<i64>, dim: usize, size: usize) -> Result<()> {
     match fault {
         None => Ok(()),
         Some(index) => Err(Error::IndexOutOfRange {
@@ -122,6 +132,38 @@ fn run(
             device: backend.device,
         }),
     }
+}
+
+/// One launch of a row kernel (`src` read, `out` written), then its index check.
+fn run_rows(
+    backend: &CudaBackend,
+    op: &'static str,
+    plan: RowLaunch,
+    (src, index, out): (&TensorArg, &TensorArg, &TensorArg),
+    dim: usize,
+    size: usize,
+) -> Result<()> {
+    if plan.geom.tasks() == 0 {
+        return Ok(());
+    }
+    let kernel = backend.modules.kernel(plan.name)?;
+    let (po, ps, px) = (device_ptr(out), device_ptr(src), device_ptr(index));
+    let cfg = index_rows::config(backend, &kernel, &plan.geom);
+    let geom = plan.geom;
+    let fault = with_fault(backend, |pf| {
+        launch_kernel!(
+            backend,
+            kernel,
+            cfg,
+            [src.buffer, index.buffer, out.buffer],
+            &po,
+            &ps,
+            &px,
+            &pf,
+            &geom
+        )
+    })?;
+    out_of_range(backend, op, fault, dim, size)
 }
 
 fn geometry(
@@ -175,6 +217,10 @@ pub(super) fn index_select(
     dim: usize,
     out: &TensorArg,
 ) -> Result<()> {
+    if let Some(plan) = index_rows::select(input, index, dim, out) {
+        let size = input.layout.shape()[dim];
+        return run_rows(backend, "index_select", plan, (input, index, out), dim, size);
+    }
     gather_like(backend, "index_select", input, index, dim, out)
 }
 
@@ -190,6 +236,11 @@ pub(super) fn scatter(
     let op = mode.name();
     check_rank(op, out)?;
     let size = out.layout.shape()[dim];
+    if mode == ScatterMode::Add
+        && let Some(plan) = index_rows::index_add(src, index, dim, out)
+    {
+        return run_rows(backend, op, plan, (src, index, out), dim, size);
+    }
     // Positions run over the index's shape; the source is read there (its strides, its box).
     let geom = geometry(index.layout.shape(), out, src, index, dim, size);
     let name = match mode {

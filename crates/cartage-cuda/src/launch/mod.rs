@@ -22,6 +22,7 @@ mod cross_entropy_backward;
 mod elementwise;
 pub mod geometry;
 mod index;
+mod index_rows;
 pub(crate) mod pool;
 mod reduce;
 mod rows;

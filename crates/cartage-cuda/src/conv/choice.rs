@@ -1,0 +1,187 @@
+//! What the CUDA backend tells about its convolutions: the three passes ([`ConvPass`]), the
+//! algorithm cuDNN runs for each shape ([`ConvAlgorithmChoice`],
+//! [`CudaBackend::conv_algorithms`]) and the algorithm search switch
+//! ([`CudaBackend::set_conv_benchmark`], `CARTAGE_CUDNN_BENCHMARK`).
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use cartage_core::DType;
+
+use crate::backend::CudaBackend;
+
+/// The environment variable that sets the initial state of the algorithm search:
+/// `0`, `false`, `off` or `no` keep cuDNN's heuristics only; unset, empty, `1`, `true`, `on` or
+/// `yes` search (the default).
+pub const CUDNN_BENCHMARK_VAR: &str = "CARTAGE_CUDNN_BENCHMARK";
+
+/// Which of cuDNN's three convolution calls runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConvPass {
+    /// `y = conv(x, w)` (`Kernel::Conv2d`).
+    Forward,
+    /// The input gradient from the output gradient and the weight
+    /// (`Kernel::Conv2dBackwardInput`, cuDNN's backward data).
+    BackwardData,
+    /// The weight gradient from the input and the output gradient
+    /// (`Kernel::Conv2dBackwardWeight`, cuDNN's backward filter).
+    BackwardFilter,
+}
+
+impl ConvPass {
+    /// The op's name in errors: `conv2d`, `conv2d_backward_input` or `conv2d_backward_weight`.
+    pub const fn op(self) -> &'static str {
+        match self {
+            ConvPass::Forward => "conv2d",
+            ConvPass::BackwardData => "conv2d_backward_input",
+            ConvPass::BackwardFilter => "conv2d_backward_weight",
+        }
+    }
+}
+
+/// The algorithm one convolution shape runs, as [`CudaBackend::conv_algorithms`] reports it: the
+/// plan's key (pass, sizes, strides, window, dtype) and the last algorithm that ran for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvAlgorithmChoice {
+    /// The pass.
+    pub pass: ConvPass,
+    /// The element type.
+    pub dtype: DType,
+    /// The forward input's sizes `[N, C, H, W]` (the input gradient's, for backward data).
+    pub input: [usize; 4],
+    /// Its strides as cuDNN was given them, in elements.
+    pub input_strides: [usize; 4],
+    /// The weight's sizes `[O, C / groups, kh, kw]` (dense).
+    pub weight: [usize; 4],
+    /// The forward output's strides as cuDNN was given them (the output gradient's, for the
+    /// backward passes).
+    pub output_strides: [usize; 4],
+    /// Zeros added on each side, (height, width).
+    pub padding: [usize; 2],
+    /// Step of the window, (height, width).
+    pub stride: [usize; 2],
+    /// Spacing of the window's taps, (height, width).
+    pub dilation: [usize; 2],
+    /// Channel groups.
+    pub groups: usize,
+    /// cuDNN's name of the algorithm, e.g. `CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM`.
+    pub algorithm: String,
+    /// cuDNN's math type it runs under, e.g. `CUDNN_TENSOR_OP_MATH` (tensor cores allowed).
+    pub math: String,
+    /// Workspace bytes it takes per call.
+    pub workspace_bytes: usize,
+    /// True when the algorithm search picked it by timing; false when it is cuDNN's heuristics'
+    /// choice (the search off, inside a graph capture, or the search could not run).
+    pub searched: bool,
+    /// Its time in the search, in milliseconds (`None` when not searched).
+    pub search_ms: Option<f32>,
+}
+
+impl fmt::Display for ConvAlgorithmChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} x{:?} w{:?} padding {:?} stride {:?} dilation {:?} groups {}: {} ({}, {} B workspace, ",
+            self.pass.op(),
+            self.dtype,
+            self.input,
+            self.weight,
+            self.padding,
+            self.stride,
+            self.dilation,
+            self.groups,
+            self.algorithm,
+            self.math,
+            self.workspace_bytes,
+        )?;
+        match self.search_ms {
+            Some(ms) if self.searched => write!(f, "searched, {ms:.3} ms)"),
+            _ => write!(f, "heuristics)"),
+        }
+    }
+}
+
+/// The search switch's initial state from [`CUDNN_BENCHMARK_VAR`] (on unless it says off).
+pub(crate) fn benchmark_from_env() -> bool {
+    let value = std::env::var_os(CUDNN_BENCHMARK_VAR);
+    let Some(value) = value else { return true };
+    let text = value.to_string_lossy().trim().to_ascii_lowercase();
+    match text.as_str() {
+        "" | "1" | "true" | "on" | "yes" => true,
+        "0" | "false" | "off" | "no" => false,
+        other => {
+            tracing::warn!(
+                value = other,
+                "{CUDNN_BENCHMARK_VAR} is neither on (1, true, on, yes) nor off (0, false, off, no); the cuDNN \
+                 algorithm search stays on"
+            );
+            true
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Turn the cuDNN algorithm search on or off (like `torch.backends.cudnn.benchmark`). On, the
+    /// first convolution of each pass, shape, strides, dtype and math times the pass's
+    /// algorithms with `cudnnFindConvolution*AlgorithmEx` and keeps the fastest that fits; off,
+    /// cuDNN's heuristics (`_v7`) choose. Each setting keeps its own plans, so switching back
+    /// and forth searches each shape once. The initial state comes from
+    /// `CARTAGE_CUDNN_BENCHMARK` ([`CUDNN_BENCHMARK_VAR`]; on by default).
+    pub fn set_conv_benchmark(&self, on: bool) {
+        tracing::debug!(device = %self.device, on, "cuDNN algorithm search set");
+        self.conv_benchmark.store(on, Ordering::Relaxed);
+    }
+
+    /// The state of [`CudaBackend::set_conv_benchmark`].
+    pub fn conv_benchmark(&self) -> bool {
+        self.conv_benchmark.load(Ordering::Relaxed)
+    }
+
+    /// The algorithm each convolution shape seen so far runs on this device (one entry per plan
+    /// that has run: pass, shape, strides, window, dtype, search setting), sorted by pass and
+    /// shape. Empty before the first convolution or without cuDNN.
+    pub fn conv_algorithms(&self) -> Vec<ConvAlgorithmChoice> {
+        super::plan::choices(self.device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_choice_reads_as_one_line() {
+        let choice = ConvAlgorithmChoice {
+            pass: ConvPass::Forward,
+            dtype: DType::BF16,
+            input: [32, 64, 56, 56],
+            input_strides: [200704, 3136, 56, 1],
+            weight: [64, 64, 3, 3],
+            output_strides: [200704, 3136, 56, 1],
+            padding: [1, 1],
+            stride: [1, 1],
+            dilation: [1, 1],
+            groups: 1,
+            algorithm: "CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM".into(),
+            math: "CUDNN_TENSOR_OP_MATH".into(),
+            workspace_bytes: 0,
+            searched: true,
+            search_ms: Some(0.25),
+        };
+        let line = choice.to_string();
+        assert!(
+            line.starts_with("conv2d bf16 x[32, 64, 56, 56] w[64, 64, 3, 3]"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("IMPLICIT_PRECOMP_GEMM (CUDNN_TENSOR_OP_MATH, 0 B workspace, searched, 0.250 ms)"),
+            "{line}"
+        );
+        let heuristic = ConvAlgorithmChoice {
+            searched: false,
+            search_ms: None,
+            ..choice
+        };
+        assert!(heuristic.to_string().ends_with("heuristics)"));
+    }
+}
