@@ -21,6 +21,7 @@ mod cross_entropy_backward;
 mod elementwise;
 pub mod geometry;
 mod index;
+mod norm_grads;
 pub(crate) mod pool;
 mod reduce;
 mod rows;
