@@ -253,7 +253,10 @@ fn norm_parameter_gradients_are_bitwise_repeatable() {
     for _ in 0..3 {
         let again = run();
         let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same(&first.0, &again.0) && same(&first.1, &again.1), "the sums changed between runs");
+        assert!(
+            same(&first.0, &again.0) && same(&first.1, &again.1),
+            "the sums changed between runs"
+        );
     }
 }
 

@@ -185,7 +185,9 @@ pub(super) fn norm_grads(backend: &CudaBackend, a: &NormBackwardArgs) -> Result<
         );
         let mut slices = vec![input.buffer, grad.buffer, out.buffer, slice];
         slices.extend(weight.map(|w| w.buffer));
-        launch_kernel!(backend, kernel, cfg, slices, &px, &pw, &pg, &po, &part_w, &part_b, &geom)?;
+        launch_kernel!(
+            backend, kernel, cfg, slices, &px, &pw, &pg, &po, &part_w, &part_b, &geom
+        )?;
         if let Some(column) = a.grad_weight.as_ref() {
             reduce(backend, column, part_w, shape.units, Some(slice))?;
         }
