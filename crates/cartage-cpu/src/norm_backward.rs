@@ -67,16 +67,9 @@ unsafe fn norm_backward_typed<T: Real>(a: &NormBackwardArgs) {
     // SAFETY: forwarded.
     unsafe {
         match a.kind {
-            NormKind::Layer => run::<T>(
-                a,
-                #[inline(always)]
-                |x, g, w, eps| layer_stats(x, g, w, eps),
-            ),
-            NormKind::Rms => run::<T>(
-                a,
-                #[inline(always)]
-                |x, g, w, eps| rms_stats(x, g, w, eps),
-            ),
+            // Function items: statically dispatched, and `#[inline(always)]` into the row pass.
+            NormKind::Layer => run::<T>(a, layer_stats),
+            NormKind::Rms => run::<T>(a, rms_stats),
         }
     }
 }
@@ -112,7 +105,7 @@ unsafe fn run<T: Real>(
         return;
     }
     let n = input.layout.shape()[dim];
-    let rows = if n == 0 { 0 } else { input.layout.numel() / n };
+    let rows = input.layout.numel().checked_div(n).unwrap_or(0);
     let chunk_rows = rows
         .div_ceil(MAX_CHUNKS)
         .max(CHUNK_MIN_ELEMENTS.div_ceil(n.max(1)))

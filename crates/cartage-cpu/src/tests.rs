@@ -977,6 +977,9 @@ fn norm_parameter_gradients_are_bit_identical_across_thread_counts() {
     for c in [0, 1, cols / 2, cols - 1] {
         let exact: f64 = (0..rows).map(|r| f64::from(gs[r * cols + c])).sum();
         let got = f64::from(f32::from_bits(first.1[c]));
-        assert!((got - exact).abs() < 1e-3 * (1.0 + exact.abs()), "column {c}: {got} vs {exact}");
+        assert!(
+            (got - exact).abs() < 1e-3 * (1.0 + exact.abs()),
+            "column {c}: {got} vs {exact}"
+        );
     }
 }

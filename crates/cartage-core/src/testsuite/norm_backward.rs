@@ -100,7 +100,7 @@ fn reference(
     eps: f64,
 ) -> Reference {
     let n = *shape.last().expect("rank ≥ 1");
-    let rows = if n == 0 { 0 } else { x.len() / n };
+    let rows = x.len().checked_div(n).unwrap_or(0);
     let tol = Tolerance::transcendental(dtype);
     let acc = 8.0 * accumulation_eps(dtype) * (n.max(1) as f64).sqrt();
     let row_acc = 16.0 * accumulation_eps(dtype) * (rows.max(1) as f64).sqrt();
