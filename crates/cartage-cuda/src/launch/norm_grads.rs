@@ -25,8 +25,9 @@ use crate::modules::{KernelName, SourceFile};
 /// The most partial sums per gradient the grid is cut down to (16 MiB of f32).
 pub(super) const MAX_PARTIALS: u64 = 1 << 22;
 
-/// Threads per multiprocessor the register kernels run with when summing partials: half the
-/// resident maximum, so that a unit streams several rows before its partials are written.
+/// The most threads per multiprocessor the kernels run with when summing partials (half the
+/// hardware's maximum): few enough units that each streams several rows before its partials
+/// are written, enough to keep the memory busy.
 const THREADS_PER_SM: u64 = 1024;
 
 /// Columns a register kernel's block combines in shared memory (`RedCap` in backward.cu): 2048
@@ -61,31 +62,41 @@ pub(super) fn reduce_name(dtype: DType) -> KernelName {
     KernelName::new(SourceFile::Backward, ["norm_grads_reduce", dtype.name(), "", ""])
 }
 
-/// The launch of the first kernel: name suffix, group, configuration, and the number of units.
+/// The kernel-name suffix of `path`.
+fn suffix(path: Path) -> &'static str {
+    match path {
+        Path::Held(p) => vector_name(p.vectors),
+        Path::Long => "long",
+        Path::Strided => "strided",
+    }
+}
+
+/// The launch of the first kernel: group, block, grid, and the number of units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Shape {
-    pub suffix: &'static str,
     pub group: u32,
     pub block: u32,
     pub blocks: u32,
     pub units: u64,
 }
 
-/// The grid of `path` over `rows` rows of `cols` on `sm_count` multiprocessors.
-pub(super) fn grads_shape(path: Path, rows: u64, cols: u64, sm_count: u64) -> Shape {
-    // Blocks for `per_block` units each: at most `cap`, no more than the rows need, and few
+/// The grid of `path` over `rows` rows of `cols` on `sm_count` multiprocessors that each hold
+/// `threads_per_sm` threads of the kernel at once: one wave at most (each unit then streams
+/// rows until they run out), and no more than [`THREADS_PER_SM`] per multiprocessor.
+pub(super) fn grads_shape(path: Path, rows: u64, cols: u64, sm_count: u64, threads_per_sm: u64) -> Shape {
+    let threads = threads_per_sm.clamp(1, THREADS_PER_SM);
+    // Blocks for `per_block` units each: at most a wave, no more than the rows need, and few
     // enough that the partials stay within MAX_PARTIALS (but at least one).
-    let blocks = |needed: u64, cap: u64, per_block: u64| {
+    let blocks = |needed: u64, block: u32, per_block: u64| {
+        let cap = sm_count * (threads / u64::from(block)).max(1);
         let fit = (MAX_PARTIALS / (cols * per_block).max(1)).max(1);
         needed.clamp(1, cap.max(1)).min(fit)
     };
     match path {
         Path::Held(p) => {
             let per_block = u64::from(p.block / p.group);
-            let cap = sm_count * (THREADS_PER_SM / u64::from(p.block)).max(1);
-            let b = blocks(rows.div_ceil(per_block), cap, 1);
+            let b = blocks(rows.div_ceil(per_block), p.block, 1);
             Shape {
-                suffix: vector_name(p.vectors),
                 group: p.group,
                 block: p.block,
                 blocks: b as u32,
@@ -93,9 +104,8 @@ pub(super) fn grads_shape(path: Path, rows: u64, cols: u64, sm_count: u64) -> Sh
             }
         }
         Path::Long => {
-            let b = blocks(rows, sm_count * 2, 1);
+            let b = blocks(rows, LONG_BLOCK, 1);
             Shape {
-                suffix: "long",
                 group: LONG_BLOCK,
                 block: LONG_BLOCK,
                 blocks: b as u32,
@@ -105,9 +115,8 @@ pub(super) fn grads_shape(path: Path, rows: u64, cols: u64, sm_count: u64) -> Sh
         Path::Strided => {
             let group = if cols >= 1024 { THREADS } else { 32 };
             let per_block = u64::from(THREADS / group);
-            let b = blocks(rows.div_ceil(per_block), sm_count * 4, per_block);
+            let b = blocks(rows.div_ceil(per_block), THREADS, per_block);
             Shape {
-                suffix: "strided",
                 group,
                 block: THREADS,
                 blocks: b as u32,
@@ -148,7 +157,9 @@ pub(super) fn norm_grads(backend: &CudaBackend, a: &NormBackwardArgs) -> Result<
         Path::Held(p) if p.group <= 32 && cols as usize > shared_columns(dtype) => Path::Long,
         path => path,
     };
-    let shape = grads_shape(path, count, cols, u64::from(backend.sm_count));
+    let kernel = backend.modules.kernel(grads_name(a.kind, dtype, suffix(path)))?;
+    let resident = u64::from(kernel.blocks_per_sm) * 256;
+    let shape = grads_shape(path, count, cols, u64::from(backend.sm_count), resident);
     let mut geom = rows.geom(&rows_c, count, a.eps, weight.is_some() as i32);
     geom.group = shape.group as i32;
     let compute = if dtype == DType::F64 { 8u64 } else { 4 };
@@ -171,7 +182,6 @@ pub(super) fn norm_grads(backend: &CudaBackend, a: &NormBackwardArgs) -> Result<
         (false, true) => slice.addr(),
     };
     let queued = (|| {
-        let kernel = backend.modules.kernel(grads_name(a.kind, dtype, shape.suffix))?;
         let cfg = LaunchConfig {
             grid_dim: (shape.blocks, 1, 1),
             block_dim: (shape.block, 1, 1),
@@ -269,7 +279,7 @@ mod tests {
                         Path::Strided,
                     ];
                     for path in paths {
-                        let s = grads_shape(path, rows, cols, 132);
+                        let s = grads_shape(path, rows, cols, 132, 2048);
                         let per_block = u64::from(s.block / s.group);
                         let needed = rows.div_ceil(per_block);
                         assert!(
