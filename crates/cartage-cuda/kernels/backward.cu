@@ -397,8 +397,9 @@ NORM_BACKWARD_FAST(rms, true, f64, f64, 4, 512)
 // a fixed order: a butterfly over the lanes of a warp, then the warps one after another through
 // shared memory) and a group (a warp or the block) for the others, whose every element is read,
 // added and written by one thread (the unit's first row stores). A unit that got no row stores
-// zeros. `norm_grads_reduce_<dtype>` then sums the units' rows per column, in a fixed order, into
-// the gradient (any stride), rounded once. No atomics: the result does not depend on timing.
+// zeros. RMS norm has no bias: its register kernels keep no Σ g. `norm_grads_reduce_<dtype>`
+// then sums the units' rows per column, in a fixed order, into the gradient (any stride), rounded
+// once. No atomics: the result does not depend on timing.
 
 // Columns of a block's shared partial row: a group of a warp or less holds at most 32 lanes × 64
 // bytes of compute values of a row (held_plan in src/launch/backward.rs).
@@ -481,7 +482,7 @@ __device__ void norm_grads_fast(const T* x, const T* w, const T* gr, T* out, typ
                     const C gh = has_w ? gv * (C)load(pw.v[k]) : gv;
                     o.v[k] = out_r<T>(rstd * (gh - mean_g - xhat * mean_gx));
                     aw[v][k] += gv * xhat;
-                    ab[v][k] += gv;
+                    if (!RMS) ab[v][k] += gv;  // RMS norm has no bias
                 }
                 orow[i] = o;
             }
@@ -500,7 +501,7 @@ __device__ void norm_grads_fast(const T* x, const T* w, const T* gr, T* out, typ
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
                     if (pw_row) pw_row[c0 + k] = aw[v][k];
-                    if (pb_row) pb_row[c0 + k] = ab[v][k];
+                    if (!RMS && pb_row) pb_row[c0 + k] = ab[v][k];
                 }
             }
         }
@@ -514,7 +515,7 @@ __device__ void norm_grads_fast(const T* x, const T* w, const T* gr, T* out, typ
 #pragma unroll
             for (int k = 0; k < N; ++k) {
                 aw[v][k] += shfl_xor_any(aw[v][k], mask);
-                ab[v][k] += shfl_xor_any(ab[v][k], mask);
+                if (!RMS) ab[v][k] += shfl_xor_any(ab[v][k], mask);
             }
         }
     }
@@ -530,7 +531,7 @@ __device__ void norm_grads_fast(const T* x, const T* w, const T* gr, T* out, typ
 #pragma unroll
                     for (int k = 0; k < N; ++k) {
                         red[0][c0 + k] = turn == 0 ? aw[v][k] : red[0][c0 + k] + aw[v][k];
-                        red[1][c0 + k] = turn == 0 ? ab[v][k] : red[1][c0 + k] + ab[v][k];
+                        if (!RMS) red[1][c0 + k] = turn == 0 ? ab[v][k] : red[1][c0 + k] + ab[v][k];
                     }
                 }
             }
@@ -539,7 +540,7 @@ __device__ void norm_grads_fast(const T* x, const T* w, const T* gr, T* out, typ
     }
     for (u64 c = threadIdx.x; c < g.cols; c += blockDim.x) {
         if (pw_row) pw_row[c] = red[0][c];
-        if (pb_row) pb_row[c] = red[1][c];
+        if (!RMS && pb_row) pb_row[c] = red[1][c];
     }
 }
 
