@@ -113,10 +113,14 @@
 //!   (f64 for f64) and round once on store:
 //!   - `SoftmaxBackward`: from the forward's `output` y and the incoming `grad` g along `dim`,
 //!     `out = y·(g − Σ g·y)` for softmax and `out = g − exp(y)·Σ g` for log-softmax.
-//!   - `NormBackward`: the input gradient of `Norm` (weight optional, no bias: it does not enter
-//!     the input gradient). With `x̂` the normalised row, `ĝ = g·weight`, `r` = 1/std (layer) or
-//!     1/rms (RMS) over the last dim of size D: layer norm gives
-//!     `r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))`, RMS norm `r·(ĝ − x̂·mean(ĝ·x̂))`.
+//!   - `NormBackward`: the gradients of `Norm` in one call (weight optional, no bias: it does not
+//!     enter them). With `x̂` the normalised row, `ĝ = g·weight`, `r` = 1/std (layer) or 1/rms
+//!     (RMS) over the last dim of size D, the input gradient is, for layer norm,
+//!     `r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))`, for RMS norm `r·(ĝ − x̂·mean(ĝ·x̂))`. The optional
+//!     `grad_weight` `[D]` is `Σ g·x̂` and the optional `grad_bias` `[D]` (layer norm only) `Σ g`,
+//!     summed over every row, in f32 (f64 for f64) in an order fixed by the shape (a backend may
+//!     sum per-block partials and then the partials, never in an order set by thread timing),
+//!     rounded once; with no rows they are 0.
 //!   - `GeluBackward`: the input gradient of the exact GELU, from the forward's `input` x and
 //!     the incoming `grad` g, element by element: `g·(Φ(x) + x·φ(x))`, with Φ the standard
 //!     normal distribution function and φ its density.
@@ -221,6 +225,29 @@ pub struct AttentionSaved {
     /// The forward's per-row natural log-sum-exp of the scaled, masked scores [B, L], f32,
     /// contiguous.
     pub lse: TensorArg,
+}
+
+/// The operands of a [`Kernel::NormBackward`].
+#[derive(Clone, Debug)]
+pub struct NormBackwardArgs {
+    /// Which normalisation.
+    pub kind: NormKind,
+    /// The forward's input, rank ≥ 1.
+    pub input: TensorArg,
+    /// The forward's scale, if any (1-D of the last dim's size, the input's dtype).
+    pub weight: Option<TensorArg>,
+    /// The gradient reaching the forward's output (shape and dtype of `input`).
+    pub grad: TensorArg,
+    /// The forward's eps.
+    pub eps: f64,
+    /// The input gradient (shape and dtype of `input`).
+    pub grad_input: TensorArg,
+    /// The weight gradient `Σ g·x̂` over the rows, if wanted (1-D of the last dim's size, the
+    /// input's dtype); it does not need a `weight`.
+    pub grad_weight: Option<TensorArg>,
+    /// The bias gradient `Σ g` over the rows, if wanted (layer norm only; 1-D of the last dim's
+    /// size, the input's dtype).
+    pub grad_bias: Option<TensorArg>,
 }
 
 /// Element-wise functions of one operand.
@@ -906,21 +933,10 @@ pub enum Kernel {
         /// The input gradient (same shape and dtype).
         out: TensorArg,
     },
-    /// The input gradient of `Norm` over the last dimension.
-    NormBackward {
-        /// Which normalisation.
-        kind: NormKind,
-        /// The forward's input, rank ≥ 1.
-        input: TensorArg,
-        /// The forward's scale, if any (1-D of the last dim's size).
-        weight: Option<TensorArg>,
-        /// The gradient reaching the forward's output (shape and dtype of `input`).
-        grad: TensorArg,
-        /// The forward's eps.
-        eps: f64,
-        /// The input gradient (shape and dtype of `input`).
-        out: TensorArg,
-    },
+    /// The gradients of `Norm` over the last dimension: the input's, and optionally the weight's
+    /// and the bias's, in one call (see the module docs). Boxed: its six operands would make
+    /// every kernel value half as large again.
+    NormBackward(Box<NormBackwardArgs>),
     /// The logits gradient of `CrossEntropy`.
     CrossEntropyBackward {
         /// The forward's logits [N, C].
@@ -1000,7 +1016,7 @@ impl Kernel {
             Kernel::SoftmaxBackward { log: false, .. } => Op::SoftmaxBackward,
             Kernel::SoftmaxBackward { log: true, .. } => Op::LogSoftmaxBackward,
             Kernel::GeluBackward { .. } => Op::GeluBackward,
-            Kernel::NormBackward { kind, .. } => Op::NormBackward(*kind),
+            Kernel::NormBackward(a) => Op::NormBackward(a.kind),
             Kernel::CrossEntropyBackward { .. } => Op::CrossEntropyBackward,
             Kernel::Update { rule, .. } => Op::Update(rule.kind()),
             Kernel::UpdateMany { rule, .. } => Op::UpdateMany(rule.kind()),
@@ -1034,7 +1050,7 @@ impl Kernel {
             Kernel::Pool2d { input, .. } => input.dtype,
             Kernel::Pool2dBackward { grad, .. } => grad.dtype,
             Kernel::SoftmaxBackward { output, .. } => output.dtype,
-            Kernel::NormBackward { input, .. } => input.dtype,
+            Kernel::NormBackward(a) => a.input.dtype,
             Kernel::GeluBackward { input, .. } => input.dtype,
             Kernel::CrossEntropyBackward { logits, .. } => logits.dtype,
             Kernel::Update { param, .. } => param.dtype,
@@ -1052,8 +1068,8 @@ impl Kernel {
     }
 
     /// The operands in order, outputs last, without allocating (the launch path runs this for
-    /// every kernel, so it must stay cheap for tiny ops): four slots for every kernel but
-    /// `UpdateMany`, which has four per set.
+    /// every kernel, so it must stay cheap for tiny ops): four slots for every kernel but the
+    /// boxed ones (seven) and `UpdateMany`, which has four per set.
     #[inline]
     pub fn operand_slots(&self) -> OperandSlots<'_> {
         match self {
@@ -1086,15 +1102,33 @@ impl Kernel {
                 ]
                 .into_iter(),
             )),
+            Kernel::NormBackward(a) => OperandSlots(OperandIter::Nine(
+                [
+                    Some(&a.input),
+                    a.weight.as_ref(),
+                    Some(&a.grad),
+                    Some(&a.grad_input),
+                    a.grad_weight.as_ref(),
+                    a.grad_bias.as_ref(),
+                    None,
+                    None,
+                    None,
+                ]
+                .into_iter(),
+            )),
             _ => OperandSlots(OperandIter::Fixed(self.fixed_operand_slots().into_iter())),
         }
     }
 
-    /// The four operand slots of every kernel but `UpdateMany` (which has none here).
+    /// The four operand slots of every kernel but `UpdateMany` and the boxed ones (which have
+    /// none here).
     #[inline]
     fn fixed_operand_slots(&self) -> [Option<&TensorArg>; 4] {
         match self {
-            Kernel::UpdateMany { .. } | Kernel::AttentionBackward(_) | Kernel::Attention { .. } => [None; 4],
+            Kernel::UpdateMany { .. }
+            | Kernel::AttentionBackward(_)
+            | Kernel::Attention { .. }
+            | Kernel::NormBackward(_) => [None; 4],
             Kernel::Fill { out, .. } | Kernel::Arange { out, .. } | Kernel::Random { out, .. } => {
                 [Some(out), None, None, None]
             }
@@ -1133,13 +1167,6 @@ impl Kernel {
             } => [Some(input), Some(out), indices.as_ref(), None],
             Kernel::Pool2dBackward { grad, indices, out, .. } => [Some(grad), indices.as_ref(), Some(out), None],
             Kernel::SoftmaxBackward { output, grad, out, .. } => [Some(output), Some(grad), Some(out), None],
-            Kernel::NormBackward {
-                input,
-                weight,
-                grad,
-                out,
-                ..
-            } => [Some(input), weight.as_ref(), Some(grad), Some(out)],
             Kernel::CrossEntropyBackward {
                 logits,
                 target,
@@ -1212,9 +1239,10 @@ impl<'a> IntoIterator for OperandSlots<'a> {
 pub enum OperandIter<'a> {
     /// The four slots of a kernel with a fixed operand list.
     Fixed(std::array::IntoIter<Option<&'a TensorArg>, 4>),
-    /// The nine slots of [`Kernel::AttentionBackward`] (q, k, v, grad, the saved output and
-    /// log-sum-exp, then the gradients) or of [`Kernel::Attention`] (q, k, v, out, lse, then
-    /// four empty slots).
+    /// The nine slots of a boxed kernel: [`Kernel::AttentionBackward`] (q, k, v, grad, the
+    /// saved output and log-sum-exp, then the gradients), [`Kernel::Attention`] (q, k, v, out,
+    /// lse, then four empty slots) or [`Kernel::NormBackward`] (input, weight, grad, then the
+    /// gradients of the input, weight and bias, and three empty slots).
     Nine(std::array::IntoIter<Option<&'a TensorArg>, 9>),
     /// Gradient, two state slots and parameter of each [`UpdateSet`] in turn.
     Sets {

@@ -49,7 +49,8 @@ pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, ErrorKind, Result, Site};
 pub use kernel::{
-    BinaryOp, CompareOp, Distribution, Kernel, NormKind, Op, ReduceOp, ScanOp, ScatterMode, TensorArg, UnaryOp,
+    BinaryOp, CompareOp, Distribution, Kernel, NormBackwardArgs, NormKind, Op, ReduceOp, ScanOp, ScatterMode,
+    TensorArg, UnaryOp,
 };
 pub use layout::{Dims, Layout, broadcast_shapes};
 pub use pinned::{

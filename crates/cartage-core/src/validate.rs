@@ -212,14 +212,7 @@ impl Kernel {
                 output, grad, dim, out, ..
             } => backward::softmax(self.name(), output, grad, *dim, out),
             Kernel::GeluBackward { input, grad, out } => backward::elementwise(self.name(), input, grad, out),
-            Kernel::NormBackward {
-                kind,
-                input,
-                weight,
-                grad,
-                eps,
-                out,
-            } => backward::norm(*kind, input, weight.as_ref(), grad, *eps, out),
+            Kernel::NormBackward(args) => backward::norm(args),
             Kernel::CrossEntropyBackward {
                 logits,
                 target,
@@ -272,14 +265,7 @@ impl Kernel {
             Kernel::SoftmaxBackward { log: false, .. } => "softmax_backward",
             Kernel::SoftmaxBackward { log: true, .. } => "log_softmax_backward",
             Kernel::GeluBackward { .. } => "gelu_backward",
-            Kernel::NormBackward {
-                kind: crate::NormKind::Layer,
-                ..
-            } => "layer_norm_backward",
-            Kernel::NormBackward {
-                kind: crate::NormKind::Rms,
-                ..
-            } => "rms_norm_backward",
+            Kernel::NormBackward(a) => backward::norm_name(a.kind),
             Kernel::CrossEntropyBackward { .. } => "cross_entropy_backward",
             Kernel::Update { rule, .. } => rule.kind().name(),
             Kernel::UpdateMany { rule, .. } => rule.kind().many_name(),

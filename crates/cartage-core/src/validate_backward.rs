@@ -3,7 +3,7 @@
 //! input, hyperparameters are in range; a multi-tensor update's sets are apart from each other.
 
 use crate::error::{Error, Result};
-use crate::kernel::{NormKind, TensorArg, UpdateSet};
+use crate::kernel::{NormBackwardArgs, NormKind, TensorArg, UpdateSet};
 use crate::update_rule::UpdateRule;
 use crate::validate::{aligned, apart, dim_in_range, index_dtype, mismatch, same_dtype, same_shape, writable};
 
@@ -41,50 +41,80 @@ pub(crate) fn elementwise(name: &'static str, input: &TensorArg, grad: &TensorAr
     writable(name, out)
 }
 
-/// `NormBackward`: input, grad and out alike; the weight 1-D of the last dim's size.
-pub(crate) fn norm(
-    kind: NormKind,
-    input: &TensorArg,
-    weight: Option<&TensorArg>,
-    grad: &TensorArg,
-    eps: f64,
-    out: &TensorArg,
-) -> Result<()> {
-    let name = match kind {
+/// The op name of a `NormBackward` of `kind`, for errors.
+pub(crate) const fn norm_name(kind: NormKind) -> &'static str {
+    match kind {
         NormKind::Layer => "layer_norm_backward",
         NormKind::Rms => "rms_norm_backward",
-    };
+    }
+}
+
+/// `NormBackward`: input, grad and the input gradient alike; the weight and the optional weight
+/// and bias gradients 1-D of the last dim's size and the input's dtype; a bias gradient for
+/// layer norm only; every gradient writable, apart from every input and from each other.
+pub(crate) fn norm(a: &NormBackwardArgs) -> Result<()> {
+    let name = norm_name(a.kind);
+    let (input, grad, out) = (&a.input, &a.grad, &a.grad_input);
     let Some(&last) = input.layout.shape().last() else {
         return Err(Error::invalid(
             name,
             "the input needs at least one dimension to normalise",
         ));
     };
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::invalid(name, format!("eps must be finite and ≥ 0, got {eps}")));
+    if !(a.eps.is_finite() && a.eps >= 0.0) {
+        return Err(Error::invalid(
+            name,
+            format!("eps must be finite and ≥ 0, got {}", a.eps),
+        ));
+    }
+    if a.kind == NormKind::Rms && a.grad_bias.is_some() {
+        return Err(Error::invalid(
+            name,
+            "RMS norm has no bias, so there is no bias gradient to write; pass none",
+        ));
     }
     for arg in [input, grad] {
         same_shape(name, arg, out)?;
         same_dtype(name, arg, out)?;
         aligned(name, arg)?;
-        apart(name, arg, out)?;
-    }
-    if let Some(weight) = weight {
-        same_dtype(name, weight, input)?;
-        if weight.layout.shape() != [last] {
-            return Err(mismatch(
-                name,
-                input,
-                weight,
-                format!("the weight must be 1-D of the last dim's size {last}"),
-            ));
-        }
-        aligned(name, weight)?;
-        apart(name, weight, out)?;
     }
     float(name, out)?;
     aligned(name, out)?;
-    writable(name, out)
+    writable(name, out)?;
+    let columns = [
+        ("weight", a.weight.as_ref(), false),
+        ("weight gradient", a.grad_weight.as_ref(), true),
+        ("bias gradient", a.grad_bias.as_ref(), true),
+    ];
+    for (role, arg, written) in columns {
+        let Some(arg) = arg else { continue };
+        same_dtype(name, arg, input)?;
+        if arg.layout.shape() != [last] {
+            return Err(mismatch(
+                name,
+                input,
+                arg,
+                format!("the {role} must be 1-D of the last dim's size {last}"),
+            ));
+        }
+        aligned(name, arg)?;
+        if written {
+            writable(name, arg)?;
+        }
+    }
+    // Every written operand apart from every other operand (reads may share memory).
+    let reads = [Some(input), a.weight.as_ref(), Some(grad)];
+    let writes = [Some(out), a.grad_weight.as_ref(), a.grad_bias.as_ref()];
+    for (i, written) in writes.iter().enumerate() {
+        let Some(written) = written else { continue };
+        for read in reads.iter().flatten() {
+            apart(name, read, written)?;
+        }
+        for other in writes[i + 1..].iter().flatten() {
+            apart(name, other, written)?;
+        }
+    }
+    Ok(())
 }
 
 /// `CrossEntropyBackward`: logits and out [N, C], target and grad [N].

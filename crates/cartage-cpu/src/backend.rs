@@ -28,7 +28,7 @@ use crate::memory::{HostSegments, read_meminfo};
 use crate::strided::CHUNK_MIN_ELEMENTS;
 use crate::{
     backward_rows, cross_entropy, cross_entropy_backward, elementwise, gelu_backward, host_copy, index, linear, matmul,
-    norm, pool, reduce, scan, scatter, softmax, sort, unary, update, update_many,
+    norm, norm_backward, pool, reduce, scan, scatter, softmax, sort, unary, update, update_many,
 };
 
 /// The cpu backend. Obtain the shared instance with [`crate::open`].
@@ -181,14 +181,7 @@ impl CpuBackend {
                 log,
                 out,
             } => backward_rows::softmax_backward(output, grad, *dim, *log, out),
-            Kernel::NormBackward {
-                kind,
-                input,
-                weight,
-                grad,
-                eps,
-                out,
-            } => backward_rows::norm_backward(*kind, input, weight.as_ref(), grad, *eps, out),
+            Kernel::NormBackward(args) => norm_backward::norm_backward(args),
             Kernel::GeluBackward { input, grad, out } => gelu_backward::gelu_backward(input, grad, out),
             Kernel::CrossEntropyBackward {
                 logits,

@@ -39,6 +39,7 @@ mod map;
 pub mod matmul;
 pub mod memory;
 mod norm;
+mod norm_backward;
 mod pool;
 mod reduce;
 mod reduce_outer;

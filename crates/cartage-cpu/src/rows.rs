@@ -174,3 +174,74 @@ pub unsafe fn zip_rows<T: Real>(
     };
     run_rows(row_count, n, out, body);
 }
+
+/// [`zip_rows`] with a fold: the rows are cut into chunks of `chunk_rows` consecutive rows (in
+/// row-major order of the other dimensions), each chunk folds its rows into a fresh `init()`
+/// with `f(acc, first_row, second_row)` (which also leaves the output row in the first row's
+/// buffer), and the chunks' results come back in chunk order. The chunking depends on the shape
+/// and `chunk_rows` alone, and each chunk is folded in row order by one thread, so the results
+/// are the same for any number of threads and any timing. No chunks when a row is empty.
+///
+/// # Safety
+/// As [`zip_rows`].
+pub unsafe fn zip_rows_chunked<T: Real, A: Send>(
+    first: &TensorArg,
+    second: &TensorArg,
+    dim: usize,
+    out: &TensorArg,
+    chunk_rows: usize,
+    init: impl Fn() -> A + Sync,
+    f: impl Fn(&mut A, &mut [T::C], &[T::C]) + Sync,
+) -> Vec<A> {
+    use rayon::prelude::*;
+    let (n, row_shape, row_count) = row_geometry(first.layout.shape(), dim);
+    if n == 0 || row_count == 0 {
+        return Vec::new();
+    }
+    let strides = [first, second, out].map(|arg| arg.layout.strides()[dim]);
+    let rows = Walk::new(
+        &row_shape,
+        [first.layout.strides(), second.layout.strides(), out.layout.strides()],
+    );
+    let [r1, r2, ro] = rows.inner_strides();
+    let (x1, x2, y) = (base::<T>(first), base::<T>(second), base::<T>(out));
+    let chunk_rows = chunk_rows.max(1);
+    let chunk = |c: usize| {
+        let (start, end) = (c * chunk_rows, ((c + 1) * chunk_rows).min(row_count));
+        let mut acc = init();
+        let (mut stack1, mut heap1) = ([T::C::ZERO; STACK_ROW], Vec::new());
+        let (mut stack2, mut heap2) = ([T::C::ZERO; STACK_ROW], Vec::new());
+        let buf1 = row_buffer(&mut stack1, &mut heap1, n);
+        let buf2 = row_buffer(&mut stack2, &mut heap2, n);
+        rows.runs(start, end, |[o1, o2, oo], len| {
+            for r in 0..len {
+                let (a1, a2, b) = (o1 + r * r1, o2 + r * r2, oo + r * ro);
+                let (buf1, buf2, acc) = (&mut *buf1, &mut *buf2, &mut acc);
+                simd(
+                    #[inline(always)]
+                    || {
+                        // SAFETY: positions `k < n` along `dim` of this row lie inside each view;
+                        // `out` overlaps neither input, and its rows are disjoint across chunks.
+                        unsafe {
+                            load_row::<T>(x1, a1, strides[0], buf1);
+                            load_row::<T>(x2, a2, strides[1], buf2);
+                        }
+                        f(acc, buf1, buf2);
+                        // SAFETY: as above.
+                        unsafe { store_row::<T>(buf1, y, b, strides[2]) };
+                    },
+                )
+            }
+        });
+        acc
+    };
+    let chunks = row_count.div_ceil(chunk_rows);
+    let parallel = chunks > 1
+        && row_count.saturating_mul(n) >= PARALLEL_MIN_ELEMENTS
+        && is_non_overlapping(out.layout.shape(), out.layout.strides());
+    if parallel {
+        (0..chunks).into_par_iter().map(chunk).collect()
+    } else {
+        (0..chunks).map(chunk).collect()
+    }
+}

@@ -936,3 +936,50 @@ fn scatter_add_sums_duplicates_and_rejects_bad_indices() {
         "{err}"
     );
 }
+
+/// The norms' weight and bias gradients are sums over rows in fixed chunks: the same bits for
+/// any number of threads (and run to run), and close to the sums taken in f64.
+#[test]
+fn norm_parameter_gradients_are_bit_identical_across_thread_counts() {
+    use cartage_core::{NormBackwardArgs, NormKind};
+    let b = CpuBackend::new();
+    let (rows, cols) = (3000, 700);
+    let xs = values(rows * cols, 5);
+    let gs = values(rows * cols, 6);
+    let x = upload(&b, &xs, &[rows, cols]);
+    let g = upload(&b, &gs, &[rows, cols]);
+    let run = || {
+        let (dx, dw, db) = (
+            output(&b, DType::F32, &[rows, cols]),
+            output(&b, DType::F32, &[cols]),
+            output(&b, DType::F32, &[cols]),
+        );
+        let kernel = Kernel::NormBackward(Box::new(NormBackwardArgs {
+            kind: NormKind::Layer,
+            input: x.clone(),
+            weight: None,
+            grad: g.clone(),
+            eps: 1e-5,
+            grad_input: dx,
+            grad_weight: Some(dw.clone()),
+            grad_bias: Some(db.clone()),
+        }));
+        launch(&b, &kernel).unwrap();
+        let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        (bits(download::<f32>(&b, &dw)), bits(download::<f32>(&b, &db)))
+    };
+    let first = run();
+    assert_eq!(run(), first, "run to run");
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        assert_eq!(pool.install(run), first, "{threads} threads");
+    }
+    for c in [0, 1, cols / 2, cols - 1] {
+        let exact: f64 = (0..rows).map(|r| f64::from(gs[r * cols + c])).sum();
+        let got = f64::from(f32::from_bits(first.1[c]));
+        assert!(
+            (got - exact).abs() < 1e-3 * (1.0 + exact.abs()),
+            "column {c}: {got} vs {exact}"
+        );
+    }
+}

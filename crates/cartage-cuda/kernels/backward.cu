@@ -389,6 +389,306 @@ NORM_BACKWARD_FAST(rms, true, f32, f32, 4, 512)
 NORM_BACKWARD_FAST(layer, false, f64, f64, 4, 512)
 NORM_BACKWARD_FAST(rms, true, f64, f64, 4, 512)
 
+// ---- layer norm / RMS norm with the weight and bias gradients ------------------------------------
+// `norm_grads_<layer|rms>_<dtype>_<v1|v2|v4|long|strided>`: the input gradient as the kernels above
+// compute it, and the row's terms g·x̂ and g (the incoming g, not ĝ) added into partial sums of
+// the compute type: `part_w` (Σ g·x̂) and `part_b` (Σ g), each null when not wanted, one row of
+// `cols` per unit. A unit is a block for the register kernels (the groups of a block combined in
+// a fixed order: a butterfly over the lanes of a warp, then the warps one after another through
+// shared memory) and a group (a warp or the block) for the others, whose every element is read,
+// added and written by one thread (the unit's first row stores). A unit that got no row stores
+// zeros. RMS norm has no bias: its register kernels keep no Σ g. `norm_grads_reduce_<dtype>`
+// then sums the units' rows per column, in a fixed order, into the gradient (any stride), rounded
+// once. No atomics: the result does not depend on timing.
+
+// Columns of a block's shared partial row: a group of a warp or less holds at most 32 lanes × 64
+// bytes of compute values of a row (held_plan in src/launch/backward.rs).
+template <typename C> struct RedCap { static const int n = 2048 / sizeof(C); };
+
+template <typename T, int V, bool RMS>
+__device__ void norm_grads_fast(const T* x, const T* w, const T* gr, T* out, typename Compute<T>::type* part_w,
+                                typename Compute<T>::type* part_b, const GradGeom& param) {
+    typedef typename Compute<T>::type C;
+    typedef RegRow<T, V> Row;
+    const int N = Row::N;
+    const int CAP = RedCap<C>::n;
+    typedef Pack<T, N> P;
+    __shared__ GradGeom g;
+    __shared__ C scratch[32];
+    __shared__ Sums<C, 3> scratch3[32];
+    __shared__ C red[2][CAP];
+    if (threadIdx.x == 0) g = param;
+    __syncthreads();
+    const GroupLayout L(g.group);
+    const u64 nv = g.cols / N;
+    const C inv_cols = (C)1 / (C)g.cols;
+    const C eps = (C)g.eps;
+    const bool has_w = (g.flag & 1) != 0;
+    C aw[V][N], ab[V][N];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) aw[v][k] = ab[v][k] = (C)0;
+    }
+    bool held[V];
+    for (u64 row = L.first; L.more(row, g.rows); row += L.step) {
+        const bool active = row < g.rows;
+        i64 oa = 0, og = 0, oo = 0;
+        if (active) row_offsets(row, g, oa, og, oo);
+        Row rx, rg;
+        rx.load(x + oa, active ? nv : 0, L.lane, L.group);
+        rg.load(gr + og, active ? nv : 0, L.lane, L.group);
+        C mean = 0;
+        if (!RMS) {
+            C s = 0;
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+#pragma unroll
+                for (int k = 0; k < N; ++k) s += rx.x[v][k];
+            }
+            mean = group_allreduce<SumOp<C> >(s, L.group, scratch) * inv_cols;
+        }
+        // Σ (x − mean)², Σ ĝ, Σ ĝ·(x − mean), with ĝ = g·weight (0 past the row); rg keeps g.
+        Sums<C, 3> t = SumsOp<C, 3>::ident();
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            P pw;
+            if (has_w && rg.ok[v]) pw = ((const P*)w)[(u64)L.lane + (u64)v * L.group];
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                const C d = rx.ok[v] ? rx.x[v][k] - mean : (C)0;
+                const C gh = has_w && rg.ok[v] ? rg.x[v][k] * (C)load(pw.v[k]) : rg.x[v][k];
+                t.v[0] += d * d;
+                t.v[1] += gh;
+                t.v[2] += gh * d;
+            }
+        }
+        t = group_allreduce<SumsOp<C, 3> >(t, L.group, scratch3);
+        const C rstd = rsqrt_r(t.v[0] * inv_cols + eps);
+        const C mean_g = RMS ? (C)0 : t.v[1] * inv_cols;
+        const C mean_gx = t.v[2] * rstd * inv_cols;
+        if (!active) continue;
+        P* orow = (P*)(out + oo);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            if (rx.ok[v]) {
+                u64 i = (u64)L.lane + (u64)v * L.group;
+                P o, pw;
+                if (has_w) pw = ((const P*)w)[i];
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const C xhat = (rx.x[v][k] - mean) * rstd;
+                    const C gv = rg.x[v][k];
+                    const C gh = has_w ? gv * (C)load(pw.v[k]) : gv;
+                    o.v[k] = out_r<T>(rstd * (gh - mean_g - xhat * mean_gx));
+                    aw[v][k] += gv * xhat;
+                    if (!RMS) ab[v][k] += gv;  // RMS norm has no bias
+                }
+                orow[i] = o;
+            }
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) held[v] = (u64)L.lane + (u64)v * L.group < nv;
+    C* const pw_row = part_w ? part_w + (u64)blockIdx.x * g.cols : (C*)0;
+    C* const pb_row = part_b ? part_b + (u64)blockIdx.x * g.cols : (C*)0;
+    if (L.group > 32) {
+        // One group is the block: each thread stores its own columns.
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            if (held[v]) {
+                const u64 c0 = ((u64)L.lane + (u64)v * L.group) * N;
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    if (pw_row) pw_row[c0 + k] = aw[v][k];
+                    if (!RMS && pb_row) pb_row[c0 + k] = ab[v][k];
+                }
+            }
+        }
+        return;
+    }
+    // The groups of a warp hold the same columns: a butterfly over them (the same bits in
+    // every lane, since each step adds two values in either order).
+    for (int mask = L.group; mask < 32; mask <<= 1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                aw[v][k] += shfl_xor_any(aw[v][k], mask);
+                if (!RMS) ab[v][k] += shfl_xor_any(ab[v][k], mask);
+            }
+        }
+    }
+    // Then the warps, one after another, into the block's row (warp 0 covers every column).
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const bool first_group = (threadIdx.x % 32) < (u32)L.group;
+    for (int turn = 0; turn < warps; ++turn) {
+        if (warp == turn && first_group) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                if (held[v]) {
+                    const int c0 = (L.lane + v * L.group) * N;
+#pragma unroll
+                    for (int k = 0; k < N; ++k) {
+                        red[0][c0 + k] = turn == 0 ? aw[v][k] : red[0][c0 + k] + aw[v][k];
+                        if (!RMS) red[1][c0 + k] = turn == 0 ? ab[v][k] : red[1][c0 + k] + ab[v][k];
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (u64 c = threadIdx.x; c < g.cols; c += blockDim.x) {
+        if (pw_row) pw_row[c] = red[0][c];
+        if (!RMS && pb_row) pb_row[c] = red[1][c];
+    }
+}
+
+// The long and strided kernels with the partial sums: unit = the group.
+template <typename T, bool RMS, bool DENSE>
+__device__ void norm_grads_rows(const T* x, const T* w, const T* gr, T* out, typename Compute<T>::type* part_w,
+                                typename Compute<T>::type* part_b, const GradGeom& param) {
+    typedef typename Compute<T>::type C;
+    __shared__ GradGeom g;
+    __shared__ C scratch[32];
+    __shared__ Sums<C, 3> scratch3[32];
+    if (threadIdx.x == 0) g = param;
+    __syncthreads();
+    const GroupLayout L(g.group);
+    const C inv_cols = (C)1 / (C)g.cols;
+    const C eps = (C)g.eps;
+    const T* wp = (g.flag & 1) != 0 ? w : (const T*)0;
+    const u64 unit = (u64)blockIdx.x * (blockDim.x / L.group) + threadIdx.x / L.group;
+    C* const pw_row = part_w ? part_w + unit * g.cols : (C*)0;
+    C* const pb_row = part_b ? part_b + unit * g.cols : (C*)0;
+    // Add `gv·xhat` and `gv` at column c (stored by the unit's first row).
+    auto add = [&](u64 c, C gv, C xhat, bool first) {
+        if (pw_row) pw_row[c] = first ? gv * xhat : pw_row[c] + gv * xhat;
+        if (pb_row) pb_row[c] = first ? gv : pb_row[c] + gv;
+    };
+    // The group is a whole warp or the whole block, so `row < rows` is uniform over it.
+    for (u64 row = L.first; row < g.rows; row += L.step) {
+        const bool first = row == L.first;
+        i64 oa, og, oo;
+        row_offsets(row, g, oa, og, oo);
+        const T *xr = x + oa, *gp = gr + og;
+        T* orow = out + oo;
+        C mean = 0;
+        if (!RMS) {
+            C s = 0;
+            visit1<T, DENSE>(xr, g.a_stride, g.cols, L.lane, L.group, [&](C xv) { s += xv; });
+            mean = group_allreduce<SumOp<C> >(s, L.group, scratch) * inv_cols;
+        }
+        Sums<C, 3> t = SumsOp<C, 3>::ident();
+        visit3<T, DENSE>(xr, gp, wp, g, L.lane, L.group, [&](C xv, C gv, C wv) {
+            const C d = xv - mean, gh = gv * wv;
+            t.v[0] += d * d;
+            t.v[1] += gh;
+            t.v[2] += gh * d;
+        });
+        t = group_allreduce<SumsOp<C, 3> >(t, L.group, scratch3);
+        const C rstd = rsqrt_r(t.v[0] * inv_cols + eps);
+        const C mean_g = RMS ? (C)0 : t.v[1] * inv_cols;
+        const C mean_gx = t.v[2] * rstd * inv_cols;
+        if (DENSE) {
+            const int N = Lanes<T>::n;
+            typedef Pack<T, N> P;
+            const P *va = (const P*)xr, *vg = (const P*)gp, *vw = (const P*)wp;
+            P* vo = (P*)orow;
+            for (u64 v = L.lane; v < g.cols / N; v += L.group) {
+                P pa = va[v], pg = vg[v], pw, o;
+                if (wp) pw = vw[v];
+#pragma unroll
+                for (int k = 0; k < N; ++k) {
+                    const C xhat = ((C)load(pa.v[k]) - mean) * rstd;
+                    const C gv = (C)load(pg.v[k]);
+                    const C wv = wp ? (C)load(pw.v[k]) : (C)1;
+                    o.v[k] = out_r<T>(rstd * (gv * wv - mean_g - xhat * mean_gx));
+                    add(v * N + k, gv, xhat, first);
+                }
+                vo[v] = o;
+            }
+        } else {
+            for (u64 c = L.lane; c < g.cols; c += L.group) {
+                const C xhat = ((C)load(xr[(i64)c * g.a_stride]) - mean) * rstd;
+                const C gv = (C)load(gp[(i64)c * g.g_stride]);
+                const C wv = wp ? (C)load(wp[(i64)c * g.w_stride]) : (C)1;
+                orow[(i64)c * g.out_stride] = out_r<T>(rstd * (gv * wv - mean_g - xhat * mean_gx));
+                add(c, gv, xhat, first);
+            }
+        }
+    }
+    if (L.first >= g.rows) {
+        for (u64 c = L.lane; c < g.cols; c += L.group) add(c, (C)0, (C)0, true);
+    }
+}
+
+// The second pass: column `c` of the gradient is the sum over `units` rows of `cols` partials,
+// in a fixed order: 8 slices of a block each sum every 8th row, then the slices in turn.
+struct NormReduceGeom {
+    u64 cols;
+    u64 units;
+    i64 out_stride;
+};
+
+template <typename T>
+__device__ void norm_grads_reduce(const typename Compute<T>::type* part, T* out, const NormReduceGeom& g) {
+    typedef typename Compute<T>::type C;
+    __shared__ C slices[8][32];
+    const u32 lane = threadIdx.x % 32, slice = threadIdx.x / 32;
+    const u64 c = (u64)blockIdx.x * 32 + lane;
+    C s = 0;
+    if (c < g.cols) {
+        for (u64 u = slice; u < g.units; u += 8) s += part[u * g.cols + c];
+    }
+    slices[slice][lane] = s;
+    __syncthreads();
+    if (slice == 0 && c < g.cols) {
+        C total = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) total += slices[k][lane];
+        out[(i64)c * g.out_stride] = out_r<T>(total);
+    }
+}
+
+#define NORM_GRADS_FAST(KN, RMS, TN, T, V, BOUND)                                                                  \
+    extern "C" __global__ void __launch_bounds__(BOUND) norm_grads_##KN##_##TN##_v##V(                             \
+        const T* x, const T* w, const T* g, T* out, Compute<T>::type* pw, Compute<T>::type* pb, GradGeom geom) {   \
+        norm_grads_fast<T, V, RMS>(x, w, g, out, pw, pb, geom);                                                    \
+    }
+#define NORM_GRADS(KN, RMS, TN, T)                                                                                 \
+    NORM_GRADS_FAST(KN, RMS, TN, T, 1, 256)                                                                        \
+    NORM_GRADS_FAST(KN, RMS, TN, T, 2, 512)                                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) norm_grads_##KN##_##TN##_long(                              \
+        const T* x, const T* w, const T* g, T* out, Compute<T>::type* pw, Compute<T>::type* pb, GradGeom geom) {   \
+        norm_grads_rows<T, RMS, true>(x, w, g, out, pw, pb, geom);                                                 \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(1024) norm_grads_##KN##_##TN##_strided(                           \
+        const T* x, const T* w, const T* g, T* out, Compute<T>::type* pw, Compute<T>::type* pb, GradGeom geom) {   \
+        norm_grads_rows<T, RMS, false>(x, w, g, out, pw, pb, geom);                                                \
+    }
+#define NORM_GRADS_REDUCE(TN, T)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256)                                                              \
+        norm_grads_reduce_##TN(const Compute<T>::type* part, T* out, NormReduceGeom geom) {                        \
+        norm_grads_reduce<T>(part, out, geom);                                                                     \
+    }
+NORM_GRADS(layer, false, f32, f32)
+NORM_GRADS(rms, true, f32, f32)
+NORM_GRADS(layer, false, f64, f64)
+NORM_GRADS(rms, true, f64, f64)
+NORM_GRADS(layer, false, f16, f16)
+NORM_GRADS(rms, true, f16, f16)
+NORM_GRADS(layer, false, bf16, bf16)
+NORM_GRADS(rms, true, bf16, bf16)
+NORM_GRADS_FAST(layer, false, f32, f32, 4, 512)
+NORM_GRADS_FAST(rms, true, f32, f32, 4, 512)
+NORM_GRADS_FAST(layer, false, f64, f64, 4, 512)
+NORM_GRADS_FAST(rms, true, f64, f64, 4, 512)
+NORM_GRADS_REDUCE(f32, f32)
+NORM_GRADS_REDUCE(f64, f64)
+NORM_GRADS_REDUCE(f16, f16)
+NORM_GRADS_REDUCE(bf16, bf16)
+
 // ---- cross-entropy -----------------------------------------------------------------------------
 
 // The fault record of norm.cu's cross-entropy and index.cu (src/launch/index.rs reads it back).

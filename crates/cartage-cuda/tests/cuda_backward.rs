@@ -1,5 +1,6 @@
-//! The fused backward kernels (softmax, log-softmax, layer norm, RMS norm, cross-entropy) at every
-//! row length from 8 to 40000, in f32 and bf16, and the fused optimizer step on aligned and
+//! The fused backward kernels (softmax, log-softmax, layer norm and RMS norm with and without
+//! their weight and bias gradients, cross-entropy) at every row length from 8 to 40000, in f32
+//! and bf16, and the fused optimizer step on aligned and
 //! unaligned parameters, against a float64 reference on the same rounded inputs: each length takes
 //! a different path (register layouts of 1–4 vectors per thread and 2–512 threads per row, the
 //! streaming kernels for rows too long to hold, the strided kernels for rows that are not whole
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use common::{arg, download, poisoned, round, upload, values};
 
-use cartage_core::{AdamUpdate, Backend, DType, Kernel, Layout, NormKind, SgdUpdate, UpdateRule};
+use cartage_core::{AdamUpdate, Backend, DType, Kernel, Layout, NormBackwardArgs, NormKind, SgdUpdate, UpdateRule};
 
 /// `cuda:0` with the fused backward kernels listed, or `None` after a SKIP line.
 fn backend(test: &str) -> Option<Arc<dyn Backend>> {
@@ -99,6 +100,69 @@ fn softmax_backward_at_every_row_length() {
     }
 }
 
+/// The f64 reference of a norm's gradients over `rows` rows of `cols`: the input gradient, then
+/// per column `Σ g·x̂`, `Σ g` and the root of the sum of squares of each (their scales).
+struct NormReference {
+    dx: Vec<f64>,
+    dw: Vec<f64>,
+    db: Vec<f64>,
+    dw_scale: Vec<f64>,
+    db_scale: Vec<f64>,
+}
+
+fn norm_reference(kind: NormKind, x: &[f64], g: &[f64], w: Option<&[f64]>, cols: usize, eps: f64) -> NormReference {
+    let mut dx = Vec::with_capacity(x.len());
+    let (mut dw, mut db) = (vec![0.0; cols], vec![0.0; cols]);
+    let (mut dw_scale, mut db_scale) = (vec![0.0; cols], vec![0.0; cols]);
+    for (xr, gr) in x.chunks(cols).zip(g.chunks(cols)) {
+        let n = cols as f64;
+        let mean = match kind {
+            NormKind::Layer => xr.iter().sum::<f64>() / n,
+            NormKind::Rms => 0.0,
+        };
+        let var = xr.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        let r = 1.0 / (var + eps).sqrt();
+        let gh: Vec<f64> = (0..cols).map(|c| gr[c] * w.map_or(1.0, |w| w[c])).collect();
+        let xhat: Vec<f64> = xr.iter().map(|v| (v - mean) * r).collect();
+        let mean_g = match kind {
+            NormKind::Layer => gh.iter().sum::<f64>() / n,
+            NormKind::Rms => 0.0,
+        };
+        let mean_gx = gh.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / n;
+        dx.extend((0..cols).map(|c| r * (gh[c] - mean_g - xhat[c] * mean_gx)));
+        for c in 0..cols {
+            dw[c] += gr[c] * xhat[c];
+            db[c] += gr[c];
+            dw_scale[c] += (gr[c] * xhat[c]).powi(2);
+            db_scale[c] += gr[c] * gr[c];
+        }
+    }
+    for s in dw_scale.iter_mut().chain(&mut db_scale) {
+        *s = s.sqrt();
+    }
+    NormReference {
+        dx,
+        dw,
+        db,
+        dw_scale,
+        db_scale,
+    }
+}
+
+/// Column sums within `tol` relative to the scale of their terms: `|got - want| / (1 + scale)`
+/// (a sum of thousands of terms that nearly cancel is still held to its terms' size).
+fn check_sums(what: &str, got: &[f64], want: &[f64], scale: &[f64], dtype: DType) {
+    let tol = if dtype == DType::BF16 { 2e-2 } else { 2e-5 };
+    assert_eq!(got.len(), want.len());
+    for (c, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+        let err = (g - w).abs() / (1.0 + s.max(w.abs()));
+        assert!(err <= tol, "{what}: column {c}: got {g}, want {w} (error {err:e})");
+    }
+}
+
+/// The norms' backward at every row length, with and without a weight, with only the input
+/// gradient (`norm_backward_*` kernels) and with the weight and bias gradients too
+/// (`norm_grads_*`, then `norm_grads_reduce_*`).
 #[test]
 fn norm_backward_at_every_row_length() {
     let Some(b) = backend("norm_backward_at_every_row_length") else {
@@ -117,46 +181,82 @@ fn norm_backward_at_every_row_length() {
             let (xb, gb, wb) = (upload(&b, &x, dtype), upload(&b, &g, dtype), upload(&b, &w, dtype));
             for kind in [NormKind::Layer, NormKind::Rms] {
                 for weighted in [true, false] {
-                    let out = poisoned(&b, rows * cols, dtype);
                     let eps = 1e-5;
-                    Kernel::NormBackward {
-                        kind,
-                        input: arg(&xb, &[rows, cols], dtype),
-                        weight: weighted.then(|| arg(&wb, &[cols], dtype)),
-                        grad: arg(&gb, &[rows, cols], dtype),
-                        eps,
-                        out: arg(&out, &[rows, cols], dtype),
+                    let r = norm_reference(kind, &x, &g, weighted.then_some(w.as_slice()), cols, eps);
+                    for grads in [false, true] {
+                        let out = poisoned(&b, rows * cols, dtype);
+                        let (dw, db) = (poisoned(&b, cols, dtype), poisoned(&b, cols, dtype));
+                        let with_bias = grads && kind == NormKind::Layer;
+                        Kernel::NormBackward(Box::new(NormBackwardArgs {
+                            kind,
+                            input: arg(&xb, &[rows, cols], dtype),
+                            weight: weighted.then(|| arg(&wb, &[cols], dtype)),
+                            grad: arg(&gb, &[rows, cols], dtype),
+                            eps,
+                            grad_input: arg(&out, &[rows, cols], dtype),
+                            grad_weight: grads.then(|| arg(&dw, &[cols], dtype)),
+                            grad_bias: with_bias.then(|| arg(&db, &[cols], dtype)),
+                        }))
+                        .run(&[&xb, &gb, &wb, &out, &dw, &db])
+                        .expect("norm_backward");
+                        let what = format!(
+                            "{}_backward {dtype} cols {cols} weight {weighted} parameter gradients {grads}",
+                            kind.name()
+                        );
+                        check(&what, &download(&out, rows * cols, dtype), &r.dx, dtype);
+                        if grads {
+                            let got = download(&dw, cols, dtype);
+                            check_sums(&format!("{what}: weight gradient"), &got, &r.dw, &r.dw_scale, dtype);
+                        }
+                        if with_bias {
+                            let got = download(&db, cols, dtype);
+                            check_sums(&format!("{what}: bias gradient"), &got, &r.db, &r.db_scale, dtype);
+                        }
                     }
-                    .run(&[&xb, &gb, &wb, &out])
-                    .expect("norm_backward");
-                    let mut want = Vec::with_capacity(x.len());
-                    for (xr, gr) in x.chunks(cols).zip(g.chunks(cols)) {
-                        let n = cols as f64;
-                        let mean = match kind {
-                            NormKind::Layer => xr.iter().sum::<f64>() / n,
-                            NormKind::Rms => 0.0,
-                        };
-                        let var = xr.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-                        let r = 1.0 / (var + eps).sqrt();
-                        let gh: Vec<f64> = (0..cols).map(|c| gr[c] * if weighted { w[c] } else { 1.0 }).collect();
-                        let xhat: Vec<f64> = xr.iter().map(|v| (v - mean) * r).collect();
-                        let mean_g = match kind {
-                            NormKind::Layer => gh.iter().sum::<f64>() / n,
-                            NormKind::Rms => 0.0,
-                        };
-                        let mean_gx = gh.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / n;
-                        want.extend((0..cols).map(|c| r * (gh[c] - mean_g - xhat[c] * mean_gx)));
-                    }
-                    let got = download(&out, rows * cols, dtype);
-                    check(
-                        &format!("{}_backward {dtype} cols {cols} weight {weighted}", kind.name()),
-                        &got,
-                        &want,
-                        dtype,
-                    );
                 }
             }
         }
+    }
+}
+
+/// The parameter gradients do not depend on timing: two runs give the same bits.
+#[test]
+fn norm_parameter_gradients_are_bitwise_repeatable() {
+    let Some(b) = backend("norm_parameter_gradients_are_bitwise_repeatable") else {
+        return;
+    };
+    let (rows, cols, dtype) = (8192, 1024, DType::F32);
+    let x = values(rows * cols, 11, dtype);
+    let g = values(rows * cols, 12, dtype);
+    let (xb, gb) = (upload(&b, &x, dtype), upload(&b, &g, dtype));
+    let run = || {
+        let (out, dw, db) = (
+            poisoned(&b, rows * cols, dtype),
+            poisoned(&b, cols, dtype),
+            poisoned(&b, cols, dtype),
+        );
+        Kernel::NormBackward(Box::new(NormBackwardArgs {
+            kind: NormKind::Layer,
+            input: arg(&xb, &[rows, cols], dtype),
+            weight: None,
+            grad: arg(&gb, &[rows, cols], dtype),
+            eps: 1e-5,
+            grad_input: arg(&out, &[rows, cols], dtype),
+            grad_weight: Some(arg(&dw, &[cols], dtype)),
+            grad_bias: Some(arg(&db, &[cols], dtype)),
+        }))
+        .run(&[&xb, &gb, &out, &dw, &db])
+        .expect("norm_backward");
+        (download(&dw, cols, dtype), download(&db, cols, dtype))
+    };
+    let first = run();
+    for _ in 0..3 {
+        let again = run();
+        let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(
+            same(&first.0, &again.0) && same(&first.1, &again.1),
+            "the sums changed between runs"
+        );
     }
 }
 

@@ -1,16 +1,17 @@
 //! The backward kernels, optional fused kernels: where the backend lists `SoftmaxBackward`,
-//! `LogSoftmaxBackward`, `NormBackward`, `CrossEntropyBackward` or `GeluBackward` for a dtype, each case is
+//! `LogSoftmaxBackward`, `CrossEntropyBackward` or `GeluBackward` for a dtype, each case is
 //! compared with the f64 formula of the module docs of `kernel.rs` on the same (rounded)
 //! inputs; every other dtype must be refused with `Unsupported`.
 //!
 //! The cases cover rows of 1 to 4096, both dims of a matrix, strided, offset and broadcast
-//! inputs into strided outputs, norms with and without a (strided) weight, cross-entropy with
-//! i32 and i64 targets, ignored rows and label smoothing; then targets outside `[0, C)`.
+//! inputs into strided outputs, cross-entropy with i32 and i64 targets, ignored rows and label
+//! smoothing; then targets outside `[0, C)`. `NormBackward` has its own module
+//! ([`super::norm_backward`]).
 //! The allowed error is one rounding of the result plus the compute type's accumulation error
 //! over the row, scaled by the magnitudes that enter each sum.
 
 use crate::dtype::DType;
-use crate::kernel::{Kernel, NormKind, Op};
+use crate::kernel::{Kernel, Op};
 
 use super::Spec;
 use super::buffers::encode_ints;
@@ -21,9 +22,9 @@ use super::reference_model::lines;
 use super::views::{Line, ViewKind, view};
 
 /// Shapes, the dim, and the views of (forward values, incoming gradient, output).
-type RowCase = (Vec<usize>, usize, [ViewKind; 3]);
+pub(super) type RowCase = (Vec<usize>, usize, [ViewKind; 3]);
 
-fn row_cases() -> Vec<RowCase> {
+pub(super) fn row_cases() -> Vec<RowCase> {
     use ViewKind::*;
     vec![
         (vec![3, 7], 1, [Contiguous, Contiguous, Contiguous]),
@@ -174,113 +175,6 @@ pub fn gelu_backward(h: &Harness) {
             h.check_with(&what, &out, &out_layout, &want, |i, _| allowed[i]);
         }
     }
-}
-
-/// `NormBackward`: both kinds, with and without a weight.
-pub fn norm_backward(h: &Harness) {
-    for kind in [NormKind::Layer, NormKind::Rms] {
-        let op = Op::NormBackward(kind);
-        for dtype in DType::ALL {
-            if !h.supports(op, dtype) {
-                let (x, g, out) = (
-                    h.upload(dtype, &[1.0, 2.0, 3.0]),
-                    h.upload(dtype, &[1.0; 3]),
-                    h.poisoned(dtype, 3),
-                );
-                let kernel = Kernel::NormBackward {
-                    kind,
-                    input: x.contiguous(&[3]),
-                    weight: None,
-                    grad: g.contiguous(&[3]),
-                    eps: 1e-5,
-                    out: out.contiguous(&[3]),
-                };
-                h.expect_unsupported(&format!("{} {dtype}", op.name()), &kernel);
-                continue;
-            }
-            let lines = [
-                Line::Kind(ViewKind::Contiguous),
-                Line::Stride2,
-                Line::Kind(ViewKind::Offset),
-            ];
-            for (c, (shape, _, kinds)) in row_cases().into_iter().enumerate() {
-                for weight in [None, Some(lines[c % lines.len()])] {
-                    norm_case(h, kind, dtype, &shape, kinds, weight, [1e-5, 0.1][c % 2]);
-                }
-            }
-        }
-    }
-}
-
-fn norm_case(
-    h: &Harness,
-    kind: NormKind,
-    dtype: DType,
-    shape: &[usize],
-    kinds: [ViewKind; 3],
-    weight_line: Option<Line>,
-    eps: f64,
-) {
-    let n = *shape.last().expect("rank ≥ 1");
-    let input = h.operand(dtype, kinds[0], shape, Spec::standard());
-    let grad = h.operand(dtype, kinds[1], shape, Spec::standard());
-    let weight = weight_line.map(|line| {
-        let v = line.view(n);
-        let base = h.random_values(dtype, v.base_len, Spec::new((0.5, 1.5), (1, 3)).signed());
-        h.operand_from(dtype, v, &base)
-    });
-    let out_view = view(kinds[2], shape);
-    let (out, out_layout) = (h.poisoned(dtype, out_view.base_len), out_view.layout.clone());
-    let what = format!(
-        "{}_backward {dtype} {shape:?} ({}, {} into {}) {} eps {eps}",
-        kind.name(),
-        kinds[0].name(),
-        kinds[1].name(),
-        kinds[2].name(),
-        weight_line.map_or("without weight".to_string(), |w| format!("weight ({})", w.name()))
-    );
-    let kernel = Kernel::NormBackward {
-        kind,
-        input: input.arg(),
-        weight: weight.as_ref().map(|w| w.arg()),
-        grad: grad.arg(),
-        eps,
-        out: out.arg(&out_layout),
-    };
-    if !h.launch(&what, &kernel) {
-        return;
-    }
-    let w = |j: usize| weight.as_ref().map_or(1.0, |w| w.values[j]);
-    let tol = Tolerance::transcendental(dtype);
-    let acc = 8.0 * accumulation_eps(dtype) * (n.max(1) as f64).sqrt();
-    let mut want = vec![0.0; input.values.len()];
-    let mut allowed = vec![0.0; input.values.len()];
-    for line in lines(shape, shape.len() - 1) {
-        let x: Vec<f64> = line.iter().map(|&i| input.values[i]).collect();
-        let gh: Vec<f64> = line.iter().enumerate().map(|(j, &i)| grad.values[i] * w(j)).collect();
-        let len = n as f64;
-        let (mean, rstd) = match kind {
-            NormKind::Layer => {
-                let mean = x.iter().sum::<f64>() / len;
-                let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len;
-                (mean, 1.0 / (var + eps).sqrt())
-            }
-            NormKind::Rms => (0.0, 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / len + eps).sqrt()),
-        };
-        let xhat: Vec<f64> = x.iter().map(|v| (v - mean) * rstd).collect();
-        let mean_g = if kind == NormKind::Layer {
-            gh.iter().sum::<f64>() / len
-        } else {
-            0.0
-        };
-        let mean_gx = gh.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / len;
-        let scale = gh.iter().map(|v| v.abs()).sum::<f64>() / len + gh.iter().map(|v| v.abs()).fold(0.0, f64::max);
-        for (j, &i) in line.iter().enumerate() {
-            want[i] = rstd * (gh[j] - mean_g - xhat[j] * mean_gx);
-            allowed[i] = tol.allowed(want[i]) + acc * rstd * scale * (1.0 + xhat[j].abs()) * (1.0 + rstd);
-        }
-    }
-    h.check_with(&what, &out, &out_layout, &want, |i, _| allowed[i]);
 }
 
 /// `CrossEntropyBackward`: both target dtypes, smoothing 0, 0.1 and 1, ignored rows; then

@@ -42,6 +42,7 @@ pub mod linear;
 pub mod matmul;
 pub mod memory;
 pub mod norm;
+pub mod norm_backward;
 pub mod pool;
 pub mod random;
 pub mod reduce;
@@ -180,7 +181,16 @@ macro_rules! conformance_tests {
             }
             #[test]
             fn norm_backward() {
-                suite::run(SUITE, "norm_backward", $open, suite::backward::norm_backward);
+                suite::run(SUITE, "norm_backward", $open, suite::norm_backward::norm_backward);
+            }
+            #[test]
+            fn norm_backward_params() {
+                suite::run(
+                    SUITE,
+                    "norm_backward_params",
+                    $open,
+                    suite::norm_backward::norm_backward_params,
+                );
             }
             #[test]
             fn gelu_backward() {

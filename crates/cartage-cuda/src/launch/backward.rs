@@ -8,7 +8,7 @@
 //! vectors by a block per row; any other rows take the strided kernels (a warp per row below 1024
 //! elements, else a block), which read their operands in place.
 
-use cartage_core::{DType, NormKind, Result, TensorArg};
+use cartage_core::{DType, NormBackwardArgs, NormKind, Result, TensorArg};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::geometry::{Coalesced, KernelShape, KernelStrides, THREADS};
@@ -23,7 +23,7 @@ pub(crate) const DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType
 /// `struct GradGeom` of backward.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-struct GradGeom {
+pub(super) struct GradGeom {
     rows: u64,
     cols: u64,
     rows_shape: KernelShape,
@@ -35,7 +35,7 @@ struct GradGeom {
     out_stride: i64,
     w_stride: i64,
     eps: f64,
-    group: i32,
+    pub group: i32,
     flag: i32,
 }
 
@@ -49,7 +49,7 @@ unsafe impl DeviceRepr for GradGeom {}
 /// (16 f32, 8 f64), 128 in all: V ≤ 4 vectors of f32 or f64, V ≤ 2 of f16 or bf16. A group of a
 /// warp or less shares a 256-thread block; a larger group (up to 512) is the block. Rows of up to
 /// 8192 elements are held.
-fn held_plan(cols: usize, dtype: DType) -> Option<Plan> {
+pub(super) fn held_plan(cols: usize, dtype: DType) -> Option<Plan> {
     let n = lanes(dtype) as usize;
     if cols == 0 || !cols.is_multiple_of(n) {
         return None;
@@ -71,7 +71,7 @@ fn held_plan(cols: usize, dtype: DType) -> Option<Plan> {
 
 /// How a row pair is read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Path {
+pub(super) enum Path {
     /// Held in registers with this layout (`_v<V>` kernels).
     Held(Plan),
     /// Dense but too long to hold: a block per row, 16-byte vectors (`_long`).
@@ -82,17 +82,17 @@ enum Path {
 
 /// The operands of one backward launch: the forward's values `a`, the incoming gradient `g`, the
 /// optional 1-D weight and the output, with the reduced dimension `dim`.
-struct Rows<'a> {
-    a: &'a TensorArg,
-    g: &'a TensorArg,
-    weight: Option<&'a TensorArg>,
-    out: &'a TensorArg,
-    dim: usize,
+pub(super) struct Rows<'a> {
+    pub a: &'a TensorArg,
+    pub g: &'a TensorArg,
+    pub weight: Option<&'a TensorArg>,
+    pub out: &'a TensorArg,
+    pub dim: usize,
 }
 
 impl Rows<'_> {
     /// The rows of the three row operands, coalesced, and their number.
-    fn geometry(&self, op: &'static str) -> Result<(Coalesced, u64)> {
+    pub(super) fn geometry(&self, op: &'static str) -> Result<(Coalesced, u64)> {
         let kept: Vec<usize> = (0..self.a.layout.rank()).filter(|&d| d != self.dim).collect();
         let pick = |v: &[usize]| kept.iter().map(|&d| v[d]).collect::<Vec<_>>();
         let rows_c = Coalesced::new(
@@ -111,7 +111,7 @@ impl Rows<'_> {
     /// Registers when every row is a whole number of 16-byte vectors, dense and aligned in every
     /// operand (the weight too) and short enough to hold; the streaming kernel when it is too
     /// long; else the strided kernel.
-    fn path(&self, rows_c: &Coalesced) -> Path {
+    pub(super) fn path(&self, rows_c: &Coalesced) -> Path {
         let dtype = self.a.dtype;
         let (n, cols) = (lanes(dtype) as usize, self.a.layout.shape()[self.dim]);
         let mut all = vec![self.a, self.g, self.out];
@@ -131,7 +131,7 @@ impl Rows<'_> {
     }
 
     /// The geometry the kernels take (`group` and `flag` are the caller's).
-    fn geom(&self, rows_c: &Coalesced, rows: u64, eps: f64, flag: i32) -> GradGeom {
+    pub(super) fn geom(&self, rows_c: &Coalesced, rows: u64, eps: f64, flag: i32) -> GradGeom {
         GradGeom {
             rows,
             cols: self.a.layout.shape()[self.dim] as u64,
@@ -232,20 +232,13 @@ pub(super) fn softmax_backward(
     )
 }
 
-/// The input gradient of layer or RMS norm over the last dimension.
-pub(super) fn norm_backward(
-    backend: &CudaBackend,
-    kind: NormKind,
-    input: &TensorArg,
-    weight: Option<&TensorArg>,
-    grad: &TensorArg,
-    eps: f64,
-    out: &TensorArg,
-) -> Result<()> {
-    let op = match kind {
-        NormKind::Layer => "layer_norm_backward",
-        NormKind::Rms => "rms_norm_backward",
-    };
+/// The gradients of layer or RMS norm over the last dimension: the input's alone here, with the
+/// weight's or bias's too in [`super::norm_grads`].
+pub(super) fn norm_backward(backend: &CudaBackend, a: &NormBackwardArgs) -> Result<()> {
+    if a.grad_weight.is_some() || a.grad_bias.is_some() {
+        return super::norm_grads::norm_grads(backend, a);
+    }
+    let (kind, input, weight, grad, out) = (a.kind, &a.input, a.weight.as_ref(), &a.grad, &a.grad_input);
     let dim = input.layout.rank() - 1;
     let rows = Rows {
         a: input,
@@ -254,14 +247,14 @@ pub(super) fn norm_backward(
         out,
         dim,
     };
-    let (rows_c, count) = rows.geometry(op)?;
+    let (rows_c, count) = rows.geometry(norm_op(kind))?;
     let cols = input.layout.shape()[dim] as u64;
     if count == 0 || cols == 0 {
         return Ok(());
     }
     let path = rows.path(&rows_c);
     let (suffix, group, cfg) = launch_shape(backend, path, count, cols);
-    let mut geom = rows.geom(&rows_c, count, eps, weight.is_some() as i32);
+    let mut geom = rows.geom(&rows_c, count, a.eps, weight.is_some() as i32);
     geom.group = group;
     let kernel = backend.modules.kernel(norm_name(kind, input.dtype, suffix))?;
     let (px, pw, pg, po) = (
@@ -273,6 +266,14 @@ pub(super) fn norm_backward(
     let mut slices = vec![input.buffer, grad.buffer, out.buffer];
     slices.extend(weight.map(|w| w.buffer));
     launch_kernel!(backend, kernel, cfg, slices, &px, &pw, &pg, &po, &geom)
+}
+
+/// The op's name for errors.
+pub(super) fn norm_op(kind: NormKind) -> &'static str {
+    match kind {
+        NormKind::Layer => "layer_norm_backward",
+        NormKind::Rms => "rms_norm_backward",
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ mod elementwise;
 pub mod geometry;
 mod index;
 mod index_rows;
+mod norm_grads;
 pub(crate) mod pool;
 mod reduce;
 mod rows;
@@ -221,14 +222,7 @@ pub(crate) unsafe fn launch(backend: &CudaBackend, kernel: &Kernel) -> Result<()
             out,
         } => backward::softmax_backward(backend, output, grad, *dim, *log, out),
         Kernel::GeluBackward { input, grad, out } => elementwise::gelu_backward(backend, input, grad, out),
-        Kernel::NormBackward {
-            kind,
-            input,
-            weight,
-            grad,
-            eps,
-            out,
-        } => backward::norm_backward(backend, *kind, input, weight.as_ref(), grad, *eps, out),
+        Kernel::NormBackward(args) => backward::norm_backward(backend, args),
         Kernel::CrossEntropyBackward {
             logits,
             target,

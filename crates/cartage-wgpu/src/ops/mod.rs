@@ -104,14 +104,7 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             log,
             out,
         } => softmax_backward::softmax_backward(backend, output, grad, *dim, *log, out),
-        Kernel::NormBackward {
-            kind,
-            input,
-            weight,
-            grad,
-            eps,
-            out,
-        } => norm_backward::norm_backward(backend, *kind, input, weight.as_ref(), grad, *eps, out),
+        Kernel::NormBackward(args) => norm_backward::norm_backward(backend, args),
         Kernel::CrossEntropyBackward {
             logits,
             target,

@@ -273,6 +273,25 @@ fn nn() -> Vec<Case> {
             .layer_norm(None, None, 1e-5)),
         case!("rms_norm", [([3, 4], Normal), ([4], Normal)], true, |x| x[0]
             .rms_norm(Some(&x[1]), 1e-6)),
+        case!(
+            "layer_norm affine rank 3 odd columns",
+            [([2, 3, 7], Normal), ([7], Normal), ([7], Normal)],
+            true,
+            |x| { x[0].layer_norm(Some(&x[1]), Some(&x[2]), 1e-3) }
+        ),
+        case!("layer_norm bias only", [([5, 3], Normal), ([3], Normal)], true, |x| {
+            x[0].layer_norm(None, Some(&x[1]), 1e-5)
+        }),
+        case!(
+            "layer_norm one column",
+            [([4, 1], Normal), ([1], Normal), ([1], Normal)],
+            false,
+            |x| { x[0].layer_norm(Some(&x[1]), Some(&x[2]), 1e-5) }
+        ),
+        case!("rms_norm one column", [([4, 1], Away), ([1], Normal)], false, |x| x[0]
+            .rms_norm(Some(&x[1]), 1e-3)),
+        case!("rms_norm plain many rows", [([40, 3], Normal)], true, |x| x[0]
+            .rms_norm(None, 1e-5)),
         case!("cross_entropy", [([4, 5], Normal)], true, |x| {
             x[0].cross_entropy(&ids(&[1, 0, 4, 2], &[4], &x[0])?, CrossEntropy::default())
         }),

@@ -15,9 +15,11 @@ fn compute_dtype(dtype: DType) -> DType {
 }
 
 /// The backward of `layer_norm`/`rms_norm` over the last dimension. The node's inputs are the
-/// input, then the weight and the bias when given. The input gradient is one fused kernel where
-/// the backend has it; the weight gradient is `Σ_batch g·x̂` with `x̂` from one forward norm
-/// kernel, and the bias gradient `Σ_batch g`, both accumulated in f32 for half inputs.
+/// input, then the weight and the bias when given. Where the backend has the fused kernel, one
+/// `Kernel::NormBackward` gives the input gradient and, for the parameters that need one, the
+/// weight gradient `Σ_batch g·x̂` and the bias gradient `Σ_batch g`. Elsewhere they are composed:
+/// `x̂` from one forward norm kernel, the products summed over the batch, accumulated in f32
+/// for half inputs.
 pub(crate) fn norm(
     kind: NormKind,
     x: &Tensor,
@@ -29,14 +31,25 @@ pub(crate) fn norm(
     let weight = weight.map(Tensor::detach);
     let saved: Vec<&Tensor> = std::iter::once(&x).chain(weight.as_ref()).collect();
     saving(keep(&saved), move |g, need| {
+        let weight_slot = weight.is_some().then_some(1);
+        let bias_slot = has_bias.then_some(1 + usize::from(weight.is_some()));
+        let want_weight = weight_slot.is_some_and(|i| need[i]);
+        let want_bias = bias_slot.is_some_and(|i| need[i]);
+        if (need[0] || want_weight || want_bias)
+            && let Some(fused) = x.norm_backward_fused(kind, weight.as_ref(), g, eps, want_weight, want_bias)?
+        {
+            let mut grads = vec![need[0].then_some(fused.input)];
+            if weight_slot.is_some() {
+                grads.push(fused.weight);
+            }
+            if bias_slot.is_some() {
+                grads.push(fused.bias);
+            }
+            return Ok(grads);
+        }
         let dtype = x.dtype();
         let wide = compute_dtype(dtype);
-        let gx = when(need[0], || {
-            match x.norm_backward_fused(kind, weight.as_ref(), g, eps)? {
-                Some(fused) => Ok(fused),
-                None => norm_input_grad(kind, &x, weight.as_ref(), g, eps),
-            }
-        })?;
+        let gx = when(need[0], || norm_input_grad(kind, &x, weight.as_ref(), g, eps))?;
         let batch_dims: Vec<isize> = (0..x.rank() as isize - 1).collect();
         let over_batch = |t: Tensor| -> Result<Tensor> {
             let summed = if batch_dims.is_empty() {
@@ -48,7 +61,7 @@ pub(crate) fn norm(
         };
         let mut grads = vec![gx];
         if weight.is_some() {
-            grads.push(when(need[grads.len()], || {
+            grads.push(when(want_weight, || {
                 let xw = x.to_dtype(wide)?;
                 let xhat = match kind {
                     NormKind::Layer => xw.layer_norm(None, None, eps)?,
@@ -58,7 +71,7 @@ pub(crate) fn norm(
             })?);
         }
         if has_bias {
-            grads.push(when(need[grads.len()], || over_batch(g.to_dtype(wide)?))?);
+            grads.push(when(want_bias, || over_batch(g.to_dtype(wide)?))?);
         }
         Ok(grads)
     })
