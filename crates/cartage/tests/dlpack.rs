@@ -350,7 +350,10 @@ fn two_imports_of_the_same_memory_are_seen_to_overlap() {
     // A kernel writing one import while reading the other is refused as any overlap is.
     let err = a.narrow(0, 0, 4).unwrap().copy_from(&b).unwrap_err();
     assert!(err.to_string().contains("shares memory"), "{err}");
-    a.narrow(0, 0, 4).unwrap().copy_from(&b.contiguous().unwrap().add_scalar(0.0).unwrap()).unwrap();
+    a.narrow(0, 0, 4)
+        .unwrap()
+        .copy_from(&b.contiguous().unwrap().add_scalar(0.0).unwrap())
+        .unwrap();
     assert_eq!(a.to_vec_f64().unwrap(), [2.0, 3.0, 4.0, 5.0, 4.0, 5.0, 6.0, 7.0]);
     drop(b);
     drop(a);
