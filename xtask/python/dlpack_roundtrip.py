@@ -196,7 +196,7 @@ def torch_cases(cartage, torch, device):
         assert scaled.device == t.device and scaled.dtype == torch.float32
         assert torch.allclose(scaled, t.float() * 2.5, rtol=1e-6, atol=1e-6)
         # Writes through the returned tensor land in the original (the same memory).
-        if t.dtype.is_floating_point and t.is_contiguous():
+        if t.dtype.is_floating_point and t.dim() == 2 and t.is_contiguous():
             back[0, 0] = 42
             assert t[0, 0].item() == 42
 

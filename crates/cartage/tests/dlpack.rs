@@ -319,10 +319,12 @@ fn a_producers_deleter_runs_once_when_the_last_view_drops() {
     // Explicit non-contiguous strides become a view; an empty tensor releases at once.
     let mut spec = f32_spec(&values, &[4, 3]);
     spec.strides = Some(vec![1, 4]);
+    // SAFETY: a valid hand-built struct, handed over once.
     let t = unsafe { Tensor::from_dlpack(hand_built(spec, &deleted)) }.unwrap();
     assert_eq!(t.to_vec_f64().unwrap()[..4], [0.0, 2.0, 4.0, 0.5]);
     drop(t);
     assert_eq!(deleted.load(Ordering::SeqCst), 2);
+    // SAFETY: a valid hand-built struct, handed over once.
     let empty = unsafe { Tensor::from_dlpack(hand_built(f32_spec(&[], &[0, 5]), &deleted)) }.unwrap();
     assert_eq!((empty.shape(), deleted.load(Ordering::SeqCst)), (&[0usize, 5][..], 3));
 }
@@ -389,11 +391,16 @@ fn hostile_structs_are_typed_errors_and_the_deleter_still_runs_once() {
     refused("huge ndim", |m| m.dl_tensor.ndim = 1 << 20, "ndim");
     refused("negative ndim", |m| m.dl_tensor.ndim = -1, "ndim");
     refused("null shape", |m| m.dl_tensor.shape = std::ptr::null_mut(), "null shape");
-    // SAFETY (each edit below): the shape array holds 2 values, written in place.
-    refused("negative size", |m| unsafe { *m.dl_tensor.shape = -2 }, "negative size");
+    refused(
+        "negative size",
+        // SAFETY: the shape array holds 2 values.
+        |m| unsafe { *m.dl_tensor.shape = -2 },
+        "negative size",
+    );
     refused_as(
         ErrorKind::SizeOverflow,
         "shape product overflow",
+        // SAFETY: the shape array holds 2 values.
         |m| unsafe {
             *m.dl_tensor.shape = 1 << 40;
             *m.dl_tensor.shape.add(1) = 1 << 40;
@@ -520,9 +527,11 @@ fn versioned_structs_check_the_version_and_refuse_read_only() {
     assert_eq!(ok.to_vec_f64().unwrap(), [1.0, 2.0]);
     drop(ok);
     assert_eq!(deleted.load(Ordering::SeqCst), 1);
+    // SAFETY: valid, handed over once (its fields are not read past the version).
     let err = unsafe { Tensor::from_dlpack_versioned(versioned(2, 0, &deleted)) }.unwrap_err();
     assert!(err.to_string().contains("version 2.0"), "{err}");
     assert_eq!(deleted.load(Ordering::SeqCst), 2);
+    // SAFETY: valid, handed over once.
     let err =
         unsafe { Tensor::from_dlpack_versioned(versioned(1, DLPACK_FLAG_BITMASK_READ_ONLY, &deleted)) }.unwrap_err();
     assert!(err.to_string().contains("read-only"), "{err}");
