@@ -362,6 +362,33 @@ fn two_imports_of_the_same_memory_are_seen_to_overlap() {
     assert_eq!(deleted.load(Ordering::SeqCst), 2);
 }
 
+#[test]
+fn a_view_stretched_past_its_cartage_block_is_refused() {
+    // 128 f32 fill one 512-byte block exactly: 256 elements from its start reach past it (into a
+    // neighbour block or past the segment), which no live tensor holds wholly.
+    let x = Tensor::zeros(&[128], DType::F32, &Device::cpu()).unwrap();
+    let addr = x.storage().buffer().addr();
+    refused(
+        "stretched cartage memory",
+        |m| {
+            m.dl_tensor.data = std::ptr::with_exposed_provenance_mut(addr as usize);
+            // SAFETY: the shape array holds 2 values.
+            unsafe { *m.dl_tensor.shape = 128 };
+        },
+        "no live tensor holds wholly",
+    );
+    // Within the block it is the block's own segment.
+    let deleted = Arc::new(AtomicUsize::new(0));
+    let raw = hand_built(f32_spec(&[0.0; 4], &[2, 2]), &deleted);
+    // SAFETY: alive and not yet handed over; `x` keeps the memory it now names alive.
+    unsafe { (*raw.as_ptr()).dl_tensor.data = std::ptr::with_exposed_provenance_mut(addr as usize + 16) };
+    // SAFETY: handed over once; `x` outlives the import.
+    let inner = unsafe { Tensor::from_dlpack(raw) }.unwrap();
+    assert!(x.storage().buffer().contains(&inner.storage().buffer()));
+    drop(inner);
+    assert_eq!(deleted.load(Ordering::SeqCst), 1);
+}
+
 /// Import `spec` (mutated by `edit`) and expect a typed error containing `needle`, with the
 /// deleter called exactly once.
 fn refused(what: &str, edit: impl FnOnce(&mut DLManagedTensor), needle: &str) {
