@@ -134,6 +134,13 @@ impl BufferSlice {
     }
 }
 
+/// The segment id of memory the allocator did not allocate (imported through DLPack): one
+/// segment per allocator spanning the whole address space, so an imported range's offset is its
+/// address. Every imported range of one device is then in the same segment, and the aliasing and
+/// overlap checks, which compare offsets within a segment, see two imports of the same memory
+/// overlap. Sources never hand out this id (the allocator refuses a segment that has it).
+pub const EXTERNAL_SEGMENT_ID: u64 = 0;
+
 /// Why a [`SegmentSource`] could not allocate.
 #[derive(Debug)]
 pub enum SegmentError {
@@ -154,7 +161,8 @@ pub struct MemoryInfo {
 
 /// Raw device memory for [`CachingAllocator`]; the only allocation code a backend writes.
 pub trait SegmentSource: Send + Sync {
-    /// Allocate a segment of exactly `bytes` bytes.
+    /// Allocate a segment of exactly `bytes` bytes. Its id is never [`EXTERNAL_SEGMENT_ID`] (0),
+    /// which names imported memory.
     fn allocate_segment(&self, bytes: usize) -> std::result::Result<SegmentHandle, SegmentError>;
     /// Return a segment. The allocator calls this only when no block of it is in use.
     ///
@@ -813,6 +821,14 @@ impl CachingAllocator {
             return Err(SegmentError::OutOfMemory);
         }
         let handle = self.source.allocate_segment(size)?;
+        if handle.id == EXTERNAL_SEGMENT_ID {
+            // SAFETY: the segment was just returned by this source and nothing refers to it.
+            unsafe { self.source.release_segment(handle) };
+            return Err(SegmentError::Failed(Error::invalid(
+                "allocate_segment",
+                format!("the segment source returned id {EXTERNAL_SEGMENT_ID}, which is reserved for imported memory"),
+            )));
+        }
         state.stats.reserved_bytes += size;
         state.stats.segments += 1;
         state.stats.segment_allocs += 1;
@@ -968,6 +984,64 @@ impl CachingAllocator {
         let released = self.release_free_segments(&mut state);
         tracing::debug!(device = %self.device, released, "empty_cache");
         released
+    }
+
+    /// A slice naming `len` bytes at `addr` that this allocator did not hand out (memory
+    /// imported through DLPack); the caller ([`crate::DeviceBuffer::import_external`]) owns the
+    /// memory and keeps it alive. The slice is never freed here and is not counted in the
+    /// statistics.
+    ///
+    /// - A range inside a block of one of this allocator's segments (cartage memory that went
+    ///   out through DLPack and comes back as another framework's view) is a slice of that
+    ///   segment, so the overlap checks see it alias the tensors there. The block must be live:
+    ///   a range in a free block or across a segment's end is refused (a dangling pointer).
+    /// - Any other range is a slice of [`EXTERNAL_SEGMENT_ID`] whose offset is its address.
+    pub(crate) fn external_slice(&self, addr: u64, len: usize) -> Result<BufferSlice> {
+        let bad = |reason: String| Err(Error::invalid("import_external", reason));
+        let Some(end) = usize::try_from(addr).ok().and_then(|a| a.checked_add(len)) else {
+            return bad(format!(
+                "{len} bytes at address {addr:#x} run past the end of the address space"
+            ));
+        };
+        let start = addr as usize;
+        let state = self.lock();
+        for segment in state.segments.values() {
+            let base = segment.handle.addr as usize;
+            let seg_end = base + segment.size;
+            // Sources whose addresses are not pointers (wgpu) use 0; nothing overlaps those.
+            if segment.handle.addr == 0 || end <= base || start >= seg_end || (len == 0 && start == seg_end) {
+                continue;
+            }
+            let offset = start - base.min(start);
+            let inside_block = start >= base
+                && segment
+                    .blocks
+                    .range(..=offset)
+                    .next_back()
+                    .is_some_and(|(&at, b)| b.live.is_some() && end - base <= at + b.size);
+            if !inside_block {
+                return bad(format!(
+                    "{len} bytes at {addr:#x} overlap memory of {} that no live tensor holds wholly; the \
+                     producer passed a dangling or stretched pointer",
+                    self.device
+                ));
+            }
+            return Ok(BufferSlice {
+                allocator: self.id,
+                segment: segment.handle,
+                offset,
+                len,
+            });
+        }
+        Ok(BufferSlice {
+            allocator: self.id,
+            segment: SegmentHandle {
+                id: EXTERNAL_SEGMENT_ID,
+                addr: 0,
+            },
+            offset: start,
+            len,
+        })
     }
 
     /// Serve every allocation from now on from a new private pool, until

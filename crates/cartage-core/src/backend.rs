@@ -331,6 +331,27 @@ pub trait Backend: Send + Sync + 'static {
         Ok(!on)
     }
 
+    /// Check that `len` bytes at `addr` (a host pointer on the CPU, a device pointer on CUDA) can
+    /// be imported as memory of this device ([`crate::DeviceBuffer::import_external`], DLPack):
+    /// CUDA asks the driver whether the pointer belongs to this device. Devices that cannot take
+    /// foreign memory (wgpu: buffers are objects, not addresses) refuse with
+    /// [`Error::Unsupported`], the default.
+    fn check_external(&self, addr: u64, len: usize) -> Result<()> {
+        let _ = (addr, len);
+        Err(Error::unsupported_feature(
+            "import_external",
+            self.device(),
+            "this device cannot use memory it did not allocate; import on the cpu or a CUDA device",
+        ))
+    }
+
+    /// Called when the last owner of imported memory (`slice`) lets go, before the memory goes
+    /// back to the framework that lent it: the device finishes every queued use of it (CUDA
+    /// synchronises its streams; the CPU runs in order and has nothing to wait for).
+    fn release_external(&self, slice: BufferSlice) {
+        let _ = slice;
+    }
+
     /// Record an event on the device's timeline.
     fn record_event(&self) -> Result<Event>;
 

@@ -38,6 +38,9 @@ use crate::pinned::{CopyHandle, HostStaging};
 pub struct DeviceBuffer {
     backend: Arc<dyn Backend>,
     allocation: Option<Allocation>,
+    /// The owner of imported memory ([`DeviceBuffer::import_external`]), dropped after the
+    /// device has finished with the memory; `None` for memory of the caching allocator.
+    external: Option<ExternalOwner>,
     /// The allocation's bytes, kept beside it so that the launch path reads a plain field.
     slice: BufferSlice,
 }
@@ -65,7 +68,46 @@ impl DeviceBuffer {
             backend: Arc::clone(backend),
             slice: allocation.slice(),
             allocation: Some(allocation),
+            external: None,
         })
+    }
+
+    /// `len` bytes at `addr` that cartage did not allocate (another framework's tensor,
+    /// imported through DLPack), owned by `owner`: the buffer drops `owner` (which gives the
+    /// memory back to its framework) when it is dropped, after the device has finished every
+    /// queued use of it ([`Backend::release_external`]). On error `owner` is dropped at once.
+    ///
+    /// The device checks the address first ([`Backend::check_external`]), and the allocator
+    /// names the range with a slice of its own (see [`crate::raw`]): inside the cartage block it
+    /// lies in, or else in the allocator's imported segment at its address, so the buffer's
+    /// identity cannot be confused with another allocator's and overlapping imports are seen to
+    /// overlap. The memory is not counted in [`crate::MemoryStats`] and never enters the cache.
+    ///
+    /// # Safety
+    /// The `len` bytes at `addr` are memory this device's kernels and copies may read and write
+    /// (host memory on the CPU; device memory reachable from the device's primary context on
+    /// CUDA), and stay so until `owner` is dropped. While the buffer lives, nothing outside
+    /// cartage writes the memory concurrently with cartage's work on it.
+    pub unsafe fn import_external(
+        backend: &Arc<dyn Backend>,
+        addr: u64,
+        len: usize,
+        owner: ExternalOwner,
+    ) -> Result<Self> {
+        backend.check_external(addr, len)?;
+        let slice = backend.allocator().external_slice(addr, len)?;
+        Ok(DeviceBuffer {
+            backend: Arc::clone(backend),
+            slice,
+            allocation: None,
+            external: Some(owner),
+        })
+    }
+
+    /// True when the memory was imported ([`DeviceBuffer::import_external`]) rather than
+    /// allocated by cartage.
+    pub fn is_external(&self) -> bool {
+        self.external.is_some()
     }
 
     /// The backend that owns the memory.
@@ -182,8 +224,17 @@ impl Drop for DeviceBuffer {
         if let Some(allocation) = self.allocation.take() {
             self.backend.free(allocation);
         }
+        if let Some(owner) = self.external.take() {
+            self.backend.release_external(self.slice);
+            drop(owner);
+        }
     }
 }
+
+/// What keeps imported memory alive ([`DeviceBuffer::import_external`]): dropping it gives the
+/// memory back to the framework that lent it (a DLPack deleter). It may be dropped on any
+/// thread.
+pub type ExternalOwner = Box<dyn std::any::Any + Send + Sync>;
 
 impl Kernel {
     /// Launch the kernel soundly: every operand must lie inside one of `buffers`, which are

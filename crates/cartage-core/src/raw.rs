@@ -16,6 +16,11 @@
 //!   [`crate::Kernel::run`] check that every slice lies inside borrowed buffers and are safe.
 //! - [`SegmentSource::release_segment`] is `unsafe`: only the allocator releases a segment, once,
 //!   when no block of it is in use.
+//! - Memory cartage did not allocate (imported through DLPack) enters only through the `unsafe`
+//!   [`crate::DeviceBuffer::import_external`], whose caller promises the memory stays valid
+//!   while the buffer lives. The allocator mints its slice: in the segment of the cartage block
+//!   it lies in, or else in the allocator's [`EXTERNAL_SEGMENT_ID`] segment at its address, so
+//!   slices stay unforgeable and two imports of the same bytes are seen to overlap.
 
 //!
 //! A slice cannot be forged from safe code:
@@ -45,4 +50,5 @@
 //! }
 //! ```
 
-pub use crate::allocator::{Allocation, BufferSlice, SegmentError, SegmentHandle, SegmentSource};
+pub use crate::allocator::{Allocation, BufferSlice, EXTERNAL_SEGMENT_ID, SegmentError, SegmentHandle, SegmentSource};
+pub use crate::buffer::ExternalOwner;

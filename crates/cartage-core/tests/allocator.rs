@@ -467,3 +467,35 @@ fn private_pools_keep_their_blocks_until_released() {
     assert_eq!(alloc.stats().reserved_bytes, 0);
     assert_eq!(alloc.stats().allocated_bytes, 0);
 }
+
+/// A source that hands out segment id 0, reserved for imported memory, and counts releases.
+struct ReservedIdSource(Arc<std::sync::atomic::AtomicUsize>);
+
+impl SegmentSource for ReservedIdSource {
+    fn allocate_segment(&self, _bytes: usize) -> Result<SegmentHandle, SegmentError> {
+        Ok(SegmentHandle {
+            id: cartage_core::raw::EXTERNAL_SEGMENT_ID,
+            addr: 1 << 40,
+        })
+    }
+    unsafe fn release_segment(&self, _segment: SegmentHandle) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn memory_info(&self) -> Option<MemoryInfo> {
+        None
+    }
+}
+
+#[test]
+fn a_segment_with_the_imported_memory_id_is_refused_and_released() {
+    let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let alloc = CachingAllocator::new(
+        Device::cpu(),
+        Box::new(ReservedIdSource(Arc::clone(&released))),
+        AllocatorConfig::default(),
+    );
+    let err = alloc.alloc(1000).unwrap_err();
+    assert!(err.to_string().contains("reserved for imported memory"), "{err}");
+    assert_eq!(released.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(alloc.stats().reserved_bytes, 0);
+}

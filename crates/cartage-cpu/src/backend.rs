@@ -385,6 +385,16 @@ impl Backend for CpuBackend {
         }
     }
 
+    /// Host memory is imported as it is: the CPU reads any address of the process (the caller of
+    /// [`cartage_core::DeviceBuffer::import_external`] promises the range is valid). Kernels run
+    /// in order while the stream lock is held, so nothing remains to wait for on release.
+    fn check_external(&self, addr: u64, len: usize) -> Result<()> {
+        if addr == 0 && len > 0 {
+            return Err(Error::invalid("import_external", "a null pointer for nonempty memory"));
+        }
+        Ok(())
+    }
+
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }

@@ -386,6 +386,56 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    /// Imported memory (DLPack) must be device memory the driver knows, of this device, with
+    /// the whole range inside one allocation. The backend's context is the device's *primary*
+    /// context (`CudaContext::new` retains it), the one the CUDA runtime and so PyTorch, CuPy and
+    /// JAX use, so their device pointers are valid here as they are.
+    fn check_external(&self, addr: u64, len: usize) -> Result<()> {
+        self.bind()?;
+        let (ordinal, start, size) = driver::pointer_range(addr).map_err(|e| {
+            Error::invalid(
+                "import_external",
+                format!(
+                    "the CUDA driver does not know address {addr:#x} ({e}): it is not device memory of this process \
+                     (host memory? another process's?) or it was freed"
+                ),
+            )
+        })?;
+        if usize::try_from(ordinal).ok() != Some(self.device.ordinal()) {
+            return Err(Error::invalid(
+                "import_external",
+                format!(
+                    "address {addr:#x} is memory of cuda:{ordinal}, not {}; import it as that device",
+                    self.device
+                ),
+            ));
+        }
+        let end = addr.checked_add(len as u64);
+        if addr < start || end.is_none_or(|end| end > start + size as u64) {
+            return Err(Error::invalid(
+                "import_external",
+                format!(
+                    "{len} bytes at {addr:#x} run past the end of the allocation holding them ({size} bytes at \
+                     {start:#x}); the shape, strides or byte offset describe more memory than the producer has"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Imported memory goes back to its framework, which may reuse it on its own stream at once:
+    /// both of this device's streams are synchronised first (inside a capture, which may not
+    /// wait, the graph holds what it uses and nothing is waited for).
+    fn release_external(&self, _slice: BufferSlice) {
+        if self.capture.active() {
+            tracing::warn!(device = %self.device, "imported memory released during a graph capture: not synchronising");
+            return;
+        }
+        if let Err(e) = self.synchronize() {
+            tracing::error!(device = %self.device, error = %e, "synchronize before releasing imported memory failed");
+        }
+    }
+
     #[cfg(feature = "nccl")]
     fn collective_engine(&self) -> Option<Arc<dyn cartage_core::CollectiveEngine>> {
         Some(Arc::new(crate::nccl::NcclEngine::new()))

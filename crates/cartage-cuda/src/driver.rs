@@ -258,3 +258,31 @@ pub(crate) fn jit_ptx(name: &str, ptx: &[u8]) -> Result<Vec<u8>, String> {
     }
     linked.map_err(|e| format!("{name}: the driver's JIT refused the PTX: {e}\n{}", log_text(&log)))
 }
+
+/// The device ordinal of the memory at `addr` and the allocation holding it (start address and
+/// size), from the driver's pointer attributes; an error for an address the driver does not know
+/// (not device memory of this process, or freed).
+pub(crate) fn pointer_range(addr: CUdeviceptr) -> Result<(i32, CUdeviceptr, usize), DriverError> {
+    use sys::CUpointer_attribute as Attr;
+    let mut ordinal: i32 = -1;
+    let mut start: CUdeviceptr = 0;
+    let mut size: usize = 0;
+    // SAFETY: each call writes one value of the attribute's documented type (int, CUdeviceptr,
+    // size_t) through a valid pointer; the driver checks `addr` itself and never dereferences it.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&raw mut ordinal).cast(),
+            Attr::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            addr,
+        )
+        .result()?;
+        sys::cuPointerGetAttribute(
+            (&raw mut start).cast(),
+            Attr::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            addr,
+        )
+        .result()?;
+        sys::cuPointerGetAttribute((&raw mut size).cast(), Attr::CU_POINTER_ATTRIBUTE_RANGE_SIZE, addr).result()?;
+    }
+    Ok((ordinal, start, size))
+}

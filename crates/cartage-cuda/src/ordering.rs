@@ -44,7 +44,8 @@ struct SegmentUse {
 struct State {
     /// Compute submissions so far.
     submissions: u64,
-    /// Indexed by segment id (ids are small and handed out in order by `DeviceMemory`).
+    /// Indexed by segment id (ids are small and handed out in order by `DeviceMemory`; 0 is all
+    /// imported memory, `cartage_core::raw::EXTERNAL_SEGMENT_ID`, tracked as one segment).
     segments: Vec<SegmentUse>,
     /// An event on the compute stream and the submission number it was recorded after.
     marker: Option<(CudaEvent, u64)>,

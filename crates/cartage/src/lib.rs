@@ -31,6 +31,7 @@ mod autocast;
 pub mod autograd;
 pub mod bench;
 pub mod distributed;
+pub mod dlpack;
 mod generator;
 pub mod graph;
 pub mod loader;
@@ -62,6 +63,7 @@ pub use cartage_core::{
     StagingBuffer, TensorArg, UnaryOp, pinned_bytes_in_use, pinned_bytes_peak,
 };
 pub use distributed::{DistEnv, ProcessGroup, ReduceKind};
+pub use dlpack::DlpackTensor;
 pub use generator::Generator;
 pub use graph::{CudaGraph, cuda_graph};
 pub use loader::{HostBatch, PrefetchLoader};

@@ -78,6 +78,22 @@ impl Storage {
         })
     }
 
+    /// A storage over `buffer` (memory imported through DLPack).
+    pub(crate) fn from_buffer(buffer: DeviceBuffer) -> Storage {
+        Storage {
+            buffer,
+            version: AtomicU64::new(0),
+            last_write: Mutex::new(None),
+            capture: crate::graph::capture_id(),
+        }
+    }
+
+    /// True when the memory was imported from another framework ([`Tensor::from_dlpack`])
+    /// rather than allocated by cartage.
+    pub fn is_external(&self) -> bool {
+        self.buffer.is_external()
+    }
+
     /// How many in-place writes this storage has had (`copy_from`, optimizer steps, `Var::set`,
     /// writes through a `detach()`ed view): 0 for a fresh tensor.
     ///
@@ -406,6 +422,24 @@ impl Tensor {
         Tensor::alloc_with(backend, backend.device(), layout, dtype, site)
     }
 
+    /// A tensor viewing `storage` through `layout` (an imported DLPack tensor).
+    pub(crate) fn from_storage(
+        storage: Arc<Storage>,
+        layout: Layout,
+        dtype: DType,
+        device: Device,
+        site: Site,
+    ) -> Tensor {
+        Tensor {
+            storage,
+            layout,
+            dtype,
+            device,
+            origin: site,
+            link: None,
+        }
+    }
+
     /// A fresh tensor with `layout`, which must be contiguous from offset 0.
     fn alloc_with(
         backend: &Arc<dyn Backend>,
@@ -460,7 +494,7 @@ impl Tensor {
 
 /// The caller's location, for `#[track_caller]` functions.
 #[track_caller]
-fn caller() -> Site {
+pub(crate) fn caller() -> Site {
     Location::caller()
 }
 
