@@ -7,7 +7,7 @@
 mod common;
 mod nn_reference;
 
-use cartage::tensor::nn::{Conv2d, CrossEntropy, Reduction};
+use cartage::tensor::nn::{Conv2dOptions, CrossEntropy, Reduction};
 use cartage::{DType, Device, Error, Generator, Result, Tensor, backend};
 use nn_reference::*;
 
@@ -344,14 +344,14 @@ fn dropout_refuses_bad_probabilities() -> Result<()> {
 
 #[test]
 fn conv2d_matches_the_reference() -> Result<()> {
-    let opts = |stride, padding, dilation, groups| Conv2d {
+    let opts = |stride, padding, dilation, groups| Conv2dOptions {
         stride,
         padding,
         dilation,
         groups,
     };
     // (input shape, weight shape, options, with bias)
-    let cases: Vec<([usize; 4], [usize; 4], Conv2d, bool)> = vec![
+    let cases: Vec<([usize; 4], [usize; 4], Conv2dOptions, bool)> = vec![
         ([2, 3, 7, 6], [4, 3, 3, 2], opts([1, 1], [0, 0], [1, 1], 1), true),
         ([2, 3, 7, 6], [4, 3, 3, 2], opts([2, 1], [1, 2], [1, 2], 1), true),
         ([1, 2, 5, 5], [3, 2, 3, 3], opts([2, 2], [1, 1], [2, 2], 1), false),
@@ -431,7 +431,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
     let cpu = Device::cpu();
     let x = Tensor::zeros(&[1, 3, 5, 5], DType::F32, &cpu)?;
     let w4 = Tensor::zeros(&[2, 4, 3, 3], DType::F32, &cpu)?;
-    let err = x.conv2d(&w4, None, Conv2d::default()).unwrap_err();
+    let err = x.conv2d(&w4, None, Conv2dOptions::default()).unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { op: "conv2d", .. }), "{err}");
     assert!(
         err.to_string()
@@ -444,7 +444,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
         .conv2d(
             &big,
             None,
-            Conv2d {
+            Conv2dOptions {
                 padding: [1, 1],
                 ..Default::default()
             },
@@ -458,7 +458,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
         .conv2d(
             &dilated,
             None,
-            Conv2d {
+            Conv2dOptions {
                 dilation: [1, 3],
                 ..Default::default()
             },
@@ -467,7 +467,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
     assert!(err.to_string().contains("spans 7 along the width"), "{err}");
 
     let w = Tensor::zeros(&[4, 1, 3, 3], DType::F32, &cpu)?;
-    let groups = |groups| Conv2d {
+    let groups = |groups| Conv2dOptions {
         groups,
         ..Default::default()
     };
@@ -489,7 +489,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
         x.conv2d(&w, None, groups(0)),
         Err(Error::InvalidArgument { .. })
     ));
-    let stride0 = Conv2d {
+    let stride0 = Conv2dOptions {
         stride: [0, 1],
         ..Default::default()
     };
@@ -500,33 +500,36 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
             .to_string()
             .contains("stride (0)")
     );
-    let huge = Conv2d {
+    let huge = Conv2dOptions {
         padding: [usize::MAX / 2, 0],
         ..Default::default()
     };
     assert!(matches!(x.conv2d(&w3, None, huge), Err(Error::ShapeMismatch { .. })));
     // An empty batch is not an error: an empty output of the right shape.
     let empty = Tensor::zeros(&[0, 3, 5, 5], DType::F32, &cpu)?;
-    assert_eq!(empty.conv2d(&w3, None, Conv2d::default())?.shape(), &[0, 2, 3, 3]);
+    assert_eq!(
+        empty.conv2d(&w3, None, Conv2dOptions::default())?.shape(),
+        &[0, 2, 3, 3]
+    );
     assert_eq!(empty.max_pool2d([2, 2], [2, 2], [0, 0])?.shape(), &[0, 3, 2, 2]);
 
     let bias = Tensor::zeros(&[3], DType::F32, &cpu)?;
-    let err = x.conv2d(&w3, Some(&bias), Conv2d::default()).unwrap_err();
+    let err = x.conv2d(&w3, Some(&bias), Conv2dOptions::default()).unwrap_err();
     assert!(err.to_string().contains("the bias must be [2]"), "{err}");
     let flat = Tensor::zeros(&[3, 5], DType::F32, &cpu)?;
     assert!(matches!(
-        flat.conv2d(&w3, None, Conv2d::default()),
+        flat.conv2d(&w3, None, Conv2dOptions::default()),
         Err(Error::ShapeMismatch { .. })
     ));
     let ints = Tensor::zeros(&[1, 3, 5, 5], DType::I32, &cpu)?;
     let wi = Tensor::zeros(&[2, 3, 3, 3], DType::I32, &cpu)?;
     assert!(matches!(
-        ints.conv2d(&wi, None, Conv2d::default()),
+        ints.conv2d(&wi, None, Conv2dOptions::default()),
         Err(Error::WrongDType { .. })
     ));
     let w64 = Tensor::zeros(&[2, 3, 3, 3], DType::F64, &cpu)?;
     assert!(matches!(
-        x.conv2d(&w64, None, Conv2d::default()),
+        x.conv2d(&w64, None, Conv2dOptions::default()),
         Err(Error::DTypeMismatch { .. })
     ));
     Ok(())
@@ -868,7 +871,7 @@ fn nn_ops_never_read_back_to_the_host() -> Result<()> {
         logits.cross_entropy(&target, CrossEntropy::default())?,
         logits.log_softmax(-1)?.nll_loss(&target, CrossEntropy::default())?,
         x.dropout(0.5, &mut rng, true)?,
-        x.conv2d(&w, None, Conv2d::default())?,
+        x.conv2d(&w, None, Conv2dOptions::default())?,
         x.max_pool2d([2, 2], [2, 2], [1, 1])?,
         x.avg_pool2d([3, 3], [1, 1], [1, 1], false)?,
         Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, None)?,
@@ -900,7 +903,7 @@ fn nn_ops_keep_f64_precision() -> Result<()> {
         let (xs, ws) = ([2, 4, 6, 5], [6, 2, 3, 2]);
         let xd = values(xs.iter().product(), 90);
         let wd = values(ws.iter().product(), 91);
-        let opts = Conv2d {
+        let opts = Conv2dOptions {
             stride: [2, 1],
             padding: [1, 1],
             dilation: [1, 2],
