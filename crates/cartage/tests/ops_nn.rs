@@ -101,6 +101,43 @@ fn layer_norm_and_rms_norm_match_the_reference() -> Result<()> {
 }
 
 #[test]
+fn rms_norm_without_eps_uses_the_dtype_machine_epsilon() -> Result<()> {
+    // PyTorch's F.rms_norm(eps=None): eps = torch.finfo(x.dtype).eps, 2⁻²³ for f32, 2⁻⁵² for
+    // f64, 2⁻⁷ for bf16. The inputs are small enough that eps changes the result.
+    let rms = |x: &[f64], eps: f64| -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        x.iter().map(|v| v / (ms + eps).sqrt()).collect()
+    };
+    let f32_data = [1e-4f32, -2e-4, 3e-4, 5e-5];
+    let f32_host: Vec<f64> = f32_data.iter().map(|&v| v as f64).collect();
+    let f32_want = rms(&f32_host, 2f64.powi(-23));
+    // The default is not some fixed eps: with PyTorch's layer default (1e-5) the values differ.
+    assert!((rms(&f32_host, 1e-5)[0] - f32_want[0]).abs() > 0.1);
+    for device in devices("ops_nn/rms_norm_default_eps") {
+        let x = tensor(&f32_data, &[1, 4], &device)?;
+        let got = x.rms_norm(None, None)?.to_vec::<f32>()?;
+        assert_close(&format!("{device} f32 default eps"), &got, &f32_want, 1e-4);
+    }
+    let cpu = Device::cpu();
+    let f64_data = [1e-9f64, -2e-9, 3e-9, 5e-10];
+    let f64_x = Tensor::from_slice(&f64_data, &[4], &cpu)?;
+    let got = f64_x.rms_norm(None, None)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    let f64_want = rms(&f64_data, 2f64.powi(-52));
+    assert!((rms(&f64_data, 0.0)[0] - f64_want[0]).abs() > 0.1);
+    assert_close("cpu f64 default eps", &got, &f64_want, 1e-6);
+    let bf16_data = [0.0625f64, -0.125, 0.03125, 0.0];
+    let x = Tensor::from_slice(&bf16_data, &[4], &cpu)?.to_dtype(DType::BF16)?;
+    let got = x.rms_norm(None, None)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    let bf16_want = rms(&bf16_data, 2f64.powi(-7));
+    assert!((rms(&bf16_data, 2f64.powi(-23))[0] - bf16_want[0]).abs() > 0.1);
+    assert_close("cpu bf16 default eps", &got, &bf16_want, 1e-2);
+    // An explicit eps still wins.
+    let explicit = f64_x.rms_norm(None, 0.0)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    assert_close("cpu f64 eps 0", &explicit, &rms(&f64_data, 0.0), 1e-6);
+    Ok(())
+}
+
+#[test]
 fn norm_refuses_bad_parameters() -> Result<()> {
     let cpu = Device::cpu();
     let x = Tensor::ones(&[2, 4], DType::F32, &cpu)?;

@@ -193,8 +193,8 @@ fn views_and_joins() -> Vec<Case> {
             .flip(&[0, 1])?
             .add(&x[0].roll(2, 1)?)),
         case!("tril triu", [([3, 4], Normal)], true, |x| x[0]
-            .tril(0)?
-            .sub(&x[0].triu(1)?.mul_scalar(2.0)?)),
+            .tril()?
+            .sub(&x[0].triu_with(1)?.mul_scalar(2.0)?)),
         case!("pad", [([2, 3], Normal)], true, |x| x[0].pad(&[1, 2, 0, 1], 0.5)),
         case!("contiguous of a view", [([3, 4], Normal)], true, |x| x[0]
             .t()?
