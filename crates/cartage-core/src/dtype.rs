@@ -110,6 +110,27 @@ impl DType {
         }
     }
 
+    /// The machine epsilon of a float dtype, PyTorch's `torch.finfo(dtype).eps`: the gap between
+    /// 1 and the next representable value (2⁻²³ for f32, 2⁻⁵² for f64, 2⁻¹⁰ for f16, 2⁻⁷ for
+    /// bf16). `None` for integer and bool dtypes. `cartage`'s `Tensor::rms_norm` uses it when no
+    /// `eps` is given, as PyTorch does.
+    ///
+    /// ```
+    /// use cartage_core::DType;
+    /// assert_eq!(DType::F32.eps(), Some(f32::EPSILON as f64));
+    /// assert_eq!(DType::BF16.eps(), Some(0.0078125));
+    /// assert_eq!(DType::I64.eps(), None);
+    /// ```
+    pub const fn eps(self) -> Option<f64> {
+        match self {
+            DType::F32 => Some(f32::EPSILON as f64),
+            DType::F64 => Some(f64::EPSILON),
+            DType::F16 => Some(1.0 / 1024.0),
+            DType::BF16 => Some(1.0 / 128.0),
+            DType::I32 | DType::I64 | DType::U8 | DType::Bool => None,
+        }
+    }
+
     /// Parse a short name as printed by [`DType::name`].
     pub fn from_name(name: &str) -> Option<DType> {
         DType::ALL.into_iter().find(|d| d.name() == name)
@@ -349,6 +370,22 @@ impl Element for bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eps_is_the_gap_above_one() {
+        for d in DType::ALL {
+            let Some(eps) = d.eps() else {
+                assert!(!d.is_float(), "{d} is a float dtype without an eps");
+                continue;
+            };
+            assert!(d.is_float());
+            // 1 + eps is stored exactly, and nothing between 1 and it is: half the gap rounds
+            // back to 1 (ties to even).
+            assert_eq!(d.round_trip(1.0 + eps), 1.0 + eps, "{d}");
+            assert_eq!(d.round_trip(1.0 + eps / 2.0), 1.0, "{d}");
+            assert_eq!(d.round_trip(1.0 + eps * 0.75), 1.0 + eps, "{d}");
+        }
+    }
 
     #[test]
     fn sizes_follow_r19() {

@@ -105,7 +105,7 @@
 //! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and
 //!   activation): `input` `[M, K]` and `weight` `[N, K]` (both any strides), the optional `bias`
 //!   `[N]` (any stride) give the contiguous `out` `[M, N]` = `act(input · weightᵀ + bias)` with
-//!   [`crate::Activation`]'s function, all of one float dtype. The product accumulates as
+//!   [`crate::Epilogue`]'s function, all of one float dtype. The product accumulates as
 //!   `Matmul`'s (f32 may use TF32 under [`crate::MatmulPrecision`]); a backend may round the
 //!   product to the dtype before adding the bias and applying the activation, or not.
 //! - The backward kernels and the optimizer update are optional fused kernels too; the frontend
@@ -152,9 +152,9 @@
 //!     may read one gradient. Each element is computed by `Update`'s per-element code, so a
 //!     backend gives it the value `Update` gives its set alone.
 
-use crate::activation::Activation;
 use crate::allocator::BufferSlice;
 use crate::dtype::{DType, Scalar};
+use crate::epilogue::Epilogue;
 use crate::layout::{Dims, Layout};
 use crate::pool::{PoolKind, PoolMode, PoolWindow};
 use crate::update_rule::{UpdateKind, UpdateRule};
@@ -863,7 +863,7 @@ pub enum Kernel {
         /// Optional bias `[N]`.
         bias: Option<TensorArg>,
         /// Applied after the bias.
-        activation: Activation,
+        activation: Epilogue,
         /// Destination `[M, N]`, contiguous.
         out: TensorArg,
     },

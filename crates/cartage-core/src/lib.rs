@@ -14,13 +14,13 @@
 //!
 //! This crate depends on no GPU crate (an invariant checked by the workspace's tidy test).
 
-mod activation;
 pub mod allocator;
 pub mod backend;
 mod buffer;
 pub mod collective;
 pub mod device;
 pub mod dtype;
+mod epilogue;
 pub mod error;
 pub mod kernel;
 pub mod layout;
@@ -40,13 +40,14 @@ pub use allocator::format_bytes;
 pub use layout::{checked_bytes, checked_numel, contiguous_strides, resolve_dim};
 pub use pinned::pinned_bytes_peak;
 
-pub use activation::Activation;
 pub use allocator::{AllocatorConfig, CachingAllocator, LiveBlock, MemoryInfo, MemoryStats, OomReport};
 pub use backend::{Backend, Capabilities, CapturedGraph, DeviceInfo, Event, MatmulPrecision};
 pub use buffer::DeviceBuffer;
 pub use collective::{Collective, CollectiveArg, CollectiveEngine, CollectiveHandle, ReduceKind};
 pub use device::{Device, DeviceKind};
 pub use dtype::{DType, Element, Scalar};
+#[allow(deprecated)]
+pub use epilogue::{Activation, Epilogue};
 pub use error::{Error, ErrorKind, Result, Site};
 pub use kernel::{
     BinaryOp, CompareOp, Distribution, Kernel, NormBackwardArgs, NormKind, Op, ReduceOp, ScanOp, ScatterMode,

@@ -3,7 +3,7 @@
 //! the output for the bias and the activation, computed in the compute type (f32 for f16/bf16).
 //! The product is rounded to the dtype once before that pass, which the kernel's contract allows.
 
-use cartage_core::{Activation, Device, Error, Layout, Result, TensorArg};
+use cartage_core::{Device, Epilogue, Error, Layout, Result, TensorArg};
 
 use crate::dispatch::with_float;
 use crate::elem::{Float, Real, float_fn};
@@ -15,7 +15,7 @@ pub fn linear(
     input: &TensorArg,
     weight: &TensorArg,
     bias: Option<&TensorArg>,
-    activation: Activation,
+    activation: Epilogue,
     out: &TensorArg,
 ) -> Result<()> {
     let (m, n) = (input.layout.shape()[0], weight.layout.shape()[0]);
@@ -32,7 +32,7 @@ pub fn linear(
         ..out.clone()
     };
     matmul::matmul(&lhs, &rhs, &product)?;
-    if m == 0 || n == 0 || (bias.is_none() && activation == Activation::Identity) {
+    if m == 0 || n == 0 || (bias.is_none() && activation == Epilogue::Identity) {
         return Ok(());
     }
     with_float!(out.dtype, T => {
@@ -54,12 +54,12 @@ pub fn linear(
 
 /// The activation in the compute type.
 #[inline(always)]
-fn act<F: Float>(activation: Activation, x: F) -> F {
+fn act<F: Float>(activation: Epilogue, x: F) -> F {
     match activation {
-        Activation::Identity => x,
-        Activation::Relu => float_fn::relu(x),
-        Activation::Gelu => float_fn::gelu(x),
-        Activation::GeluTanh => {
+        Epilogue::Identity => x,
+        Epilogue::Relu => float_fn::relu(x),
+        Epilogue::Gelu => float_fn::gelu(x),
+        Epilogue::GeluTanh => {
             let c = F::from_f64((2.0 / std::f64::consts::PI).sqrt());
             let cubic = F::from_f64(0.044715) * x * x * x;
             F::from_f64(0.5) * x * (F::ONE + (c * (x + cubic)).tanh())

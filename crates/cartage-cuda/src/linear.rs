@@ -1,25 +1,25 @@
 //! `Kernel::Linear` on CUDA: `act(input · weightᵀ + bias)` as one cuBLASLt matmul with its
 //! epilogue — `BIAS`, `RELU(_BIAS)` or `GELU(_BIAS)` (cuBLASLt's GELU is the tanh approximation,
-//! [`Activation::GeluTanh`]). The exact GELU runs the bias epilogue, then the GELU kernel in
+//! [`Epilogue::GeluTanh`]). The exact GELU runs the bias epilogue, then the GELU kernel in
 //! place; with neither a bias nor a fusable activation, it is the plain matmul kernel. Where the product runs on GemmEx instead (cuBLASLt refused the problem) or `K = 0`,
 //! the bias and activation follow as in-place element-wise kernels; the tanh GELU has no
 //! standalone kernel, so a `K = 0` product with it runs as the epilogue of a `K = 1` product of
 //! zeros, and only where cuBLASLt refuses even that is it `Unsupported` (the frontend composes).
 
-use cartage_core::{Activation, BinaryOp, Error, Kernel, Layout, Result, Scalar, TensorArg, UnaryOp};
+use cartage_core::{BinaryOp, Epilogue, Error, Kernel, Layout, Result, Scalar, TensorArg, UnaryOp};
 
 use crate::backend::CudaBackend;
 use crate::launch::{device_ptr, launch};
-use crate::lt::Epilogue;
+use crate::lt::Epilogue as LtEpilogue;
 use crate::matmul::{gemm_kind, product};
 
 /// The cuBLASLt epilogue that fuses what it can of `activation` and the bias.
-fn epilogue(activation: Activation, bias: bool) -> Epilogue {
+fn epilogue(activation: Epilogue, bias: bool) -> LtEpilogue {
     match activation {
-        Activation::Relu => Epilogue::Relu { bias },
-        Activation::GeluTanh => Epilogue::GeluTanh { bias },
-        Activation::Identity | Activation::Gelu if bias => Epilogue::Bias,
-        Activation::Identity | Activation::Gelu => Epilogue::None,
+        Epilogue::Relu => LtEpilogue::Relu { bias },
+        Epilogue::GeluTanh => LtEpilogue::GeluTanh { bias },
+        Epilogue::Identity | Epilogue::Gelu if bias => LtEpilogue::Bias,
+        Epilogue::Identity | Epilogue::Gelu => LtEpilogue::None,
     }
 }
 
@@ -33,7 +33,7 @@ pub(crate) unsafe fn linear(
     input: &TensorArg,
     weight: &TensorArg,
     bias: Option<&TensorArg>,
-    activation: Activation,
+    activation: Epilogue,
     out: &TensorArg,
 ) -> Result<()> {
     let (m, k, n) = (
@@ -45,7 +45,7 @@ pub(crate) unsafe fn linear(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if k == 0 && activation == Activation::GeluTanh {
+    if k == 0 && activation == Epilogue::GeluTanh {
         // The tanh GELU has no standalone kernel: run it as cuBLASLt's epilogue of a K = 1
         // product of zeros, which leaves exactly `gelu_tanh(bias)` (or 0) in every row.
         let size = out.dtype.size_in_bytes();
@@ -71,7 +71,7 @@ pub(crate) unsafe fn linear(
         backend.allocator.free(block);
         return outcome;
     }
-    if bias.is_none() && matches!(activation, Activation::Identity | Activation::Gelu) {
+    if bias.is_none() && matches!(activation, Epilogue::Identity | Epilogue::Gelu) {
         // Nothing for cuBLASLt to fuse: the plain matmul (its own routing), then the GELU in
         // place.
         let batch = |arg: &TensorArg, layout: Result<Layout>| -> Result<TensorArg> {
@@ -90,7 +90,7 @@ pub(crate) unsafe fn linear(
         unsafe { launch(backend, &product) }?;
         return match activation {
             // SAFETY: `out` holds the product in a live block of this device.
-            Activation::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
+            Epilogue::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
             _ => Ok(()),
         };
     }
@@ -166,7 +166,7 @@ pub(crate) unsafe fn linear(
     }
     match outcome? {
         // SAFETY: `out` holds the product (and bias) in a live block of this device.
-        true if activation == Activation::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
+        true if activation == Epilogue::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
         true => Ok(()),
         // SAFETY: `out` holds the product; every operand is live (this function's contract).
         false => unsafe { compose(backend, bias, activation, out) },
@@ -180,10 +180,10 @@ pub(crate) unsafe fn linear(
 unsafe fn compose(
     backend: &CudaBackend,
     bias: Option<&TensorArg>,
-    activation: Activation,
+    activation: Epilogue,
     out: &TensorArg,
 ) -> Result<()> {
-    if activation == Activation::GeluTanh {
+    if activation == Epilogue::GeluTanh {
         return Err(Error::unsupported(
             "linear",
             out.dtype,
@@ -209,10 +209,10 @@ unsafe fn compose(
     }
     match activation {
         // SAFETY: `out` is a live block of this device.
-        Activation::Relu => unsafe { unary_in_place(backend, UnaryOp::Relu, out) },
+        Epilogue::Relu => unsafe { unary_in_place(backend, UnaryOp::Relu, out) },
         // SAFETY: as above.
-        Activation::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
-        Activation::Identity | Activation::GeluTanh => Ok(()),
+        Epilogue::Gelu => unsafe { unary_in_place(backend, UnaryOp::Gelu, out) },
+        Epilogue::Identity | Epilogue::GeluTanh => Ok(()),
     }
 }
 

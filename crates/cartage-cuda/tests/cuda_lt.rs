@@ -12,7 +12,7 @@ mod common;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cartage_core::{Activation, Backend, DType, DeviceBuffer, Kernel, Layout, MatmulPrecision, TensorArg};
+use cartage_core::{Backend, DType, DeviceBuffer, Epilogue, Kernel, Layout, MatmulPrecision, TensorArg};
 use cartage_cuda::{CudaBackend, MatmulLibrary};
 use half::{bf16, f16};
 
@@ -316,12 +316,12 @@ fn the_search_runs_once_per_problem() {
 }
 
 /// `act(x)` in f64.
-fn activate(act: Activation, x: f64) -> f64 {
+fn activate(act: Epilogue, x: f64) -> f64 {
     match act {
-        Activation::Identity => x,
-        Activation::Relu => x.max(0.0),
-        Activation::Gelu => 0.5 * x * (1.0 + libm_erf(x / std::f64::consts::SQRT_2)),
-        Activation::GeluTanh => {
+        Epilogue::Identity => x,
+        Epilogue::Relu => x.max(0.0),
+        Epilogue::Gelu => 0.5 * x * (1.0 + libm_erf(x / std::f64::consts::SQRT_2)),
+        Epilogue::GeluTanh => {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
@@ -359,7 +359,7 @@ fn linear_epilogues_match_the_composed_formula() {
         let plain = product(&cuda, &b, MatmulLibrary::GemmEx, (&x, &xa), (&w, &wa), [1, m, n], dtype);
         cuda.set_matmul_library(MatmulLibrary::Auto);
         let bias_values = download(&bias, n, dtype);
-        for act in Activation::ALL {
+        for act in Epilogue::ALL {
             for with_bias in [false, true] {
                 let out = DeviceBuffer::new(&b, m * n * dtype.size_in_bytes()).expect("alloc");
                 let kernel = Kernel::Linear {
@@ -387,7 +387,7 @@ fn linear_epilogues_match_the_composed_formula() {
                     .collect();
                 let what = format!("linear {dtype} {act:?} bias {with_bias}");
                 // The product's two summation orders, one more rounding, and a hardware tanh.
-                let tol = tolerance(f, k) + if act == Activation::GeluTanh { 1e-3 } else { 0.0 };
+                let tol = tolerance(f, k) + if act == Epilogue::GeluTanh { 1e-3 } else { 0.0 };
                 assert_close(&what, &got, &want, tol);
             }
         }

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use cartage::prelude::*;
-use cartage::{CrossEntropy, autocast, memory_stats, reset_peak_memory_stats, synchronize};
+use cartage::{CrossEntropy, autocast_with, memory_stats, reset_peak_memory_stats, synchronize};
 use cartage_nn::layers::{Activation, Linear, Sequential};
 use cartage_nn::optim::AdamW;
 use cartage_nn::{GradScaler, Module, ParamStore};
@@ -42,13 +42,15 @@ fn run(device: &Device, mode: Mode, steps: usize, width: usize) -> anyhow::Resul
     let base = memory_stats(device)?.allocated_bytes;
     let start = Instant::now();
     let mut last = Tensor::zeros(&[], DType::F32, device)?;
+    let (half, enabled) = match mode {
+        Mode::F32 => (DType::BF16, false),
+        Mode::Bf16 => (DType::BF16, true),
+        Mode::F16Scaled => (DType::F16, true),
+    };
     for _ in 0..steps {
         let loss = {
-            let _ac = match mode {
-                Mode::F32 => None,
-                Mode::Bf16 => Some(autocast(device, DType::BF16)?),
-                Mode::F16Scaled => Some(autocast(device, DType::F16)?),
-            };
+            // PyTorch's `autocast(device, dtype, enabled=...)`: one code path for every mode.
+            let _ac = autocast_with(device, half, enabled)?;
             model.forward(&x)?.cross_entropy(&y, CrossEntropy::default())?
         };
         match mode {

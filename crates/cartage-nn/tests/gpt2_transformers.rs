@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use cartage::prelude::*;
-use cartage::{Activation, Error, ErrorKind, load_safetensors};
+use cartage::{Epilogue, Error, ErrorKind, load_safetensors};
 use cartage_nn::models::{Gpt, gpt2_config_from_json, gpt2_state_dict};
 use cartage_nn::{LoadOptions, Module, ParamStore};
 
@@ -34,7 +34,7 @@ fn transformers_logits_and_greedy_tokens_are_reproduced() -> Result<()> {
         let (store, model) = Gpt::from_transformers(fixture(), &device)?;
         assert!(!store.is_training(), "a loaded model is in evaluation mode");
         let config = model.config();
-        assert!(config.tied_embeddings && config.activation == Activation::GeluTanh);
+        assert!(config.tied_embeddings && config.activation == Epilogue::GeluTanh);
         assert!(store.get("head.weight").is_none(), "the head reads the token table");
         let _guard = cartage::no_grad();
         let ids = prompt.to(&device)?;

@@ -294,3 +294,21 @@ fn a_small_model_learns_on_every_device() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn rms_norm_layer_without_eps_uses_the_dtype_machine_epsilon() -> Result<()> {
+    // nn.RMSNorm(dim, eps=None): eps = torch.finfo(x.dtype).eps (2⁻²³ for f32).
+    let cpu = Device::cpu();
+    let store = ParamStore::new(&cpu);
+    let norm = RmsNorm::new(&store.root().sub("rms"), 4, None)?;
+    let data = [1e-4f32, -2e-4, 3e-4, 5e-5];
+    let got = norm
+        .forward(&Tensor::from_slice(&data, &[1, 4], &cpu)?)?
+        .to_vec::<f32>()?;
+    let ms = data.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / 4.0;
+    for (g, v) in got.iter().zip(data) {
+        let want = v as f64 / (ms + 2f64.powi(-23)).sqrt();
+        assert!((*g as f64 - want).abs() < 1e-4 * (1.0 + want.abs()), "{got:?}");
+    }
+    Ok(())
+}

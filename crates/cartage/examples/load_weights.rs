@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use cartage::memory::{Optimizer, TrainingEstimate};
 use cartage::prelude::*;
-use cartage::{Activation, load_safetensors, save_safetensors};
+use cartage::{Epilogue, load_safetensors, save_safetensors};
 
 /// A small model's weights, created on `device`: two f32 layers (weights `[out, in]`, as PyTorch
 /// and `cartage_nn::layers::Linear` store them), a bf16 embedding, an i64 vocabulary index and a
@@ -72,8 +72,8 @@ fn main() -> anyhow::Result<()> {
     }
     let x = Tensor::randn(&[4, 64], DType::F32, 9, &device)?;
     // y = x·Wᵀ + b, with the activation fused where the backend can.
-    let hidden = x.linear(&weights["fc1.weight"], Some(&weights["fc1.bias"]), Activation::Relu)?;
-    let logits = hidden.linear(&weights["fc2.weight"], Some(&weights["fc2.bias"]), Activation::Identity)?;
+    let hidden = x.linear(&weights["fc1.weight"], Some(&weights["fc1.bias"]), Epilogue::Relu)?;
+    let logits = hidden.linear(&weights["fc2.weight"], Some(&weights["fc2.bias"]), Epilogue::Identity)?;
     println!("forward pass on {device}: logits {:?}", logits.shape());
     Ok(())
 }

@@ -21,13 +21,13 @@ use cartage::{reset_stats, stats};
 const STEPS: u64 = 48;
 
 /// One step of a toy regression: a batch, a prediction, a loss on the device.
-fn step_loss(device: &Device, weights: &Var, step: u64) -> cartage::Result<Tensor> {
+fn step_loss(device: &Device, weights: &Tensor, step: u64) -> cartage::Result<Tensor> {
     let inputs = Tensor::randn(&[256, 64], DType::F32, step, device)?;
-    let error = inputs.matmul(&weights.tensor())?.sub_scalar(1.0)?;
+    let error = inputs.matmul(weights)?.sub_scalar(1.0)?;
     error.mul(&error)?.mean_all()
 }
 
-fn leaky(device: &Device, weights: &Var, svg: &PathBuf) -> anyhow::Result<()> {
+fn leaky(device: &Device, weights: &Tensor, svg: &PathBuf) -> anyhow::Result<()> {
     let mut tracker = MemoryTracker::new(device);
     let mut losses = Vec::new(); // the leak: every step's loss is kept
     let mut printed = 0.0;
@@ -47,7 +47,7 @@ fn leaky(device: &Device, weights: &Var, svg: &PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn fixed(device: &Device, weights: &Var, svg: &PathBuf) -> anyhow::Result<()> {
+fn fixed(device: &Device, weights: &Tensor, svg: &PathBuf) -> anyhow::Result<()> {
     let mut tracker = MemoryTracker::new(device);
     let mut total = Tensor::zeros(&[], DType::F32, device)?;
     for step in 0..STEPS {
@@ -72,7 +72,8 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&out)?;
     println!("device: {device}\n");
-    let weights = Var::new(Tensor::randn(&[64, 1], DType::F32, 0, &device)?)?;
+    // A leaf that gradients are computed for (PyTorch's `requires_grad_()`).
+    let weights = Tensor::randn(&[64, 1], DType::F32, 0, &device)?.requires_grad_()?;
 
     reset_stats();
     leaky(&device, &weights, &out.join("cartage-leak.svg"))?;

@@ -50,7 +50,9 @@ pub use autograd::{
     GradHook, GradHookId, Gradients, GraphMemory, NoGradGuard, Var, VarId, graph_memory, is_grad_enabled,
     live_graph_nodes, no_grad, saved_activation_bytes,
 };
+#[allow(deprecated)]
 pub use cartage_core::Activation;
+pub use cartage_core::Epilogue;
 pub use cartage_core::error::ErrorKind;
 pub use cartage_core::{AdamUpdate, SgdUpdate, UpdateKind, UpdateRule};
 pub use cartage_core::{
@@ -75,7 +77,7 @@ pub use runtime::{
 };
 pub use safetensors_io::{SafetensorsFile, load_safetensors, save_safetensors, save_safetensors_with_metadata};
 pub use tensor::create::NestedArray;
-pub use tensor::nn::{Conv2d, CrossEntropy, Reduction};
+pub use tensor::nn::{Conv2dOptions, CrossEntropy, Reduction};
 pub use tensor::slicing::{ShapeArg, ShapeInt, SliceArg, SliceBound, SliceItem, SliceSpec, s};
 pub use tensor::{LerpWeight, NormOrd, Storage, Tensor};
 

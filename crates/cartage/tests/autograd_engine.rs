@@ -209,3 +209,67 @@ fn ties_and_full_dropout_have_pytorchs_gradients() -> Result<()> {
     assert_eq!(x.grad().unwrap().to_vec::<f32>()?, vec![0.0; 3]);
     Ok(())
 }
+
+#[test]
+fn backward_with_a_gradient_gives_the_vector_jacobian_product() -> Result<()> {
+    // y = [w0·w1, w1², sin(w0)], backward(v): ∂/∂w0 = v0·w1 + v2·cos(w0),
+    // ∂/∂w1 = v0·w0 + 2·v1·w1 (PyTorch's y.backward(gradient=v)).
+    let (w0, w1) = (0.7f64, -1.3f64);
+    let v = [1.0f64, 2.0, -3.0];
+    let w = Var::new(Tensor::from_slice(&[w0, w1], &[2], &cpu())?)?;
+    let t = w.tensor();
+    let (a, b) = (t.narrow(0, 0, 1)?, t.narrow(0, 1, 1)?);
+    let y = Tensor::cat(&[&a.mul(&b)?, &b.square()?, &a.sin()?], 0)?;
+    assert_eq!(y.shape(), &[3]);
+    let seed = Tensor::from_slice(&v, &[3], &cpu())?;
+    let grads = y.backward_with(Some(&seed), true)?;
+    let got = grads.get(&w).unwrap().to_vec::<f64>()?;
+    let want = [v[0] * w1 + v[2] * w0.cos(), v[0] * w0 + 2.0 * v[1] * w1];
+    for (g, e) in got.iter().zip(want) {
+        assert!((g - e).abs() < 1e-12, "{got:?} vs {want:?}");
+    }
+    // A gradient of another shape is a typed error naming both shapes, and changes nothing.
+    let before = w.grad().unwrap().to_vec::<f64>()?;
+    let wrong = Tensor::from_slice(&v[..2], &[2], &cpu())?;
+    let err = y.backward_with(Some(&wrong), false).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShapeMismatch, "{err}");
+    assert!(
+        err.to_string().contains("[3]") && err.to_string().contains("[2]"),
+        "{err}"
+    );
+    assert_eq!(w.grad().unwrap().to_vec::<f64>()?, before);
+    Ok(())
+}
+
+#[test]
+fn requires_grad_makes_a_leaf_used_without_var_tensor() -> Result<()> {
+    let x = Tensor::from_slice(&[3.0f32, 4.0], &[2], &cpu())?;
+    let w = Tensor::from_slice(&[1.0f32, -2.0], &[2], &cpu())?.requires_grad_()?;
+    assert!(w.requires_grad());
+    // loss = Σ w² · x: ∂/∂w = 2·w·x.
+    w.square()?.mul(&x)?.sum_all()?.backward()?;
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![6.0, -16.0]);
+    let var = w.as_var().expect("a leaf knows its variable");
+    assert_eq!(Tensor::from(&var).grad().unwrap().to_vec::<f32>()?, vec![6.0, -16.0]);
+    // The leaf shares the variable's memory: a value written with `Var::set` is what the next
+    // forward pass through the same tensor reads.
+    var.zero_grad();
+    var.set(Tensor::from_slice(&[0.5f32, 0.5], &[2], &cpu())?)?;
+    w.square()?.mul(&x)?.sum_all()?.backward()?;
+    assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![3.0, 4.0]);
+    // Only floats; an already recorded tensor becomes a leaf of its own.
+    let ids = Tensor::from_slice(&[1i64], &[1], &cpu())?;
+    assert_eq!(ids.clone().requires_grad_().unwrap_err().kind(), ErrorKind::WrongDType);
+    assert_eq!(Var::try_from(ids).err().unwrap().kind(), ErrorKind::WrongDType);
+    let computed = w.mul_scalar(2.0)?;
+    let leaf = computed.clone().requires_grad_()?;
+    assert!(leaf.grad_fn().is_none() && leaf.as_var().unwrap().id() != var.id());
+    leaf.sum_all()?.backward()?;
+    assert_eq!(leaf.grad().unwrap().to_vec::<f32>()?, vec![1.0, 1.0]);
+    assert_eq!(
+        w.grad().unwrap().to_vec::<f32>()?,
+        vec![3.0, 4.0],
+        "nothing flowed back to w"
+    );
+    Ok(())
+}

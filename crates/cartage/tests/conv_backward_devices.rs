@@ -11,7 +11,7 @@
 
 mod common;
 
-use cartage::{Conv2d, DType, Device, DeviceKind, Op, Result, Tensor, Var};
+use cartage::{Conv2dOptions, DType, Device, DeviceKind, Op, Result, Tensor, Var};
 
 /// One convolution and how its operands reach it.
 struct Case {
@@ -20,15 +20,15 @@ struct Case {
     x: &'static [usize],
     w: [usize; 4],
     bias: bool,
-    opts: Conv2d,
+    opts: Conv2dOptions,
     /// The input is a permuted view of a dense `[N, H, W, C]` variable.
     channels_last: bool,
     /// The loss reads the output through a permutation, so its gradient arrives strided.
     strided_grad: bool,
 }
 
-fn opts(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Conv2d {
-    Conv2d {
+fn opts(stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups: usize) -> Conv2dOptions {
+    Conv2dOptions {
         stride,
         padding,
         dilation,

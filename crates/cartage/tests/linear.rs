@@ -6,7 +6,7 @@
 
 mod common;
 
-use cartage::{Activation, DType, Device, ErrorKind, Op, Result, Tensor, Var};
+use cartage::{DType, Device, Epilogue, ErrorKind, Op, Result, Tensor, Var};
 
 fn cpu() -> Device {
     Device::cpu()
@@ -40,17 +40,17 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
 
 /// The composed result, forced by a weight that requires a gradient (the fused kernel records
 /// itself only without an activation, so the reference is built from the ops themselves).
-fn composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Activation) -> Result<Tensor> {
+fn composed(x: &Tensor, w: &Tensor, b: Option<&Tensor>, act: Epilogue) -> Result<Tensor> {
     let w = Var::new(w.clone())?.tensor();
     let mut y = x.matmul(&w.t()?)?;
     if let Some(b) = b {
         y = y.add(b)?;
     }
     match act {
-        Activation::Identity => Ok(y),
-        Activation::Relu => y.relu(),
-        Activation::Gelu => y.gelu(),
-        Activation::GeluTanh => x.linear(&w, b, act),
+        Epilogue::Identity => Ok(y),
+        Epilogue::Relu => y.relu(),
+        Epilogue::Gelu => y.gelu(),
+        Epilogue::GeluTanh => x.linear(&w, b, act),
     }
 }
 
@@ -62,7 +62,7 @@ fn the_fused_cpu_kernel_matches_the_composed_ops() -> Result<()> {
             .supports(Op::Linear, DType::F32)
     );
     let (x, w, b) = operands(&cpu(), DType::F32)?;
-    for act in Activation::ALL {
+    for act in Epilogue::ALL {
         for bias in [None, Some(&b)] {
             let fused = x.linear(&w, bias, act)?;
             assert_eq!(fused.shape(), &[2, 3, 5]);
@@ -83,8 +83,8 @@ fn the_fused_cpu_kernel_matches_the_composed_ops() -> Result<()> {
 fn the_two_gelus_differ_as_their_formulas_do() -> Result<()> {
     let x = Tensor::new([[2.0f32]], &cpu())?;
     let one = Tensor::new([[1.0f32]], &cpu())?;
-    let exact = x.linear(&one, None, Activation::Gelu)?.to_vec2::<f32>()?[0][0];
-    let tanh = x.linear(&one, None, Activation::GeluTanh)?.to_vec2::<f32>()?[0][0];
+    let exact = x.linear(&one, None, Epilogue::Gelu)?.to_vec2::<f32>()?[0][0];
+    let tanh = x.linear(&one, None, Epilogue::GeluTanh)?.to_vec2::<f32>()?[0][0];
     assert!((exact - 1.954_499_7).abs() < 1e-5, "{exact}");
     assert!((tanh - 1.954_597_6).abs() < 1e-5, "{tanh}");
     Ok(())
@@ -94,11 +94,11 @@ fn the_two_gelus_differ_as_their_formulas_do() -> Result<()> {
 fn gradients_flow_through_the_composed_path() -> Result<()> {
     let (x, w, b) = operands(&cpu(), DType::F32)?;
     let (wv, bv) = (Var::new(w.clone())?, Var::new(b.clone())?);
-    let y = x.linear(&wv.tensor(), Some(&bv.tensor()), Activation::Relu)?;
+    let y = x.linear(&wv.tensor(), Some(&bv.tensor()), Epilogue::Relu)?;
     let grads = y.sum_all()?.backward()?;
     let gb = values(grads.get(&bv).expect("the bias has a gradient"))?;
     // d(sum relu(z))/db_j counts the rows where z_j > 0.
-    let z = values(&x.linear(&w, Some(&b), Activation::Identity)?)?;
+    let z = values(&x.linear(&w, Some(&b), Epilogue::Identity)?)?;
     for (j, g) in gb.iter().enumerate() {
         let positive = z.iter().skip(j).step_by(5).filter(|v| **v > 0.0).count() as f32;
         assert_eq!(*g, positive, "bias gradient {j}");
@@ -117,7 +117,7 @@ fn the_recorded_fused_kernel_has_the_composed_gradients() -> Result<()> {
         let (xv, wv, bv) = (Var::new(x.clone())?, Var::new(w.clone())?, Var::new(b.clone())?);
         let y = if fused {
             xv.tensor()
-                .linear(&wv.tensor(), Some(&bv.tensor()), Activation::Identity)?
+                .linear(&wv.tensor(), Some(&bv.tensor()), Epilogue::Identity)?
         } else {
             xv.tensor().matmul(&wv.tensor().t()?)?.add(&bv.tensor())?
         };
@@ -144,7 +144,7 @@ fn autocast_lowers_the_bias_with_the_product() -> Result<()> {
     let (wv, bv) = (Var::new(w)?, Var::new(b)?);
     let y = {
         let _ac = cartage::autocast(&cpu(), DType::BF16)?;
-        x.linear(&wv.tensor(), Some(&bv.tensor()), Activation::Identity)?
+        x.linear(&wv.tensor(), Some(&bv.tensor()), Epilogue::Identity)?
     };
     assert_eq!(y.dtype(), DType::BF16, "the output stays in the autocast dtype");
     let grads = y.to_dtype(DType::F32)?.sum_all()?.backward()?;
@@ -159,15 +159,13 @@ fn autocast_lowers_the_bias_with_the_product() -> Result<()> {
 #[test]
 fn bad_shapes_are_errors_that_name_the_operands() -> Result<()> {
     let (x, w, b) = operands(&cpu(), DType::F32)?;
-    let err = x.linear(&w.t()?, None, Activation::Identity).unwrap_err();
+    let err = x.linear(&w.t()?, None, Epilogue::Identity).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShapeMismatch, "{err}");
     assert!(err.to_string().contains("transposed"), "{err}");
-    let err = x
-        .linear(&w, Some(&b.narrow(0, 0, 4)?), Activation::Identity)
-        .unwrap_err();
+    let err = x.linear(&w, Some(&b.narrow(0, 0, 4)?), Epilogue::Identity).unwrap_err();
     assert!(err.to_string().contains("bias"), "{err}");
     let ints = Tensor::zeros(&[2, 17], DType::I32, &cpu())?;
-    assert!(ints.linear(&ints, None, Activation::Identity).is_err());
+    assert!(ints.linear(&ints, None, Epilogue::Identity).is_err());
     Ok(())
 }
 
@@ -190,7 +188,7 @@ fn gpus_match_the_cpu() -> Result<()> {
             }
             let (x, w, b) = operands(&device, dtype)?;
             let (xc, wc, bc) = operands(&cpu(), DType::F32)?;
-            for act in Activation::ALL {
+            for act in Epilogue::ALL {
                 let got = values(&x.linear(&w, Some(&b), act)?)?;
                 let want = values(&xc.linear(&wc, Some(&bc), act)?)?;
                 assert_close(&format!("{device} {dtype} {}", act.name()), &got, &want, tol);

@@ -7,7 +7,7 @@
 mod common;
 mod nn_reference;
 
-use cartage::tensor::nn::{Conv2d, CrossEntropy, Reduction};
+use cartage::tensor::nn::{Conv2dOptions, CrossEntropy, Reduction};
 use cartage::{DType, Device, Error, Generator, Result, Tensor, backend};
 use nn_reference::*;
 
@@ -97,6 +97,43 @@ fn layer_norm_and_rms_norm_match_the_reference() -> Result<()> {
         let want = norm_reference(&data, d, Some(&w), None, eps, true);
         assert_close(&format!("{device} strided rms_norm"), &got.to_vec()?, &want, 1e-4);
     }
+    Ok(())
+}
+
+#[test]
+fn rms_norm_without_eps_uses_the_dtype_machine_epsilon() -> Result<()> {
+    // PyTorch's F.rms_norm(eps=None): eps = torch.finfo(x.dtype).eps, 2⁻²³ for f32, 2⁻⁵² for
+    // f64, 2⁻⁷ for bf16. The inputs are small enough that eps changes the result.
+    let rms = |x: &[f64], eps: f64| -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        x.iter().map(|v| v / (ms + eps).sqrt()).collect()
+    };
+    let f32_data = [1e-4f32, -2e-4, 3e-4, 5e-5];
+    let f32_host: Vec<f64> = f32_data.iter().map(|&v| v as f64).collect();
+    let f32_want = rms(&f32_host, 2f64.powi(-23));
+    // The default is not some fixed eps: with PyTorch's layer default (1e-5) the values differ.
+    assert!((rms(&f32_host, 1e-5)[0] - f32_want[0]).abs() > 0.1);
+    for device in devices("ops_nn/rms_norm_default_eps") {
+        let x = tensor(&f32_data, &[1, 4], &device)?;
+        let got = x.rms_norm(None, None)?.to_vec::<f32>()?;
+        assert_close(&format!("{device} f32 default eps"), &got, &f32_want, 1e-4);
+    }
+    let cpu = Device::cpu();
+    let f64_data = [1e-9f64, -2e-9, 3e-9, 5e-10];
+    let f64_x = Tensor::from_slice(&f64_data, &[4], &cpu)?;
+    let got = f64_x.rms_norm(None, None)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    let f64_want = rms(&f64_data, 2f64.powi(-52));
+    assert!((rms(&f64_data, 0.0)[0] - f64_want[0]).abs() > 0.1);
+    assert_close("cpu f64 default eps", &got, &f64_want, 1e-6);
+    let bf16_data = [0.0625f64, -0.125, 0.03125, 0.0];
+    let x = Tensor::from_slice(&bf16_data, &[4], &cpu)?.to_dtype(DType::BF16)?;
+    let got = x.rms_norm(None, None)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    let bf16_want = rms(&bf16_data, 2f64.powi(-7));
+    assert!((rms(&bf16_data, 2f64.powi(-23))[0] - bf16_want[0]).abs() > 0.1);
+    assert_close("cpu bf16 default eps", &got, &bf16_want, 1e-2);
+    // An explicit eps still wins.
+    let explicit = f64_x.rms_norm(None, 0.0)?.to_dtype(DType::F32)?.to_vec::<f32>()?;
+    assert_close("cpu f64 eps 0", &explicit, &rms(&f64_data, 0.0), 1e-6);
     Ok(())
 }
 
@@ -344,14 +381,14 @@ fn dropout_refuses_bad_probabilities() -> Result<()> {
 
 #[test]
 fn conv2d_matches_the_reference() -> Result<()> {
-    let opts = |stride, padding, dilation, groups| Conv2d {
+    let opts = |stride, padding, dilation, groups| Conv2dOptions {
         stride,
         padding,
         dilation,
         groups,
     };
     // (input shape, weight shape, options, with bias)
-    let cases: Vec<([usize; 4], [usize; 4], Conv2d, bool)> = vec![
+    let cases: Vec<([usize; 4], [usize; 4], Conv2dOptions, bool)> = vec![
         ([2, 3, 7, 6], [4, 3, 3, 2], opts([1, 1], [0, 0], [1, 1], 1), true),
         ([2, 3, 7, 6], [4, 3, 3, 2], opts([2, 1], [1, 2], [1, 2], 1), true),
         ([1, 2, 5, 5], [3, 2, 3, 3], opts([2, 2], [1, 1], [2, 2], 1), false),
@@ -431,7 +468,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
     let cpu = Device::cpu();
     let x = Tensor::zeros(&[1, 3, 5, 5], DType::F32, &cpu)?;
     let w4 = Tensor::zeros(&[2, 4, 3, 3], DType::F32, &cpu)?;
-    let err = x.conv2d(&w4, None, Conv2d::default()).unwrap_err();
+    let err = x.conv2d(&w4, None, Conv2dOptions::default()).unwrap_err();
     assert!(matches!(err, Error::ShapeMismatch { op: "conv2d", .. }), "{err}");
     assert!(
         err.to_string()
@@ -444,7 +481,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
         .conv2d(
             &big,
             None,
-            Conv2d {
+            Conv2dOptions {
                 padding: [1, 1],
                 ..Default::default()
             },
@@ -458,7 +495,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
         .conv2d(
             &dilated,
             None,
-            Conv2d {
+            Conv2dOptions {
                 dilation: [1, 3],
                 ..Default::default()
             },
@@ -467,7 +504,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
     assert!(err.to_string().contains("spans 7 along the width"), "{err}");
 
     let w = Tensor::zeros(&[4, 1, 3, 3], DType::F32, &cpu)?;
-    let groups = |groups| Conv2d {
+    let groups = |groups| Conv2dOptions {
         groups,
         ..Default::default()
     };
@@ -489,7 +526,7 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
         x.conv2d(&w, None, groups(0)),
         Err(Error::InvalidArgument { .. })
     ));
-    let stride0 = Conv2d {
+    let stride0 = Conv2dOptions {
         stride: [0, 1],
         ..Default::default()
     };
@@ -500,33 +537,36 @@ fn conv2d_refuses_bad_shapes() -> Result<()> {
             .to_string()
             .contains("stride (0)")
     );
-    let huge = Conv2d {
+    let huge = Conv2dOptions {
         padding: [usize::MAX / 2, 0],
         ..Default::default()
     };
     assert!(matches!(x.conv2d(&w3, None, huge), Err(Error::ShapeMismatch { .. })));
     // An empty batch is not an error: an empty output of the right shape.
     let empty = Tensor::zeros(&[0, 3, 5, 5], DType::F32, &cpu)?;
-    assert_eq!(empty.conv2d(&w3, None, Conv2d::default())?.shape(), &[0, 2, 3, 3]);
+    assert_eq!(
+        empty.conv2d(&w3, None, Conv2dOptions::default())?.shape(),
+        &[0, 2, 3, 3]
+    );
     assert_eq!(empty.max_pool2d([2, 2], [2, 2], [0, 0])?.shape(), &[0, 3, 2, 2]);
 
     let bias = Tensor::zeros(&[3], DType::F32, &cpu)?;
-    let err = x.conv2d(&w3, Some(&bias), Conv2d::default()).unwrap_err();
+    let err = x.conv2d(&w3, Some(&bias), Conv2dOptions::default()).unwrap_err();
     assert!(err.to_string().contains("the bias must be [2]"), "{err}");
     let flat = Tensor::zeros(&[3, 5], DType::F32, &cpu)?;
     assert!(matches!(
-        flat.conv2d(&w3, None, Conv2d::default()),
+        flat.conv2d(&w3, None, Conv2dOptions::default()),
         Err(Error::ShapeMismatch { .. })
     ));
     let ints = Tensor::zeros(&[1, 3, 5, 5], DType::I32, &cpu)?;
     let wi = Tensor::zeros(&[2, 3, 3, 3], DType::I32, &cpu)?;
     assert!(matches!(
-        ints.conv2d(&wi, None, Conv2d::default()),
+        ints.conv2d(&wi, None, Conv2dOptions::default()),
         Err(Error::WrongDType { .. })
     ));
     let w64 = Tensor::zeros(&[2, 3, 3, 3], DType::F64, &cpu)?;
     assert!(matches!(
-        x.conv2d(&w64, None, Conv2d::default()),
+        x.conv2d(&w64, None, Conv2dOptions::default()),
         Err(Error::DTypeMismatch { .. })
     ));
     Ok(())
@@ -868,7 +908,7 @@ fn nn_ops_never_read_back_to_the_host() -> Result<()> {
         logits.cross_entropy(&target, CrossEntropy::default())?,
         logits.log_softmax(-1)?.nll_loss(&target, CrossEntropy::default())?,
         x.dropout(0.5, &mut rng, true)?,
-        x.conv2d(&w, None, Conv2d::default())?,
+        x.conv2d(&w, None, Conv2dOptions::default())?,
         x.max_pool2d([2, 2], [2, 2], [1, 1])?,
         x.avg_pool2d([3, 3], [1, 1], [1, 1], false)?,
         Tensor::scaled_dot_product_attention(&q, &q, &q, None, true, None)?,
@@ -900,7 +940,7 @@ fn nn_ops_keep_f64_precision() -> Result<()> {
         let (xs, ws) = ([2, 4, 6, 5], [6, 2, 3, 2]);
         let xd = values(xs.iter().product(), 90);
         let wd = values(ws.iter().product(), 91);
-        let opts = Conv2d {
+        let opts = Conv2dOptions {
             stride: [2, 1],
             padding: [1, 1],
             dilation: [1, 2],

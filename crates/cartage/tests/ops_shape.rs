@@ -430,16 +430,21 @@ fn tril_and_triu_match_the_host() -> Result<()> {
                     }
                 })
                 .collect();
-            assert_eq!(x.tril(k)?.to_vec::<i64>()?, lower, "tril({k}) on {d}");
-            assert_eq!(x.triu(k)?.to_vec::<i64>()?, upper, "triu({k}) on {d}");
+            assert_eq!(x.tril_with(k)?.to_vec::<i64>()?, lower, "tril({k}) on {d}");
+            assert_eq!(x.triu_with(k)?.to_vec::<i64>()?, upper, "triu({k}) on {d}");
+            if k == 0 {
+                // PyTorch's default diagonal is 0.
+                assert_eq!(x.tril()?.to_vec::<i64>()?, lower, "tril() on {d}");
+                assert_eq!(x.triu()?.to_vec::<i64>()?, upper, "triu() on {d}");
+            }
         }
         // A transposed float input keeps its dtype.
         let f = Tensor::ones(&[3, 2], DType::F32, &d)?.t()?;
-        assert_eq!(f.tril(0)?.to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0, 1.0, 0.0]);
-        assert_eq!(Tensor::zeros(&[0, 3], DType::F32, &d)?.triu(0)?.shape(), &[0, 3]);
+        assert_eq!(f.tril()?.to_vec::<f32>()?, vec![1.0, 0.0, 0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(Tensor::zeros(&[0, 3], DType::F32, &d)?.triu()?.shape(), &[0, 3]);
     }
     let v = Tensor::zeros(&[3], DType::F32, &Device::cpu())?;
-    assert!(matches!(v.tril(0), Err(Error::InvalidArgument { op: "tril", .. })));
+    assert!(matches!(v.tril(), Err(Error::InvalidArgument { op: "tril", .. })));
     Ok(())
 }
 

@@ -1,13 +1,13 @@
 //! `Linear` (the optional fused kernel): where a backend lists it for a dtype, `act(input ·
-//! weightᵀ + bias)` against an f64 reference for every [`Activation`], with and without a bias;
+//! weightᵀ + bias)` against an f64 reference for every [`Epilogue`], with and without a bias;
 //! contiguous, transposed, narrowed and offset inputs and weights (the weight contiguous [N, K]
 //! as `nn.Linear` stores it, or a transposed [K, N] buffer); a bias that is dense, strided
 //! (stride 2) or broadcast (stride 0); one row (a GEMV), odd sizes and `K = 0` (the bias alone).
 //! Dtypes not listed are refused with `Unsupported`.
 
-use crate::activation::Activation;
 use crate::backend::MatmulPrecision;
 use crate::dtype::DType;
+use crate::epilogue::Epilogue;
 use crate::kernel::{Kernel, Op};
 use crate::layout::Layout;
 
@@ -28,13 +28,13 @@ struct Case {
 }
 
 /// The activation of `x` in f64.
-pub fn activate(activation: Activation, x: f64) -> f64 {
+pub fn activate(activation: Epilogue, x: f64) -> f64 {
     match activation {
-        Activation::Identity => x,
-        Activation::Relu if x.is_nan() => x,
-        Activation::Relu => x.max(0.0),
-        Activation::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-        Activation::GeluTanh => {
+        Epilogue::Identity => x,
+        Epilogue::Relu if x.is_nan() => x,
+        Epilogue::Relu => x.max(0.0),
+        Epilogue::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        Epilogue::GeluTanh => {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
         }
@@ -60,7 +60,7 @@ fn roundoff(dtype: DType) -> f64 {
     }
 }
 
-fn linear_case(h: &Harness, dtype: DType, activation: Activation, c: Case) {
+fn linear_case(h: &Harness, dtype: DType, activation: Epilogue, c: Case) {
     let spec = Spec::new((-1.0, 1.0), (-3, 3));
     let input = h.operand(dtype, c.input, &[c.m, c.k], spec);
     let weight = h.operand(dtype, c.weight, &[c.n, c.k], spec);
@@ -116,7 +116,7 @@ fn linear_case(h: &Harness, dtype: DType, activation: Activation, c: Case) {
             // before the epilogue, carried through an activation whose slope is at most 1.13;
             // a fused tanh may be the hardware approximation (relative 2^-11).
             let before = 4.0 * eps * (c.k as f64).sqrt() * squares.sqrt() + u * (sum.abs() + pre.abs());
-            let tanh = if activation == Activation::GeluTanh {
+            let tanh = if activation == Epilogue::GeluTanh {
                 2f64.powi(-11) * 0.5 * pre.abs()
             } else {
                 0.0
@@ -161,13 +161,13 @@ pub fn linear(h: &Harness) {
                 input: a.contiguous(&[2, 2]),
                 weight: a.contiguous(&[2, 2]),
                 bias: None,
-                activation: Activation::Identity,
+                activation: Epilogue::Identity,
                 out: out.contiguous(&[2, 2]),
             };
             h.expect_unsupported(&format!("linear {dtype}"), &kernel);
             continue;
         }
-        for activation in Activation::ALL {
+        for activation in Epilogue::ALL {
             for c in cases {
                 linear_case(h, dtype, activation, c);
             }

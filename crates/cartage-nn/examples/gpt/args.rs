@@ -36,6 +36,10 @@ pub struct Args {
     pub temperature: f64,
     pub top_k: usize,
     pub seed: u64,
+    /// `--device`: where to train (else `CARTAGE_DEVICE`, else the best device found).
+    pub device: Option<String>,
+    /// `--save`: a safetensors file for the trained parameters' state dict.
+    pub save: Option<PathBuf>,
 }
 
 /// The help text (`--help`).
@@ -58,7 +62,9 @@ flags (defaults in brackets):
   --generate N       characters to generate [300]
   --temperature X    sampling temperature [0.8]
   --top-k N          sample among the N likeliest characters, 0 for all [0]
-  --seed N           initialisation, batches and sampling [0]";
+  --seed N           initialisation, batches and sampling [0]
+  --device DEV       cpu, cuda:N or wgpu:N [CARTAGE_DEVICE, else the best device found]
+  --save FILE        write the trained parameters as a safetensors state dict [not written]";
 
 impl Default for Args {
     fn default() -> Self {
@@ -79,6 +85,8 @@ impl Default for Args {
             temperature: 0.8,
             top_k: 0,
             seed: 0,
+            device: None,
+            save: None,
         }
     }
 }
@@ -123,6 +131,8 @@ impl Args {
             "--temperature" => self.temperature = number(flag, value)?,
             "--top-k" => self.top_k = number(flag, value)?,
             "--seed" => self.seed = number(flag, value)?,
+            "--device" => self.device = Some(value.to_string()),
+            "--save" => self.save = Some(PathBuf::from(value)),
             _ => bail!("unknown flag `{flag}` (see --help)"),
         }
         Ok(())

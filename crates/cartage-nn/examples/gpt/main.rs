@@ -1,14 +1,16 @@
 //! A character-level GPT trained on two Jane Austen novels (`data/austen.txt`, 1.1 MB, 77
-//! distinct characters), on whatever device `Device::pick()` chooses: token and position
-//! embeddings, causal `TransformerBlock`s, a final `LayerNorm` and a `Linear` head, trained with
-//! AdamW under a warm-up + cosine schedule, gradients clipped on the device, batches of random
-//! (context, next character) windows fed through `PrefetchLoader`, and bf16 autocast on CUDA.
+//! distinct characters), on the device `--device` names (else whatever `Device::pick()`
+//! chooses): token and position embeddings, causal `TransformerBlock`s, a final `LayerNorm` and a
+//! `Linear` head, trained with AdamW under a warm-up + cosine schedule, gradients clipped on the
+//! device, batches of random (context, next character) windows fed through `PrefetchLoader`, and
+//! bf16 autocast on CUDA.
 //!
 //! The last 10% of the text is held out. Every `--eval-every` steps the run prints the training
 //! and validation losses, tokens per second and the peak device memory; at the end it samples
 //! text from a prompt, and writes the loss curve (`loss.svg`) and the sample (`sample.txt`) to
-//! `--out`. It fails unless the final validation loss is below the text's unigram entropy, the
-//! loss of a model that learned nothing from context.
+//! `--out` (with `--save FILE`, the trained parameters too, as a safetensors state dict). It
+//! fails unless the final validation loss is below the text's unigram entropy, the loss of a
+//! model that learned nothing from context.
 //!
 //! ```text
 //! CARTAGE_DEVICE=cuda:0 cargo run --release -p cartage-nn --features cuda --example gpt
@@ -24,6 +26,7 @@ mod train;
 
 use anyhow::ensure;
 use cartage::prelude::*;
+use cartage::runtime::pick_named;
 use cartage::{format_bytes, memory_stats};
 use cartage_nn::ParamStore;
 
@@ -72,7 +75,11 @@ fn main() -> anyhow::Result<()> {
         println!("{USAGE}");
         return Ok(());
     };
-    let device = Device::pick()?;
+    // `--device` wins over CARTAGE_DEVICE; a bad value's error names the flag.
+    let device = match &args.device {
+        Some(name) => pick_named(Some(name), "--device")?,
+        None => Device::pick()?,
+    };
     let half = autocast_dtype(args.precision, &device);
     let corpus = Corpus::load()?;
     let unigram = corpus.unigram_entropy();
@@ -126,6 +133,13 @@ fn main() -> anyhow::Result<()> {
     let title = format!("char-level GPT on {device} ({})", shape(&args));
     plot::write_loss_svg(&args.out.join("loss.svg"), &title, &summary.points, unigram)?;
     println!("wrote {}", args.out.join("loss.svg").display());
+    if let Some(path) = &args.save {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        store.save_state_dict(path)?; // PyTorch's `save_file(model.state_dict(), path)`
+        println!("wrote the state dict to {}", path.display());
+    }
 
     let final_val = summary.points.last().map_or(f64::INFINITY, |p| p.val);
     if let Some(best) = summary.points.iter().min_by(|a, b| a.val.total_cmp(&b.val)) {

@@ -42,7 +42,10 @@ impl Trainer<'_> {
             warmup: (args.steps / 10).clamp(1, 100),
             total: args.steps,
         };
-        let mut opt = AdamW::new(self.store, args.lr)?.with((0.9, 0.99), 1e-8, 0.1)?;
+        let mut opt = AdamW::new(self.store, args.lr)?
+            .betas((0.9, 0.99))?
+            .eps(1e-8)?
+            .weight_decay(0.1)?;
         let mut scaler = (self.half == Some(DType::F16)).then(GradScaler::new);
         let val = validation_batches(&corpus.val, args.batch, args.context, args.eval_batches)?;
         let batches = training_batches(corpus.train.clone(), args.batch, args.context, args.steps, args.seed)?;

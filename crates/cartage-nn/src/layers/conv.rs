@@ -1,6 +1,6 @@
 //! [`Conv2d`]: 2-D convolution with a learned kernel.
 
-use cartage::tensor::nn::Conv2d as ConvOptions;
+use cartage::tensor::nn::Conv2dOptions;
 use cartage::{DType, Generator, Result, Tensor, Var};
 
 use super::{uniform, wrong_input};
@@ -11,7 +11,7 @@ use crate::{Module, Scope};
 pub struct Conv2d {
     weight: Var,
     bias: Option<Var>,
-    options: ConvOptions,
+    options: Conv2dOptions,
     in_channels: usize,
 }
 
@@ -22,7 +22,7 @@ impl Conv2d {
         in_channels: usize,
         out_channels: usize,
         kernel: [usize; 2],
-        options: ConvOptions,
+        options: Conv2dOptions,
         bias: bool,
         rng: &mut Generator,
     ) -> Result<Conv2d> {

@@ -1,6 +1,6 @@
 //! [`Linear`]: `y = x·Wᵀ + b`.
 
-use cartage::{Activation, DType, Generator, Result, Tensor, Var};
+use cartage::{DType, Epilogue, Generator, Result, Tensor, Var};
 
 use super::{check_last, uniform};
 use crate::{Module, Scope};
@@ -27,7 +27,7 @@ impl Linear {
             .as_ref()
             .map(|b| b.tensor().narrow(0, start, len))
             .transpose()?;
-        x.linear(&w, b.as_ref(), Activation::Identity)
+        x.linear(&w, b.as_ref(), Epilogue::Identity)
     }
 
     /// A layer whose parameters are `scope.weight` and `scope.bias`, in f32.
@@ -76,7 +76,7 @@ impl Linear {
 impl Linear {
     /// `activation(x·Wᵀ + b)` in one fused call where the backend has it
     /// ([`Tensor::linear`]).
-    pub fn forward_with(&self, x: &Tensor, activation: Activation) -> Result<Tensor> {
+    pub fn forward_with(&self, x: &Tensor, activation: Epilogue) -> Result<Tensor> {
         check_last("Linear", x, 1, self.in_features)?;
         let b = self.bias.as_ref().map(Var::tensor);
         x.linear(&self.weight.tensor(), b.as_ref(), activation)
@@ -85,6 +85,6 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_with(x, Activation::Identity)
+        self.forward_with(x, Epilogue::Identity)
     }
 }

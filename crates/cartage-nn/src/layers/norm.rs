@@ -96,15 +96,16 @@ impl Module for LayerNorm {
 /// RMS normalisation over the last dimension, with a weight (ones).
 pub struct RmsNorm {
     weight: Var,
-    eps: f64,
+    eps: Option<f64>,
 }
 
 impl RmsNorm {
-    /// Over the last `dim` elements, with `eps`.
-    pub fn new(scope: &Scope, dim: usize, eps: f64) -> Result<RmsNorm> {
+    /// Over the last `dim` elements, with `eps`; `None` is PyTorch's `nn.RMSNorm(eps=None)`: the
+    /// machine epsilon of the input's dtype (`DType::eps`).
+    pub fn new(scope: &Scope, dim: usize, eps: impl Into<Option<f64>>) -> Result<RmsNorm> {
         Ok(RmsNorm {
             weight: scope.var("weight", Tensor::ones(&[dim], DType::F32, &scope.device())?)?,
-            eps,
+            eps: eps.into(),
         })
     }
 }

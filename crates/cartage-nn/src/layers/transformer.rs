@@ -1,6 +1,6 @@
 //! [`TransformerBlock`]: a pre-norm transformer layer.
 
-use cartage::{Activation, Generator, Result, Tensor};
+use cartage::{Epilogue, Generator, Result, Tensor};
 
 use super::{Dropout, LayerNorm, Linear, MultiHeadAttention, dropout_layer};
 use crate::{Module, Scope};
@@ -16,9 +16,9 @@ pub struct BlockOptions {
     pub causal: bool,
     /// Biases on the projections and norms (GPT-2 has them).
     pub bias: bool,
-    /// The MLP's activation: [`Activation::Gelu`] (exact) or [`Activation::GeluTanh`] (GPT-2's
+    /// The MLP's activation: [`Epilogue::Gelu`] (exact) or [`Epilogue::GeluTanh`] (GPT-2's
     /// `gelu_new`).
-    pub activation: Activation,
+    pub activation: Epilogue,
     /// The layer norms' epsilon.
     pub norm_eps: f64,
     /// Dropout on each residual branch (attention output and MLP output), in training mode.
@@ -34,7 +34,7 @@ impl BlockOptions {
             heads,
             causal: true,
             bias: true,
-            activation: Activation::Gelu,
+            activation: Epilogue::Gelu,
             norm_eps: 1e-5,
             dropout: 0.0,
         }
@@ -49,7 +49,7 @@ pub struct TransformerBlock {
     ln2: LayerNorm,
     up: Linear,
     down: Linear,
-    activation: Activation,
+    activation: Epilogue,
     dropout: Option<Dropout>,
 }
 
@@ -77,7 +77,7 @@ impl TransformerBlock {
             norm_eps,
             dropout,
         } = options;
-        if !matches!(activation, Activation::Gelu | Activation::GeluTanh | Activation::Relu) {
+        if !matches!(activation, Epilogue::Gelu | Epilogue::GeluTanh | Epilogue::Relu) {
             return Err(cartage::Error::InvalidArgument {
                 op: "TransformerBlock",
                 reason: format!(

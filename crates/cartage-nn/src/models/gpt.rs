@@ -5,7 +5,7 @@
 //! `transformers` library.
 
 use cartage::prelude::*;
-use cartage::{Activation, Error};
+use cartage::{Epilogue, Error};
 
 use crate::layers::{BlockOptions, Dropout, Embedding, LayerNorm, Linear, TransformerBlock, dropout_layer};
 use crate::{Module, Scope};
@@ -32,8 +32,8 @@ pub struct GptConfig {
     pub bias: bool,
     /// Dropout after the embeddings and on each residual branch, in training mode.
     pub dropout: f64,
-    /// The MLPs' activation: [`Activation::Gelu`] or GPT-2's [`Activation::GeluTanh`].
-    pub activation: Activation,
+    /// The MLPs' activation: [`Epilogue::Gelu`] or GPT-2's [`Epilogue::GeluTanh`].
+    pub activation: Epilogue,
     /// The layer norms' epsilon.
     pub norm_eps: f64,
 }
@@ -51,7 +51,7 @@ impl GptConfig {
             tied_embeddings: false,
             bias: true,
             dropout: 0.0,
-            activation: Activation::Gelu,
+            activation: Epilogue::Gelu,
             norm_eps: 1e-5,
         }
     }
@@ -62,7 +62,7 @@ impl GptConfig {
         GptConfig {
             tied_embeddings: true,
             dropout: 0.1,
-            activation: Activation::GeluTanh,
+            activation: Epilogue::GeluTanh,
             ..GptConfig::new(vocab, context, dim, heads, layers)
         }
     }
@@ -233,7 +233,7 @@ impl Module for Gpt {
         let x = self.norm.forward(&x)?;
         match &self.head {
             Head::Own(linear) => linear.forward(&x),
-            Head::Tied => x.linear(&self.tokens.weight().tensor(), None, Activation::Identity),
+            Head::Tied => x.linear(&self.tokens.weight().tensor(), None, Epilogue::Identity),
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use cartage::prelude::*;
-use cartage::{Activation, Error, SafetensorsFile};
+use cartage::{Epilogue, Error, SafetensorsFile};
 
 use super::{Gpt, GptConfig};
 use crate::state_dict::{StateDict, into_state_dict};
@@ -76,9 +76,9 @@ pub fn gpt2_config_from_json(text: &str) -> Result<GptConfig> {
         )));
     }
     let activation = match json.get("activation_function").and_then(serde_json::Value::as_str) {
-        None | Some("gelu_new" | "gelu_pytorch_tanh" | "gelu_fast") => Activation::GeluTanh,
-        Some("gelu") => Activation::Gelu,
-        Some("relu") => Activation::Relu,
+        None | Some("gelu_new" | "gelu_pytorch_tanh" | "gelu_fast") => Epilogue::GeluTanh,
+        Some("gelu") => Epilogue::Gelu,
+        Some("relu") => Epilogue::Relu,
         Some(other) => {
             return Err(bad(format!(
                 "the activation `{other}` is not one of gelu_new, gelu, relu"

@@ -1,4 +1,5 @@
-//! The autograd side of [`Tensor`]: `backward`, `detach`, `requires_grad`, `grad`.
+//! The autograd side of [`Tensor`]: `backward`, `detach`, `requires_grad`, `requires_grad_`,
+//! `grad`, and the conversions between a [`Var`] and its recorded value.
 
 use cartage_core::{Error, Result};
 
@@ -22,6 +23,30 @@ impl Tensor {
     /// ```
     pub fn requires_grad(&self) -> bool {
         self.link().is_some_and(GradLink::flows)
+    }
+
+    /// This tensor as a new leaf that gradients are computed for: PyTorch's
+    /// `x.requires_grad_()`. The result is the recorded value of a new [`Var`] (as
+    /// `Var::new(self)?.tensor()`), so it is used like any tensor, without `.tensor()` at each
+    /// use; after a backward, [`Tensor::grad`] reads its gradient and [`Tensor::as_var`] gives
+    /// the variable (to zero its gradient, or to [`Var::set`] it: the tensor shares the
+    /// variable's memory and sees the new values). Only float tensors can have gradients
+    /// ([`Error::WrongDType`] otherwise); a tensor already recorded is detached first, as
+    /// [`Var::new`] does.
+    ///
+    /// ```
+    /// use cartage::{Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let w = Tensor::from_slice(&[1.0f32, -2.0], &[2], &cpu)?.requires_grad_()?;
+    /// let x = Tensor::from_slice(&[3.0f32, 4.0], &[2], &cpu)?;
+    /// w.mul(&x)?.sum_all()?.backward()?;
+    /// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, vec![3.0, 4.0]);
+    /// w.as_var().unwrap().zero_grad();
+    /// assert!(w.grad().is_none());
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn requires_grad_(self) -> Result<Tensor> {
+        Ok(Var::new(self)?.tensor())
     }
 
     /// The same values, cut from the graph: ops on the result are not recorded, and it holds no
@@ -88,9 +113,11 @@ impl Tensor {
         self.backward_with(None, false)
     }
 
-    /// Back-propagate with an explicit output gradient (required when this tensor has more than
-    /// one element; it must have this tensor's shape, dtype and device). With `retain_graph`,
-    /// the graph is kept, so a second backward can go through it again.
+    /// Back-propagate with an explicit output gradient, PyTorch's
+    /// `y.backward(gradient, retain_graph=..)`: each variable receives the vector-Jacobian
+    /// product `gradᵀ · ∂y/∂var`. The gradient is required when this tensor has more than one
+    /// element and must have its shape ([`Error::ShapeMismatch`] otherwise), dtype and device.
+    /// With `retain_graph`, the graph is kept, so a second backward can go through it again.
     ///
     /// ```
     /// use cartage::{DType, Device, Tensor, Var};
@@ -127,6 +154,29 @@ impl Tensor {
             }
         };
         engine::run(self, seed, retain_graph)
+    }
+}
+
+/// A variable's recorded value, as [`Var::tensor`].
+impl From<&Var> for Tensor {
+    fn from(var: &Var) -> Tensor {
+        var.tensor()
+    }
+}
+
+/// A variable's recorded value, as [`Var::tensor`].
+impl From<Var> for Tensor {
+    fn from(var: Var) -> Tensor {
+        var.tensor()
+    }
+}
+
+/// A new variable holding the tensor, as [`Var::new`] (float tensors only).
+impl TryFrom<Tensor> for Var {
+    type Error = Error;
+
+    fn try_from(value: Tensor) -> Result<Var> {
+        Var::new(value)
     }
 }
 

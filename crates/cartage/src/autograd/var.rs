@@ -115,6 +115,11 @@ impl VarCell {
 /// Cloning a `Var` shares the cell (value and gradient). Gradients accumulate across backward
 /// calls until [`Var::zero_grad`], as in PyTorch.
 ///
+/// Ops take tensors, not variables: [`Var::tensor`] gives the recorded value (taken once per
+/// forward pass is enough), and [`Tensor::requires_grad_`] makes a leaf whose recorded value is
+/// the only handle needed (`Tensor::as_var` finds the variable again). A variable cannot lend
+/// a `&Tensor` itself, since its value may be replaced ([`Var::rebind`]) while it is borrowed.
+///
 /// ```
 /// use cartage::{DType, Device, Tensor, Var};
 /// let cpu = Device::cpu();

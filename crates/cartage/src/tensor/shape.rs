@@ -338,34 +338,61 @@ impl Tensor {
         Tensor::cat_at(&[&tail, &head], d as isize, "roll", site)
     }
 
-    /// The lower triangle of the last two dimensions: entries with `col - row <= k` are kept,
-    /// the rest become 0. `k = 0` is the main diagonal, `k > 0` above it. The mask is built on
-    /// the device.
+    /// The lower triangle of the last two dimensions, the main diagonal included: PyTorch's
+    /// `x.tril()`. [`Tensor::tril_with`] takes the diagonal.
     ///
     /// ```
     /// use cartage::{DType, Device, Tensor};
     /// let x = Tensor::ones(&[3, 3], DType::I64, &Device::cpu())?;
-    /// assert_eq!(x.tril(0)?.to_vec::<i64>()?, vec![1, 0, 0, 1, 1, 0, 1, 1, 1]);
-    /// assert_eq!(x.tril(-1)?.to_vec::<i64>()?, vec![0, 0, 0, 1, 0, 0, 1, 1, 0]);
+    /// assert_eq!(x.tril()?.to_vec::<i64>()?, vec![1, 0, 0, 1, 1, 0, 1, 1, 1]);
     /// # Ok::<(), cartage::Error>(())
     /// ```
     #[track_caller]
-    pub fn tril(&self, k: i64) -> Result<Tensor> {
-        self.triangle(k, CompareOp::Le, "tril", caller())
+    pub fn tril(&self) -> Result<Tensor> {
+        self.triangle(0, CompareOp::Le, "tril", caller())
     }
 
-    /// The upper triangle of the last two dimensions: entries with `col - row >= k` are kept,
-    /// the rest become 0.
+    /// The lower triangle of the last two dimensions: entries with `col - row <= diagonal` are
+    /// kept, the rest become 0 (PyTorch's `x.tril(diagonal)`). `0` is the main diagonal, `> 0`
+    /// above it, `< 0` below. The mask is built on the device.
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::ones(&[3, 3], DType::I64, &Device::cpu())?;
+    /// assert_eq!(x.tril_with(-1)?.to_vec::<i64>()?, vec![0, 0, 0, 1, 0, 0, 1, 1, 0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn tril_with(&self, diagonal: i64) -> Result<Tensor> {
+        self.triangle(diagonal, CompareOp::Le, "tril", caller())
+    }
+
+    /// The upper triangle of the last two dimensions, the main diagonal included: PyTorch's
+    /// `x.triu()`. [`Tensor::triu_with`] takes the diagonal.
     ///
     /// ```
     /// use cartage::{DType, Device, Tensor};
     /// let x = Tensor::ones(&[2, 3], DType::F32, &Device::cpu())?;
-    /// assert_eq!(x.triu(1)?.to_vec::<f32>()?, vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0]);
+    /// assert_eq!(x.triu()?.to_vec::<f32>()?, vec![1.0, 1.0, 1.0, 0.0, 1.0, 1.0]);
     /// # Ok::<(), cartage::Error>(())
     /// ```
     #[track_caller]
-    pub fn triu(&self, k: i64) -> Result<Tensor> {
-        self.triangle(k, CompareOp::Ge, "triu", caller())
+    pub fn triu(&self) -> Result<Tensor> {
+        self.triangle(0, CompareOp::Ge, "triu", caller())
+    }
+
+    /// The upper triangle of the last two dimensions: entries with `col - row >= diagonal` are
+    /// kept, the rest become 0 (PyTorch's `x.triu(diagonal)`).
+    ///
+    /// ```
+    /// use cartage::{DType, Device, Tensor};
+    /// let x = Tensor::ones(&[2, 3], DType::F32, &Device::cpu())?;
+    /// assert_eq!(x.triu_with(1)?.to_vec::<f32>()?, vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn triu_with(&self, diagonal: i64) -> Result<Tensor> {
+        self.triangle(diagonal, CompareOp::Ge, "triu", caller())
     }
 
     fn triangle(&self, k: i64, keep: CompareOp, op: &'static str, site: Site) -> Result<Tensor> {

@@ -1,6 +1,6 @@
 //! Every differentiable op, as gradient cases.
 
-use cartage::{Conv2d, CrossEntropy, DType, Generator, NormOrd, Reduction, Result, Tensor, s};
+use cartage::{Conv2dOptions, CrossEntropy, DType, Generator, NormOrd, Reduction, Result, Tensor, s};
 
 use super::Case;
 use super::Profile::{AwayFromZero as Away, Normal, Positive};
@@ -193,8 +193,8 @@ fn views_and_joins() -> Vec<Case> {
             .flip(&[0, 1])?
             .add(&x[0].roll(2, 1)?)),
         case!("tril triu", [([3, 4], Normal)], true, |x| x[0]
-            .tril(0)?
-            .sub(&x[0].triu(1)?.mul_scalar(2.0)?)),
+            .tril()?
+            .sub(&x[0].triu_with(1)?.mul_scalar(2.0)?)),
         case!("pad", [([2, 3], Normal)], true, |x| x[0].pad(&[1, 2, 0, 1], 0.5)),
         case!("contiguous of a view", [([3, 4], Normal)], true, |x| x[0]
             .t()?
@@ -217,7 +217,7 @@ fn views_and_joins() -> Vec<Case> {
             "linear, fused where listed",
             [([2, 3, 4], Normal), ([5, 4], Normal), ([5], Normal)],
             true,
-            |x| x[0].linear(&x[1], Some(&x[2]), cartage::Activation::Identity)
+            |x| x[0].linear(&x[1], Some(&x[2]), cartage::Epilogue::Identity)
         ),
         case!(
             "matmul batch broadcast both",
@@ -347,9 +347,9 @@ fn nn() -> Vec<Case> {
                 x[0].conv2d(
                     &x[1],
                     Some(&x[2]),
-                    Conv2d {
+                    Conv2dOptions {
                         padding: [1, 1],
-                        ..Conv2d::default()
+                        ..Conv2dOptions::default()
                     },
                 )
             }
@@ -359,7 +359,7 @@ fn nn() -> Vec<Case> {
             [([1, 2, 7, 6], Normal), ([2, 2, 2, 3], Normal)],
             false,
             |x| {
-                let opts = Conv2d {
+                let opts = Conv2dOptions {
                     stride: [2, 1],
                     padding: [1, 2],
                     dilation: [2, 1],
@@ -376,9 +376,9 @@ fn nn() -> Vec<Case> {
                 x[0].conv2d(
                     &x[1],
                     None,
-                    Conv2d {
+                    Conv2dOptions {
                         groups: 2,
-                        ..Conv2d::default()
+                        ..Conv2dOptions::default()
                     },
                 )
             }

@@ -2,7 +2,7 @@
 //! per-row cross-entropy and its reductions, conv2d, pooling and attention; plus the test
 //! inputs and the comparison they share.
 
-use cartage::{Conv2d, Reduction};
+use cartage::{Conv2dOptions, Reduction};
 
 pub fn norm_reference(x: &[f32], d: usize, w: Option<&[f32]>, b: Option<&[f32]>, eps: f64, rms: bool) -> Vec<f64> {
     let mut out = Vec::with_capacity(x.len());
@@ -54,7 +54,7 @@ pub fn conv_reference(
     wt: &[f32],
     [o, cg, kh, kw]: [usize; 4],
     bias: Option<&[f32]>,
-    opts: Conv2d,
+    opts: Conv2dOptions,
 ) -> (Vec<f64>, [usize; 4]) {
     let g = opts.groups;
     let og = o / g;

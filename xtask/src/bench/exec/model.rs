@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use cartage::bench::Bench;
-use cartage::tensor::nn::{Conv2d, CrossEntropy};
+use cartage::tensor::nn::{Conv2dOptions, CrossEntropy};
 use cartage::{
     DType, Device, Result, Tensor, Var, device_capabilities, graph_memory, memory_stats, reset_peak_memory_stats,
     synchronize,
@@ -89,9 +89,9 @@ impl Setup {
                 kernel,
                 padding,
             } => {
-                let opts = Conv2d {
+                let opts = Conv2dOptions {
                     padding: [padding, padding],
-                    ..Conv2d::default()
+                    ..Conv2dOptions::default()
                 };
                 setup(
                     vec![

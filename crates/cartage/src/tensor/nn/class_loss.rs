@@ -1,7 +1,8 @@
 //! `cross_entropy_with`: PyTorch's `F.cross_entropy` in full — inputs `[N, C, d…]` with targets
-//! `[N, d…]`, per-class weights, and probability (soft) targets — composed from
-//! `log_softmax`, `gather` and selects, so autograd differentiates it on every backend. The
-//! plain `[N, C]` case without weights takes the fused `Tensor::cross_entropy` kernel.
+//! `[N, d…]`, per-class weights, and probability (soft) targets — and `nll_loss_with`, its
+//! `F.nll_loss` counterpart on log-probabilities, composed from `log_softmax`, `gather` and
+//! selects, so autograd differentiates them on every backend. The plain `[N, C]` case without
+//! weights takes `Tensor::cross_entropy` (one fused kernel) or `Tensor::nll_loss`.
 
 use cartage_core::{Error, Result, Scalar};
 
@@ -9,6 +10,7 @@ use super::{CrossEntropy, Reduction};
 use crate::tensor::{Tensor, caller, check};
 
 const NAME: &str = "cross_entropy";
+const NLL: &str = "nll_loss";
 
 impl Tensor {
     /// Cross-entropy of logits against class indices or class probabilities, as
@@ -54,29 +56,25 @@ impl Tensor {
         }
         if self.rank() == 0 {
             return Err(shape_error(
+                NAME,
                 self,
                 target,
                 "the input needs a class dim: [C], [N, C] or [N, C, d…]",
             ));
         }
-        let classes = if self.rank() == 1 {
-            self.shape()[0]
-        } else {
-            self.shape()[1]
-        };
-        if let Some(w) = weight {
-            check::same_device_and_dtype(NAME, self, w)?;
-            if w.shape() != [classes] {
-                return Err(shape_error(self, w, "the class weights must be [C], one per class"));
-            }
-        }
+        check_weight(NAME, self, weight)?;
         let logp = rows_of(self)?.log_softmax(1)?; // [M, C]
-        let smoothing = opts.label_smoothing;
-        let c = classes as f64;
         if probabilities {
+            let smoothing = opts.label_smoothing;
+            let c = classes(self) as f64;
             check::same_dtype(NAME, self, target)?;
             if target.shape() != self.shape() {
-                return Err(shape_error(self, target, "probability targets have the input's shape"));
+                return Err(shape_error(
+                    NAME,
+                    self,
+                    target,
+                    "probability targets have the input's shape",
+                ));
             }
             let mut t = rows_of(target)?;
             if smoothing > 0.0 {
@@ -93,39 +91,129 @@ impl Tensor {
                 Reduction::None => per_row.reshape(&row_shape(self)),
             };
         }
-        check::index_dtype(NAME, target)?;
-        if target.shape() != row_shape(self).as_slice() {
-            return Err(shape_error(
-                self,
-                target,
-                "class-index targets are [N, d…] for an input [N, C, d…] ([] for [C])",
+        index_loss(NAME, self, &logp, target, weight, opts)
+    }
+
+    /// Negative log-likelihood of log-probabilities against class indices, as
+    /// `F.nll_loss(input, target, weight, ignore_index, reduction)`: `self` is `[C]`, `[N, C]`
+    /// or `[N, C, d1, …]` (usually from [`Tensor::log_softmax`] over the class dim), `target`
+    /// integer `[N, d1, …]` (`[]` for `[C]`), and `weight` `[C]` weighs each class; the mean
+    /// divides by the summed weight of the rows whose target is not `ignore_index` (PyTorch's
+    /// rule). `label_smoothing` applies as in [`Tensor::nll_loss`], so
+    /// `log_softmax(z, 1).nll_loss_with(t, w, o)` equals `z.cross_entropy_with(t, w, o)`.
+    ///
+    /// ```
+    /// use cartage::tensor::nn::CrossEntropy;
+    /// use cartage::{Device, Tensor};
+    /// let cpu = Device::cpu();
+    /// let logp = Tensor::from_slice(&[-0.5f32, -1.0, -2.0, -0.25], &[2, 2], &cpu)?;
+    /// let target = Tensor::from_slice(&[0i64, 1], &[2], &cpu)?;
+    /// let weight = Tensor::from_slice(&[1.0f32, 3.0], &[2], &cpu)?;
+    /// // (1·0.5 + 3·0.25) / (1 + 3)
+    /// let loss = logp.nll_loss_with(&target, Some(&weight), CrossEntropy::default())?;
+    /// assert_eq!(loss.item::<f32>()?, 0.3125);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn nll_loss_with(&self, target: &Tensor, weight: Option<&Tensor>, opts: CrossEntropy) -> Result<Tensor> {
+        if let Some(wide) = crate::autocast::widened(self)? {
+            return wide.nll_loss_with(target, weight, opts);
+        }
+        if weight.is_none() && self.rank() <= 2 {
+            return self.nll_loss(target, opts);
+        }
+        check::same_device(NLL, self, target)?;
+        check::float(NLL, self.dtype())?;
+        if !(0.0..=1.0).contains(&opts.label_smoothing) {
+            return Err(Error::invalid(
+                NLL,
+                format!("label_smoothing must lie in [0, 1], got {}", opts.label_smoothing),
             ));
         }
-        let m = logp.shape()[0];
-        let rows = target.reshape(&[m])?;
-        let ignore = rows.scalar_like(Scalar::Int(opts.ignore_index), caller())?;
-        let valid = rows.ne(&ignore)?;
-        let safe = Tensor::where_cond(&valid, &rows, &rows.zeros_like()?)?;
-        let picked = logp.gather(1, &safe.reshape(&[m, 1])?)?.reshape(&[m])?.neg()?; // -logp[t]
-        let zero = picked.zeros_like()?;
-        let row_weight = match weight {
-            Some(w) => Tensor::where_cond(&valid, &w.index_select(0, &safe)?, &zero)?,
-            None => Tensor::where_cond(&valid, &zero.add_scalar(1.0)?, &zero)?,
+        if self.rank() == 0 {
+            return Err(shape_error(
+                NLL,
+                self,
+                target,
+                "the input needs a class dim: [C], [N, C] or [N, C, d…]",
+            ));
+        }
+        check_weight(NLL, self, weight)?;
+        index_loss(NLL, self, &rows_of(self)?, target, weight, opts)
+    }
+}
+
+/// The number of classes of `input` (`[C]`, or the dim after the batch).
+fn classes(input: &Tensor) -> usize {
+    if input.rank() == 1 {
+        input.shape()[0]
+    } else {
+        input.shape()[1]
+    }
+}
+
+/// `weight`, when given, is `[C]` of the input's dtype and device.
+fn check_weight(op: &'static str, input: &Tensor, weight: Option<&Tensor>) -> Result<()> {
+    if let Some(w) = weight {
+        check::same_device_and_dtype(op, input, w)?;
+        if w.shape() != [classes(input)] {
+            return Err(shape_error(
+                op,
+                input,
+                w,
+                "the class weights must be [C], one per class",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The loss of log-probabilities `logp` `[M, C]` (the rows of `input`) against class indices:
+/// `-w[t]·logp[t]` per row (smoothed), `ignore_index` rows giving 0, the mean over the summed
+/// weight of the rows kept.
+fn index_loss(
+    op: &'static str,
+    input: &Tensor,
+    logp: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    opts: CrossEntropy,
+) -> Result<Tensor> {
+    let smoothing = opts.label_smoothing;
+    let c = classes(input) as f64;
+    check::index_dtype(op, target)?;
+    if target.shape() != row_shape(input).as_slice() {
+        return Err(shape_error(
+            op,
+            input,
+            target,
+            "class-index targets are [N, d…] for an input [N, C, d…] ([] for [C])",
+        ));
+    }
+    let m = logp.shape()[0];
+    let rows = target.reshape(&[m])?;
+    let ignore = rows.scalar_like(Scalar::Int(opts.ignore_index), caller())?;
+    let valid = rows.ne(&ignore)?;
+    let safe = Tensor::where_cond(&valid, &rows, &rows.zeros_like()?)?;
+    let picked = logp.gather(1, &safe.reshape(&[m, 1])?)?.reshape(&[m])?.neg()?; // -logp[t]
+    let zero = picked.zeros_like()?;
+    let row_weight = match weight {
+        Some(w) => Tensor::where_cond(&valid, &w.index_select(0, &safe)?, &zero)?,
+        None => Tensor::where_cond(&valid, &zero.add_scalar(1.0)?, &zero)?,
+    };
+    let mut per_row = picked.mul(&row_weight)?.mul_scalar(1.0 - smoothing)?;
+    if smoothing > 0.0 {
+        let weighted = match weight {
+            Some(w) => logp.mul(w)?,
+            None => logp.clone(),
         };
-        let mut per_row = picked.mul(&row_weight)?.mul_scalar(1.0 - smoothing)?;
-        if smoothing > 0.0 {
-            let weighted = match weight {
-                Some(w) => logp.mul(w)?,
-                None => logp.clone(),
-            };
-            let spread = weighted.sum(&[1], false)?.neg()?.mul_scalar(smoothing / c)?;
-            per_row = per_row.add(&Tensor::where_cond(&valid, &spread, &zero)?)?;
-        }
-        match opts.reduction {
-            Reduction::Mean => per_row.sum_all()?.div(&row_weight.sum_all()?),
-            Reduction::Sum => per_row.sum_all(),
-            Reduction::None => per_row.reshape(&row_shape(self)),
-        }
+        let spread = weighted.sum(&[1], false)?.neg()?.mul_scalar(smoothing / c)?;
+        per_row = per_row.add(&Tensor::where_cond(&valid, &spread, &zero)?)?;
+    }
+    match opts.reduction {
+        Reduction::Mean => per_row.sum_all()?.div(&row_weight.sum_all()?),
+        Reduction::Sum => per_row.sum_all(),
+        Reduction::None => per_row.reshape(&row_shape(input)),
     }
 }
 
@@ -159,9 +247,9 @@ fn row_shape(x: &Tensor) -> Vec<usize> {
     }
 }
 
-fn shape_error(input: &Tensor, other: &Tensor, reason: &str) -> Error {
+fn shape_error(op: &'static str, input: &Tensor, other: &Tensor, reason: &str) -> Error {
     Error::ShapeMismatch {
-        op: NAME,
+        op,
         lhs: input.shape().to_vec(),
         rhs: other.shape().to_vec(),
         reason: reason.into(),

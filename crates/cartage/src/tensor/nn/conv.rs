@@ -14,7 +14,7 @@ use crate::tensor::{Tensor, caller, check};
 /// Options of [`Tensor::conv2d`], per spatial axis `[height, width]`. The default is PyTorch's:
 /// stride 1, no padding, dilation 1, one group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Conv2d {
+pub struct Conv2dOptions {
     /// Step between output positions.
     pub stride: [usize; 2],
     /// Zeros added on both sides of each axis.
@@ -26,9 +26,9 @@ pub struct Conv2d {
     pub groups: usize,
 }
 
-impl Default for Conv2d {
+impl Default for Conv2dOptions {
     fn default() -> Self {
-        Conv2d {
+        Conv2dOptions {
             stride: [1, 1],
             padding: [0, 0],
             dilation: [1, 1],
@@ -50,19 +50,19 @@ impl Tensor {
     /// copied once per sample.
     ///
     /// ```
-    /// use cartage::tensor::nn::Conv2d;
+    /// use cartage::tensor::nn::Conv2dOptions;
     /// use cartage::{Device, Tensor};
     /// let cpu = Device::cpu();
     /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2], &cpu)?;
     /// let w = Tensor::from_slice(&[1.0f32, 1.0, 1.0, 1.0], &[1, 1, 2, 2], &cpu)?;
     /// let b = Tensor::from_slice(&[0.5f32], &[1], &cpu)?;
-    /// let y = x.conv2d(&w, Some(&b), Conv2d { padding: [1, 1], ..Default::default() })?;
+    /// let y = x.conv2d(&w, Some(&b), Conv2dOptions { padding: [1, 1], ..Default::default() })?;
     /// assert_eq!(y.shape(), &[1, 1, 3, 3]);
     /// assert_eq!(y.to_vec::<f32>()?, vec![1.5, 3.5, 2.5, 4.5, 10.5, 6.5, 3.5, 7.5, 4.5]);
     /// # Ok::<(), cartage::Error>(())
     /// ```
     #[track_caller]
-    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d) -> Result<Tensor> {
+    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2dOptions) -> Result<Tensor> {
         let site = caller();
         if let Some(dtype) = crate::autocast::autocast_dtype()
             && [Some(self), Some(weight), bias]
@@ -90,7 +90,7 @@ impl Tensor {
         self.conv2d_at(weight, bias, opts, site)
     }
 
-    fn conv2d_at(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d, site: Site) -> Result<Tensor> {
+    fn conv2d_at(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2dOptions, site: Site) -> Result<Tensor> {
         if self.rank() == 3 {
             let batched = self.with_layout(self.layout.unsqueeze(0)?);
             let out = batched.conv2d_batched(weight, bias, &opts, site)?;
@@ -99,7 +99,13 @@ impl Tensor {
         self.conv2d_batched(weight, bias, &opts, site)
     }
 
-    fn conv2d_batched(&self, weight: &Tensor, bias: Option<&Tensor>, opts: &Conv2d, site: Site) -> Result<Tensor> {
+    fn conv2d_batched(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: &Conv2dOptions,
+        site: Site,
+    ) -> Result<Tensor> {
         let name = "conv2d";
         check::same_device_and_dtype(name, self, weight)?;
         check::float(name, self.dtype)?;
@@ -197,7 +203,7 @@ impl Tensor {
         &self,
         weight: &Tensor,
         bias: Option<&Tensor>,
-        opts: &Conv2d,
+        opts: &Conv2dOptions,
         shape: [usize; 4],
         site: Site,
     ) -> Result<Tensor> {

@@ -9,7 +9,7 @@
 
 use cartage_core::{Kernel, Op, Result, Scalar, Site};
 
-use super::conv::Conv2d;
+use super::conv::Conv2dOptions;
 use super::window::Window;
 use crate::autograd::graph::{BackwardFn, Saved, keep, saving};
 use crate::tensor::Tensor;
@@ -45,7 +45,7 @@ impl Tensor {
         &self,
         weight: &Tensor,
         input_shape: &[usize],
-        opts: &Conv2d,
+        opts: &Conv2dOptions,
         site: Site,
     ) -> Result<Option<Tensor>> {
         if !self
@@ -78,7 +78,7 @@ impl Tensor {
         &self,
         input: &Tensor,
         weight_shape: &[usize],
-        opts: &Conv2d,
+        opts: &Conv2dOptions,
         site: Site,
     ) -> Result<Option<Tensor>> {
         if !self
@@ -114,7 +114,7 @@ impl Tensor {
 /// The backward of `x.conv2d(w, bias, opts)` for a batched `x` `[N, C, H, W]` (or unbatched
 /// `[C, H, W]`); the node's inputs are `[x, w]` plus the bias when there is one. Each of the
 /// input and weight gradients is one fused kernel where the backend lists it, else composed.
-pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2d, site: Site) -> (BackwardFn, Saved) {
+pub(super) fn conv2d(x: &Tensor, w: &Tensor, opts: Conv2dOptions, site: Site) -> (BackwardFn, Saved) {
     let (x, w) = (x.detach(), w.detach());
     saving(keep(&[&x, &w]), move |g, need| {
         let unbatched = x.rank() == 3;

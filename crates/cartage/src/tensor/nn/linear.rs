@@ -5,7 +5,7 @@
 //! Under autocast all three operands run in the autocast dtype, the bias too, as PyTorch's
 //! `linear` does. Both give the same result within the dtype's rounding.
 
-use cartage_core::{Activation, Error, Kernel, Op, Result, Site};
+use cartage_core::{Epilogue, Error, Kernel, Op, Result, Site};
 
 use crate::autograd::{formulas, graph};
 use crate::tensor::{Tensor, caller, check};
@@ -19,25 +19,25 @@ impl Tensor {
     ///
     /// Where the device lists the fused `linear` kernel for the dtype (CUDA: cuBLASLt's bias and
     /// ReLU/GELU epilogues), it runs as one kernel — with autograd too when `activation` is
-    /// [`Activation::Identity`] (the backward is `g·W`, `gᵀ·x` over the batch-folded rows and the
+    /// [`Epilogue::Identity`] (the backward is `g·W`, `gᵀ·x` over the batch-folded rows and the
     /// rows' sum of `g`); otherwise it is composed from `matmul`, `add` and the activation (and
     /// differentiable). Under [`crate::autocast`], the input, weight and bias all run in the
     /// autocast dtype.
-    /// [`Activation::Gelu`] is the exact GELU of [`Tensor::gelu`]; [`Activation::GeluTanh`] is
+    /// [`Epilogue::Gelu`] is the exact GELU of [`Tensor::gelu`]; [`Epilogue::GeluTanh`] is
     /// PyTorch's `gelu(approximate="tanh")`, the one cuBLASLt fuses.
     ///
     /// ```
-    /// use cartage::{Activation, Device, Tensor};
+    /// use cartage::{Epilogue, Device, Tensor};
     /// let cpu = Device::cpu();
     /// let x = Tensor::new([[1.0f32, 2.0], [3.0, -4.0]], &cpu)?;
     /// let w = Tensor::new([[1.0f32, 0.0], [0.0, 1.0], [1.0, 1.0]], &cpu)?;
     /// let b = Tensor::new([0.5f32, 0.0, -1.0], &cpu)?;
-    /// let y = x.linear(&w, Some(&b), Activation::Relu)?;
+    /// let y = x.linear(&w, Some(&b), Epilogue::Relu)?;
     /// assert_eq!(y.to_vec2::<f32>()?, vec![vec![1.5, 2.0, 2.0], vec![3.5, 0.0, 0.0]]);
     /// # Ok::<(), cartage::Error>(())
     /// ```
     #[track_caller]
-    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, activation: Activation) -> Result<Tensor> {
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>, activation: Epilogue) -> Result<Tensor> {
         let site = caller();
         if crate::autocast::autocast_dtype().is_some() {
             let (x, w) = (crate::autocast::lower(self)?, crate::autocast::lower(weight)?);
@@ -84,7 +84,7 @@ impl Tensor {
         let tracked = graph::tracking(&inputs);
         // Recorded fused: only without an activation, whose derivative would need the
         // pre-activation values the fused kernel does not keep.
-        if !tracked || activation == Activation::Identity {
+        if !tracked || activation == Epilogue::Identity {
             let fused = {
                 let _plain = tracked.then(crate::autograd::no_grad);
                 self.linear_fused(weight, bias, activation, site)
@@ -108,7 +108,7 @@ impl Tensor {
         &self,
         weight: &Tensor,
         bias: Option<&Tensor>,
-        activation: Activation,
+        activation: Epilogue,
         site: Site,
     ) -> Result<Option<Tensor>> {
         if !self.backend().capabilities().supports(Op::Linear, self.dtype) {
@@ -135,16 +135,16 @@ impl Tensor {
     }
 
     /// `matmul`, `add` and the activation, each recorded by autograd.
-    fn linear_composed(&self, weight: &Tensor, bias: Option<&Tensor>, activation: Activation) -> Result<Tensor> {
+    fn linear_composed(&self, weight: &Tensor, bias: Option<&Tensor>, activation: Epilogue) -> Result<Tensor> {
         let mut y = self.matmul(&weight.t()?)?;
         if let Some(b) = bias {
             y = y.add(b)?;
         }
         match activation {
-            Activation::Identity => Ok(y),
-            Activation::Relu => y.relu(),
-            Activation::Gelu => y.gelu(),
-            Activation::GeluTanh => {
+            Epilogue::Identity => Ok(y),
+            Epilogue::Relu => y.relu(),
+            Epilogue::Gelu => y.gelu(),
+            Epilogue::GeluTanh => {
                 // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))), PyTorch's tanh approximation.
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 let inner = y.mul(&y)?.mul(&y)?.mul_scalar(0.044715)?.add(&y)?.mul_scalar(c)?;

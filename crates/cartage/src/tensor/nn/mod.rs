@@ -24,7 +24,7 @@ mod regression_loss;
 mod softplus;
 mod window;
 
-pub use conv::Conv2d;
+pub use conv::Conv2dOptions;
 pub use loss::{CrossEntropy, Reduction};
 
 use cartage_core::{DType, Kernel, Result, Scalar, Site};

@@ -26,17 +26,24 @@ impl Tensor {
 
     /// RMS normalisation over the last dimension: `x / sqrt(mean(x²) + eps) * weight`, computed
     /// in f32 (f64 for f64) in one kernel. `weight` is optional, 1-D of the last dimension's
-    /// size, of this tensor's dtype and device. Float dtypes; `eps` finite and ≥ 0.
+    /// size, of this tensor's dtype and device. Float dtypes; `eps` finite and ≥ 0, or `None`
+    /// for PyTorch's default `F.rms_norm(eps=None)`: the machine epsilon of this tensor's dtype
+    /// ([`DType::eps`](crate::DType::eps)).
     ///
     /// ```
     /// use cartage::{Device, Tensor};
     /// let x = Tensor::from_slice(&[3.0f32, -3.0], &[1, 2], &Device::cpu())?;
     /// let w = Tensor::from_slice(&[1.0f32, 2.0], &[2], &Device::cpu())?;
     /// assert_eq!(x.rms_norm(Some(&w), 0.0)?.to_vec::<f32>()?, vec![1.0, -2.0]);
+    /// // eps = f32::EPSILON, as torch.finfo(torch.float32).eps
+    /// let y = x.rms_norm(Some(&w), None)?.to_vec::<f32>()?;
+    /// assert!((y[0] - 1.0).abs() < 1e-6);
     /// # Ok::<(), cartage::Error>(())
     /// ```
     #[track_caller]
-    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    pub fn rms_norm(&self, weight: Option<&Tensor>, eps: impl Into<Option<f64>>) -> Result<Tensor> {
+        // An integer input has no epsilon; its dtype is refused by the float check.
+        let eps = eps.into().unwrap_or_else(|| self.dtype.eps().unwrap_or(0.0));
         self.normalize_last(NormKind::Rms, weight, None, eps, caller())
     }
 
