@@ -28,6 +28,10 @@
 //! capsule named `"dltensor"` (whose destructor calls the deleter if the capsule was never
 //! consumed) and give it to `torch.from_dlpack`. `examples/dlpack_ffi.rs` and
 //! `xtask/python/dlpack_roundtrip.py` do both.
+//!
+//! [`Tensor::to_dlpack`]: crate::Tensor::to_dlpack
+//! [`Tensor::from_dlpack`]: crate::Tensor::from_dlpack
+//! [`Tensor::from_dlpack_versioned`]: crate::Tensor::from_dlpack_versioned
 
 pub mod abi;
 mod convert;
