@@ -288,7 +288,7 @@ const SMALL: usize = 20_000;
 const LARGE_PARAM_SHAPES: [&[usize]; 2] = [&[1200, 1000], &[300, 4097]];
 
 /// `NormBackward`'s weight and bias gradients: every combination of weight and gradients over
-/// [`PARAM_SHAPES`], the full set over [`LARGE_PARAM_SHAPES`]; then malformed kernels.
+/// `PARAM_SHAPES`, the full set over `LARGE_PARAM_SHAPES`; then malformed kernels.
 pub fn norm_backward_params(h: &Harness) {
     use ViewKind::Contiguous;
     let dense = Some(Line::Kind(Contiguous));
