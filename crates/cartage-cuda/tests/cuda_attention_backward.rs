@@ -14,12 +14,19 @@
 mod common;
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op, TensorArg};
 use half::f16;
 
 /// `cuda:0` with the fused attention backward listed, or `None` after a SKIP line.
+/// The tests of this binary run one at a time: one of them reads the device's peak allocated
+/// memory, which the others' allocations would raise while they run beside it.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn backend(test: &str) -> Option<Arc<dyn Backend>> {
     let b = common::backend(test)?;
     if b.capabilities().supports(Op::AttentionBackward, DType::F32) {
@@ -208,6 +215,7 @@ fn check_case(b: &Arc<dyn Backend>, dtype: DType, c: Case, seed: u64) {
 /// Every case of the table, in f32, f16 and bf16.
 #[test]
 fn gradients_match_the_composed_formula() {
+    let _serial = one_at_a_time();
     let Some(b) = backend("gradients_match_the_composed_formula") else {
         return;
     };
@@ -407,6 +415,7 @@ fn check_saved_case(b: &Arc<dyn Backend>, dtype: DType, c: Case, seed: u64) {
 /// a head dim the tiled kernel does not take (the saved values are then ignored).
 #[test]
 fn tiled_gradients_match_the_composed_formula() {
+    let _serial = one_at_a_time();
     let Some(b) = backend("tiled_gradients_match_the_composed_formula") else {
         return;
     };
@@ -446,6 +455,7 @@ fn tiled_gradients_match_the_composed_formula() {
 /// past the kernel's registers with `Unsupported` (the frontend then composes).
 #[test]
 fn listed_for_floats_and_refuses_wide_heads() {
+    let _serial = one_at_a_time();
     let Some(b) = backend("listed_for_floats_and_refuses_wide_heads") else {
         return;
     };
@@ -484,6 +494,7 @@ fn listed_for_floats_and_refuses_wide_heads() {
 /// gradients.
 #[test]
 fn long_sequences_keep_no_score_matrix() {
+    let _serial = one_at_a_time();
     let Some(b) = backend("long_sequences_keep_no_score_matrix") else {
         return;
     };
