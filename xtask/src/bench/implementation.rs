@@ -26,6 +26,9 @@ pub struct Observed {
     pub forward_node: Option<String>,
     /// How far allocated memory rose above its level during one backward, in bytes.
     pub backward_rise: Option<usize>,
+    /// The cuDNN algorithm each convolution pass of the row's shape ran, as `(op, words)` with
+    /// `op` one of `conv2d`, `conv2d_backward_input`, `conv2d_backward_weight` (CUDA only).
+    pub conv_algorithms: Vec<(String, String)>,
 }
 
 /// The words for `op` in `dtype` on a device of `backend` (`cpu`, `cuda`, `wgpu`) with `caps`:
@@ -78,13 +81,14 @@ pub fn cartage(
         ModelOp::Sort { .. } => ("`sort`".into(), "the gradient scattered back by the indices".into()),
         ModelOp::Cumsum { .. } => ("`cumsum` scan".into(), "flip, `cumsum`, flip".into()),
         ModelOp::Conv2d { .. } => {
+            let algos = &seen.conv_algorithms;
             let forward = if listed(Op::Conv2d) {
-                library_conv(backend, "`conv2d`")
+                library_conv(backend, &["conv2d"], algos)
             } else {
                 "composed: im2col copy + batched matmul".into()
             };
             let back = match (listed(Op::Conv2dBackwardInput), listed(Op::Conv2dBackwardWeight)) {
-                (true, true) => library_conv(backend, "`conv2d_backward_input` + `conv2d_backward_weight`"),
+                (true, true) => library_conv(backend, &["conv2d_backward_input", "conv2d_backward_weight"], algos),
                 (false, false) => "composed: im2col + batched matmuls + fold".into(),
                 (input, _) => format!(
                     "input grad {}, weight grad {}",
@@ -135,11 +139,21 @@ pub fn cartage(
     }
 }
 
-/// A fused convolution kernel: cuDNN's on CUDA (the backend lists it only where cuDNN loads).
-fn library_conv(backend: &str, kernels: &str) -> String {
+/// A fused convolution kernel: cuDNN's on CUDA (the backend lists it only where cuDNN loads),
+/// each pass with the algorithm it ran where the backend told it (`algos`, see
+/// [`Observed::conv_algorithms`]).
+fn library_conv(backend: &str, kernels: &[&str], algos: &[(String, String)]) -> String {
+    let named = |k: &&str| match algos.iter().find(|(op, _)| op == k) {
+        Some((_, words)) => format!("`{k}` {words}"),
+        None => format!("`{k}`, algorithm unknown"),
+    };
+    let listed = kernels.iter().map(named).collect::<Vec<_>>().join(" + ");
     match backend {
-        "cuda" => format!("cuDNN ({kernels}, algorithm unknown)"),
-        _ => format!("fused {kernels}"),
+        "cuda" => format!("cuDNN ({listed})"),
+        _ => format!(
+            "fused {}",
+            kernels.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" + ")
+        ),
     }
 }
 
@@ -257,6 +271,23 @@ mod tests {
         let fwd_bwd = cartage(&conv, "cuda", DType::BF16, &cudnn, true, &none);
         assert!(fwd_bwd.starts_with("cuDNN (`conv2d`"), "{fwd_bwd}");
         assert!(fwd_bwd.contains("backward: cuDNN"), "{fwd_bwd}");
+        assert!(fwd_bwd.contains("algorithm unknown"), "{fwd_bwd}");
+        let told = Observed {
+            conv_algorithms: vec![
+                (
+                    "conv2d".into(),
+                    "IMPLICIT_PRECOMP_GEMM (tensor_op math, searched)".into(),
+                ),
+                ("conv2d_backward_weight".into(), "1 (default math, heuristics)".into()),
+            ],
+            ..Observed::default()
+        };
+        let named = cartage(&conv, "cuda", DType::BF16, &cudnn, true, &told);
+        assert_eq!(
+            named,
+            "cuDNN (`conv2d` IMPLICIT_PRECOMP_GEMM (tensor_op math, searched)); backward: cuDNN \
+             (`conv2d_backward_input`, algorithm unknown + `conv2d_backward_weight` 1 (default math, heuristics))"
+        );
         let without = cartage(&conv, "cuda", DType::F32, &listing(&[]), true, &none);
         assert!(without.starts_with("composed: im2col"), "{without}");
         assert!(without.contains("backward: composed"), "{without}");
@@ -269,6 +300,7 @@ mod tests {
         let fused_node = Observed {
             forward_node: Some(FUSED_ATTENTION_NODE.into()),
             backward_rise: None,
+            ..Observed::default()
         };
         assert_eq!(
             cartage(&op, "cuda", DType::BF16, &listed, false, &fused_node),
@@ -277,6 +309,7 @@ mod tests {
         let composed_node = Observed {
             forward_node: Some("matmul".into()),
             backward_rise: None,
+            ..Observed::default()
         };
         assert!(cartage(&op, "cuda", DType::BF16, &listed, false, &composed_node).starts_with("composed"));
         // Listed but not observed: the kernel may refuse the sizes.
@@ -289,6 +322,7 @@ mod tests {
         let rose = |rise: usize| Observed {
             forward_node: Some(FUSED_ATTENTION_NODE.into()),
             backward_rise: Some(rise),
+            ..Observed::default()
         };
         let big = cartage(&op, "cuda", DType::BF16, &listed, true, &rose(3 * scores));
         assert!(

@@ -178,6 +178,47 @@ fn implementation(op: &ModelOp, dtype: DType, device: &Device, backward: bool, s
     ))
 }
 
+/// The cuDNN algorithm each pass of a convolution row's shape ran on a CUDA device, as the
+/// backend records them (`CudaBackend::conv_algorithms`): `(op, words)`; empty elsewhere.
+fn conv_algorithms(op: &ModelOp, dtype: DType, device: &Device) -> Vec<(String, String)> {
+    #[cfg(feature = "cuda")]
+    if let ModelOp::Conv2d {
+        batch,
+        channels_in,
+        channels_out,
+        side,
+        kernel,
+        ..
+    } = *op
+        && let Ok(backend) = cartage::backend(device)
+        && let Some(cuda) = backend.as_any().downcast_ref::<cartage_cuda::CudaBackend>()
+    {
+        let (input, weight) = (
+            [batch, channels_in, side, side],
+            [channels_out, channels_in, kernel, kernel],
+        );
+        let mut found: Vec<(String, String)> = Vec::new();
+        for choice in cuda.conv_algorithms() {
+            if choice.dtype != dtype || choice.input != input || choice.weight != weight {
+                continue;
+            }
+            let algorithm = choice.algorithm.rsplit("_ALGO_").next().unwrap_or(&choice.algorithm);
+            let math = choice
+                .math
+                .trim_start_matches("CUDNN_")
+                .trim_end_matches("_MATH")
+                .to_lowercase();
+            let how = if choice.searched { "searched" } else { "heuristics" };
+            let op = choice.pass.op().to_string();
+            found.retain(|(o, _)| *o != op);
+            found.push((op, format!("{algorithm} ({math} math, {how})")));
+        }
+        return found;
+    }
+    let _ = (op, dtype, device);
+    Vec::new()
+}
+
 /// Only attention's path depends on more than the capabilities: one call with the inputs as
 /// variables shows which node its forward recorded.
 fn observe_forward(op: &ModelOp, setup: &Setup) -> Result<Observed> {
@@ -189,6 +230,7 @@ fn observe_forward(op: &ModelOp, setup: &Setup) -> Result<Observed> {
     Ok(Observed {
         forward_node: out.grad_fn().map(str::to_string),
         backward_rise: None,
+        ..Observed::default()
     })
 }
 
@@ -196,7 +238,10 @@ fn observe_forward(op: &ModelOp, setup: &Setup) -> Result<Observed> {
 pub fn run(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) -> Result<Outcome> {
     let setup = Setup::new(op, dtype, device)?;
     let measurement = bench.run_on(device, || (setup.call)(&setup.inputs).map(drop))?;
-    let seen = observe_forward(op, &setup)?;
+    let seen = Observed {
+        conv_algorithms: conv_algorithms(op, dtype, device),
+        ..observe_forward(op, &setup)?
+    };
     Ok(Outcome {
         implementation: implementation(op, dtype, device, false, &seen),
         ..Outcome::from(measurement)
@@ -237,6 +282,7 @@ pub fn run_backward(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) 
     let seen = Observed {
         forward_node,
         backward_rise: Some(peak.saturating_sub(start)),
+        conv_algorithms: conv_algorithms(op, dtype, device),
     };
     Ok(Outcome {
         implementation: implementation(op, dtype, device, true, &seen),
