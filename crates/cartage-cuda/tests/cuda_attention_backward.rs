@@ -248,14 +248,8 @@ fn gradients_match_the_composed_formula() {
     }
 }
 
-/// The largest difference relative to the largest reference magnitude, at least 10⁻³ (with one
-/// key, P = 1 and dS = 0: the query and key gradients are zero up to f32 round-off).
-fn relative_worst(what: &str, got: &[f64], want: &[f64]) -> f64 {
-    relative_worst_above(what, got, want, 1e-3)
-}
-
-/// [`relative_worst`] with the reference magnitude at least `floor`.
-fn relative_worst_above(what: &str, got: &[f64], want: &[f64], floor: f64) -> f64 {
+/// The largest difference relative to the largest reference magnitude, at least `floor`.
+fn relative_worst(what: &str, got: &[f64], want: &[f64], floor: f64) -> f64 {
     assert_eq!(got.len(), want.len(), "{what}");
     let scale = want.iter().fold(floor, |m, v| m.max(v.abs()));
     got.iter()
@@ -401,7 +395,7 @@ fn check_saved_case(b: &Arc<dyn Backend>, dtype: DType, c: Case, seed: u64) {
     let largest = want.iter().flatten().fold(1e-3f64, |m, v| m.max(v.abs()));
     for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
         let got = download(&outs[n], want[n].len(), dtype);
-        let err = relative_worst_above(&format!("{name} {what}"), &got, &want[n], 0.1 * largest);
+        let err = relative_worst(&format!("{name} {what}"), &got, &want[n], 0.1 * largest);
         assert!(
             err <= tolerance,
             "{name} {what}: worst error {err:.3e} of the largest magnitude"
