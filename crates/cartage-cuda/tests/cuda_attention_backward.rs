@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op, TensorArg};
 use half::f16;
 
-/// `cuda:0` with the fused attention backward listed, or `None` after a SKIP line.
 /// The tests of this binary run one at a time: one of them reads the device's peak allocated
 /// memory, which the others' allocations would raise while they run beside it.
 fn one_at_a_time() -> MutexGuard<'static, ()> {
@@ -27,6 +26,7 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// `cuda:0` with the fused attention backward listed, or `None` after a SKIP line.
 fn backend(test: &str) -> Option<Arc<dyn Backend>> {
     let b = common::backend(test)?;
     if b.capabilities().supports(Op::AttentionBackward, DType::F32) {
