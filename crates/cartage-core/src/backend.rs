@@ -204,8 +204,27 @@ pub trait Backend: Send + Sync + 'static {
     /// [`crate::DeviceBuffer`]s.
     unsafe fn launch(&self, kernel: &Kernel) -> Result<()>;
 
+    /// [`Backend::launch`] for an index kernel whose indices are all known to lie inside its
+    /// [`Kernel::index_bound`] ([`crate::IndexRange`]): an asynchronous backend may launch it
+    /// without waiting to read back its fault record. The kernel must still skip an index out
+    /// of range. The default launches as usual.
+    ///
+    /// # Safety
+    /// As [`Backend::launch`]; the sound way in is [`Kernel::run_with_index_range`].
+    unsafe fn launch_with_indices_in_range(&self, kernel: &Kernel) -> Result<()> {
+        // SAFETY: the caller upholds `launch`'s contract.
+        unsafe { self.launch(kernel) }
+    }
+
     /// Wait until all queued work on this device has finished.
     fn synchronize(&self) -> Result<()>;
+
+    /// How many launches waited on the host for the device since the backend opened (an index
+    /// check read back after its kernel; see [`Kernel::run_with_index_range`] for how to avoid
+    /// it). 0 where launches never wait.
+    fn launch_waits(&self) -> u64 {
+        0
+    }
 
     /// Memory counters (the allocator's).
     fn memory_stats(&self) -> MemoryStats {

@@ -242,6 +242,16 @@ impl Kernel {
     /// validates the kernel's structure ([`Kernel::validate`]) and runs it.
     #[inline]
     pub fn run(&self, buffers: &[&DeviceBuffer]) -> Result<()> {
+        let backend = self.check_buffers(buffers)?;
+        // SAFETY: every operand lies inside a block owned by one of `buffers`, all of this
+        // backend, all borrowed (so live) for the duration of the call; blocks are freed in
+        // stream order after queued work.
+        unsafe { backend.launch(self) }
+    }
+
+    /// The one backend of `buffers`, after checking that every operand lies inside one of them.
+    #[inline]
+    pub(crate) fn check_buffers<'b>(&self, buffers: &[&'b DeviceBuffer]) -> Result<&'b Arc<dyn Backend>> {
         let Some(first) = buffers.first() else {
             return Err(Error::invalid("launch", "a kernel needs the buffers of its operands"));
         };
@@ -256,10 +266,7 @@ impl Kernel {
                 return Err(uncovered_operand(self));
             }
         }
-        // SAFETY: every operand lies inside a block owned by one of `buffers`, all of this
-        // backend, all borrowed (so live) for the duration of the call; blocks are freed in
-        // stream order after queued work.
-        unsafe { backend.launch(self) }
+        Ok(backend)
     }
 }
 

@@ -22,6 +22,7 @@ pub mod device;
 pub mod dtype;
 mod epilogue;
 pub mod error;
+mod index_range;
 pub mod kernel;
 pub mod layout;
 pub mod pinned;
@@ -49,6 +50,7 @@ pub use dtype::{DType, Element, Scalar};
 #[allow(deprecated)]
 pub use epilogue::{Activation, Epilogue};
 pub use error::{Error, ErrorKind, Result, Site};
+pub use index_range::IndexRange;
 pub use kernel::{
     BinaryOp, CompareOp, Distribution, Kernel, NormBackwardArgs, NormKind, Op, ReduceOp, ScanOp, ScatterMode,
     TensorArg, UnaryOp,

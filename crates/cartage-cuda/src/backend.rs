@@ -5,7 +5,7 @@
 //! per-argument event tracking is switched off, since cartage never hands cudarc a `CudaSlice`.
 
 use std::any::Any;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ pub struct CudaBackend {
     pub(crate) capture: crate::graph::CaptureSlot,
     /// The cuDNN algorithm search switch (`CudaBackend::set_conv_benchmark`).
     pub(crate) conv_benchmark: AtomicBool,
+    /// Index checks read back on the host ([`Backend::launch_waits`]).
+    pub(crate) launch_waits: AtomicU64,
     capabilities: Capabilities,
     info: DeviceInfo,
 }
@@ -205,6 +207,7 @@ impl CudaBackend {
             precision: Mutex::new(precision),
             capture: Default::default(),
             conv_benchmark: AtomicBool::new(crate::conv::benchmark_from_env()),
+            launch_waits: AtomicU64::new(0),
             capabilities,
             info,
         })
@@ -371,6 +374,20 @@ impl Backend for CudaBackend {
         // SAFETY: the caller guarantees every operand is a live block of this device; the
         // kernel's structure (bounds, alignment, aliasing) was validated above.
         unsafe { launch::launch(self, kernel) }
+    }
+
+    /// As [`Backend::launch`], without the read-back of the fault record of index kernels (the
+    /// host does not wait): the caller has shown every index to be in range.
+    ///
+    /// # Safety
+    /// As [`Backend::launch`].
+    unsafe fn launch_with_indices_in_range(&self, kernel: &Kernel) -> Result<()> {
+        // SAFETY: the caller upholds `launch`'s contract.
+        launch::index::indices_in_range(|| unsafe { self.launch(kernel) })
+    }
+
+    fn launch_waits(&self) -> u64 {
+        self.launch_waits.load(Ordering::Relaxed)
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -7,6 +7,8 @@
 //! `Scatter` take the row kernels of [`super::index_rows`]; everything else runs one thread per
 //! element here.
 
+use std::cell::Cell;
+
 use cartage_core::{Error, Result, ScatterMode, TensorArg};
 use cudarc::driver::DeviceRepr;
 
@@ -51,11 +53,44 @@ fn check_rank(op: &'static str, input: &TensorArg) -> Result<()> {
     Ok(())
 }
 
+thread_local! {
+    /// Set while this thread launches a kernel whose indices are known to be in range
+    /// ([`indices_in_range`]).
+    static INDICES_IN_RANGE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `launch` (a kernel launch on this thread) with every index of it known to lie in range
+/// ([`cartage_core::Backend::launch_with_indices_in_range`]): [`with_fault`] then neither
+/// clears nor reads back the fault record, so the host does not wait for the device.
+pub(crate) fn indices_in_range<R>(launch: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INDICES_IN_RANGE.with(|flag| flag.set(self.0));
+        }
+    }
+    let _restore = Restore(INDICES_IN_RANGE.with(|flag| flag.replace(true)));
+    launch()
+}
+
 /// Run `launch` with the device address of a cleared fault record, then read the record back:
 /// `Some(index)` when a kernel recorded an out-of-range index. The host waits for the launch.
+///
+/// Inside [`indices_in_range`] no index can be out of range: the record is handed to the kernel
+/// (which still checks every index and would skip a bad one) but neither cleared nor read, and
+/// the host does not wait.
 pub(super) fn with_fault(backend: &CudaBackend, launch: impl FnOnce(u64) -> Result<()>) -> Result<Option<i64>> {
     let fault = backend.allocator.alloc(FAULT_BYTES)?;
     let slice = fault.slice();
+    if INDICES_IN_RANGE.with(Cell::get) {
+        let launched = (|| {
+            backend.bind()?;
+            backend.order.before_compute(&backend.compute, &[slice])?;
+            launch(slice.addr())
+        })();
+        backend.allocator.free(fault);
+        return launched.map(|()| None);
+    }
     let outcome = (|| {
         backend.bind()?;
         backend.order.before_compute(&backend.compute, &[slice])?;
@@ -71,6 +106,7 @@ pub(super) fn with_fault(backend: &CudaBackend, launch: impl FnOnce(u64) -> Resu
             return Ok([0u8; FAULT_BYTES]);
         }
         let mut record = [0u8; FAULT_BYTES];
+        backend.launch_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: `slice` is the live fault block allocated above, freed only after this read.
         unsafe { crate::copies::read(backend, slice, &mut record) }?;
         Ok(record)

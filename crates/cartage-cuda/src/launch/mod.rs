@@ -21,7 +21,7 @@ mod copy;
 mod cross_entropy_backward;
 mod elementwise;
 pub mod geometry;
-mod index;
+pub(crate) mod index;
 mod index_rows;
 mod norm_grads;
 pub(crate) mod pool;

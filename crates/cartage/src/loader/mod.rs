@@ -410,6 +410,9 @@ fn write_bytes(device: &Device, shape: &[usize], dtype: DType, bytes: &[u8]) -> 
         tensor.storage().device_buffer().write(0, &bools)?;
     } else {
         tensor.storage().device_buffer().write(0, bytes)?;
+        tensor
+            .storage()
+            .set_known_range(crate::tensor::create::index_range_of(dtype, bytes));
     }
     Ok(tensor)
 }

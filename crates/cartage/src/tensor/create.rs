@@ -8,7 +8,9 @@
 //! [`Tensor::new`] builds from nested arrays of any [`Element`] (up to rank 3): the shape comes
 //! from the array type ([`NestedArray`]).
 
-use cartage_core::{DType, Device, Distribution, Element, Error, Kernel, Op, Result, Scalar, Site, checked_numel};
+use cartage_core::{
+    DType, Device, Distribution, Element, Error, IndexRange, Kernel, Op, Result, Scalar, Site, checked_numel,
+};
 use half::{bf16, f16};
 
 use crate::Generator;
@@ -109,6 +111,8 @@ impl Tensor {
             step,
         };
         out.launch(&kernel, &[], out.numel())?;
+        out.storage
+            .set_known_range(arange_range(start, step, out.numel(), dtype));
         Ok(out)
     }
 
@@ -469,6 +473,7 @@ impl Tensor {
         if numel > 0 {
             let bytes = T::to_le_bytes_vec(data);
             out.storage.device_buffer().write(out.byte_offset(), &bytes)?;
+            out.storage.set_known_range(index_range_of(T::DTYPE, &bytes));
         }
         Ok(out)
     }
@@ -581,3 +586,42 @@ macro_rules! nested_arrays {
     )*};
 }
 nested_arrays!(f32, f64, f16, bf16, i32, i64, u8, bool);
+
+/// The range of little-endian i32 or i64 values in `bytes` (`None` for other dtypes or none).
+pub(crate) fn index_range_of(dtype: DType, bytes: &[u8]) -> Option<IndexRange> {
+    match dtype {
+        DType::I64 => IndexRange::of(
+            bytes
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
+        ),
+        DType::I32 => IndexRange::of(
+            bytes
+                .chunks_exact(4)
+                .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        ),
+        _ => None,
+    }
+}
+
+/// The range of an integer `arange` of `count` values, where every value is exact: an integral
+/// start and step, all values within ±2^53 (so `start + i·step` in f64 is the integer itself,
+/// whether or not the device fuses the multiply-add) and within the dtype.
+fn arange_range(start: f64, step: f64, count: usize, dtype: DType) -> Option<IndexRange> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    let (lo, hi) = match dtype {
+        DType::I64 => (-EXACT, EXACT),
+        DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
+        _ => return None,
+    };
+    if count == 0 || start.fract() != 0.0 || step.fract() != 0.0 {
+        return None;
+    }
+    let span = (count - 1) as f64 * step;
+    let last = start + span;
+    let (min, max) = if last < start { (last, start) } else { (start, last) };
+    (span.abs() <= EXACT && min >= lo && max <= hi).then_some(IndexRange {
+        min: min as i64,
+        max: max as i64,
+    })
+}

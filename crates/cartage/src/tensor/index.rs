@@ -49,7 +49,7 @@ impl Tensor {
             dim: d,
             out: out.as_arg(),
         };
-        out.launch(&kernel, &[self, index], out.numel())?;
+        out.launch_indexed(&kernel, &[self, index], index, out.numel())?;
         Ok(graph::record(out, "gather", &[self], |_| {
             formulas::index::gather(self, d, index)
         }))
@@ -92,7 +92,7 @@ impl Tensor {
             dim: d,
             out: out.as_arg(),
         };
-        out.launch(&kernel, &[self, index], out.numel())?;
+        out.launch_indexed(&kernel, &[self, index], index, out.numel())?;
         Ok(graph::record(out, "index_select", &[self], |_| {
             formulas::index::index_select(self, d, index)
         }))

@@ -46,7 +46,9 @@ use std::sync::{Arc, Mutex};
 use cartage_core::raw::BufferSlice;
 
 use crate::autograd::graph::GradLink;
-use cartage_core::{Backend, DType, Device, DeviceBuffer, Kernel, Layout, Result, Site, TensorArg, checked_bytes};
+use cartage_core::{
+    Backend, DType, Device, DeviceBuffer, IndexRange, Kernel, Layout, Result, Site, TensorArg, checked_bytes,
+};
 
 /// Device memory owned by one or more tensors; given back to the backend's cache on drop.
 ///
@@ -65,6 +67,9 @@ pub struct Storage {
     /// The CUDA graph capture running on this thread when the storage was made (0: none); see
     /// [`crate::graph`].
     capture: u64,
+    /// The range of its integer values as known on the host, and the version it holds for
+    /// (see [`Storage::known_range`]).
+    known_range: Mutex<Option<(u64, IndexRange)>>,
 }
 
 impl Storage {
@@ -75,6 +80,7 @@ impl Storage {
             version: AtomicU64::new(0),
             last_write: Mutex::new(None),
             capture: crate::graph::capture_id(),
+            known_range: Mutex::new(None),
         })
     }
 
@@ -85,6 +91,7 @@ impl Storage {
             version: AtomicU64::new(0),
             last_write: Mutex::new(None),
             capture: crate::graph::capture_id(),
+            known_range: Mutex::new(None),
         }
     }
 
@@ -113,6 +120,23 @@ impl Storage {
     pub(crate) fn bump_version(&self, op: &'static str, site: Site) {
         *self.last_write.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((op, site));
         self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The smallest and largest of its integer values, when known on the host without reading
+    /// the device: recorded when the values were written from the host ([`Tensor::from_slice`],
+    /// a move from the CPU) or by `arange`, and forgotten by the first in-place write (the
+    /// version moves on). Index kernels use it to skip waiting for their device-side check
+    /// ([`cartage_core::Kernel::run_with_index_range`]). Never for imported memory, which
+    /// another framework may write.
+    pub fn known_range(&self) -> Option<IndexRange> {
+        let known = *self.known_range.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        known.and_then(|(version, range)| (version == self.version() && !self.is_external()).then_some(range))
+    }
+
+    /// Record the range of its values, as they are at the current version.
+    pub(crate) fn set_known_range(&self, range: Option<IndexRange>) {
+        *self.known_range.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            range.map(|range| (self.version(), range));
     }
 
     /// The last in-place write (op name and call site), if any.
@@ -484,6 +508,38 @@ impl Tensor {
             *slot = input.storage.device_buffer();
         }
         kernel.run(&buffers[..1 + inputs.len().min(3)])
+    }
+
+    /// [`Tensor::launch`] of an index kernel whose index operand is `index`: when the host knows
+    /// the range of the index's values ([`Storage::known_range`]), the kernel runs without a
+    /// wait for its device-side check where that range fits its bound.
+    pub(crate) fn launch_indexed(
+        &self,
+        kernel: &Kernel,
+        inputs: &[&Tensor],
+        index: &Tensor,
+        out_numel: usize,
+    ) -> Result<()> {
+        let Some(range) = index.known_index_range() else {
+            return self.launch(kernel, inputs, out_numel);
+        };
+        if out_numel == 0 {
+            return Ok(());
+        }
+        crate::graph::hold(std::iter::once(self).chain(inputs.iter().copied()));
+        let mut buffers: [&DeviceBuffer; 4] = [self.storage.device_buffer(); 4];
+        for (slot, input) in buffers[1..].iter_mut().zip(inputs) {
+            *slot = input.storage.device_buffer();
+        }
+        kernel.run_with_index_range(&buffers[..1 + inputs.len().min(3)], range)
+    }
+
+    /// The range of this integer tensor's values where the host knows it (a bound: a view may
+    /// hold fewer of the storage's values).
+    pub(crate) fn known_index_range(&self) -> Option<IndexRange> {
+        matches!(self.dtype, DType::I32 | DType::I64)
+            .then(|| self.storage.known_range())
+            .flatten()
     }
 
     /// The byte offset of the first viewed element inside the storage.

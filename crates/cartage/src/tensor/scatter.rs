@@ -183,7 +183,7 @@ impl Tensor {
         };
         // Structural rules (ranks, sizes) are checked even when there is nothing to write.
         kernel.validate()?;
-        out.launch(&kernel, &[src, index], work)?;
+        out.launch_indexed(&kernel, &[src, index], index, work)?;
         let out = out.with_link(None);
         Ok(graph::record(out, op, &[self, src], |_| {
             match (mode, index_layout_given) {

@@ -197,6 +197,7 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
+        out.storage.set_known_range(self.known_index_range());
         Ok(graph::record(out, "copy", &[self], |_| {
             formulas::elementwise::identity()
         }))
@@ -298,6 +299,11 @@ impl Tensor {
             out: out.as_arg(),
         };
         out.launch(&kernel, &[self], out.numel())?;
+        // An integer cast keeps values that fit the new dtype (`as` wraps the others).
+        let fits = |r: &cartage_core::IndexRange| {
+            dtype == DType::I64 || (dtype == DType::I32 && i32::try_from(r.min).is_ok() && i32::try_from(r.max).is_ok())
+        };
+        out.storage.set_known_range(self.known_index_range().filter(fits));
         if !dtype.is_float() {
             return Ok(graph::record_constant(out, "to_dtype", &[self]));
         }
@@ -329,6 +335,7 @@ impl Tensor {
         if !from.copy_to_peer(src.byte_offset(), to, 0, bytes)? {
             stage_through_host(from, src.byte_offset(), to, bytes)?;
         }
+        out.storage.set_known_range(self.known_index_range());
         tracing::trace!(from = %self.device, to = %device, bytes, %site, "moved");
         Ok(out)
     }

@@ -142,7 +142,7 @@ impl Tensor {
             label_smoothing,
             out: out.as_arg(),
         };
-        out.launch(&kernel, &[self, target, &grad], out.numel())?;
+        out.launch_indexed(&kernel, &[self, target, &grad], target, out.numel())?;
         Ok(Some(out))
     }
 }

@@ -83,7 +83,7 @@ impl Tensor {
             label_smoothing: opts.label_smoothing,
             out: per_row.as_arg(),
         };
-        per_row.launch(&kernel, &[&logits, &rows], n)?;
+        per_row.launch_indexed(&kernel, &[&logits, &rows], &rows, n)?;
         let per_row = graph::record(per_row, name, &[&logits], |_| {
             formulas::nn::cross_entropy(&logits, &rows, opts.ignore_index, opts.label_smoothing)
         });
