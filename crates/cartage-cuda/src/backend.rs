@@ -48,6 +48,8 @@ pub struct CudaBackend {
     pub(crate) capture: crate::graph::CaptureSlot,
     /// The cuDNN algorithm search switch (`CudaBackend::set_conv_benchmark`).
     pub(crate) conv_benchmark: AtomicBool,
+    /// Which cuDNN API convolutions may use (`CudaBackend::set_conv_engine_api`).
+    pub(crate) conv_api: crate::conv::ApiSwitch,
     capabilities: Capabilities,
     info: DeviceInfo,
 }
@@ -205,6 +207,7 @@ impl CudaBackend {
             precision: Mutex::new(precision),
             capture: Default::default(),
             conv_benchmark: AtomicBool::new(crate::conv::benchmark_from_env()),
+            conv_api: Default::default(),
             capabilities,
             info,
         })
