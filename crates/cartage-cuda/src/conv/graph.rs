@@ -65,6 +65,10 @@ pub(crate) struct GraphPlan {
     candidates: Vec<ExecPlan>,
     /// True once the search has run for this plan.
     searched: bool,
+    /// True once the search's best was timed against the legacy path's (under
+    /// [`ConvApi::Auto`]; a plan searched under [`ConvApi::Graph`] is compared at its first
+    /// call under `Auto`).
+    compared: bool,
     /// Whether this plan runs through the graph API under [`ConvApi::Auto`] (false when the
     /// search timed the legacy API faster).
     use_graph: bool,
@@ -133,6 +137,7 @@ fn build(backend: &CudaBackend, handle: sys::cudnnHandle_t, gkey: &GraphKey) -> 
     Ok(GraphPlan {
         candidates,
         searched: false,
+        compared: false,
         use_graph: true,
         _graph: graph,
     })
@@ -174,10 +179,17 @@ pub(super) fn attempt(
         }
         cudnn.graphs.insert(gkey.clone(), built);
     }
-    let needs_search = key.benchmark
-        && !backend.capture.active()
-        && matches!(cudnn.graphs.get(&gkey), Some(Ok(plan)) if !plan.searched);
-    let legacy_ms = if needs_search && api == ConvApi::Auto {
+    // The search and the comparison with the legacy path wait for the device: never inside a
+    // graph capture (the next call outside one does them).
+    let can_time = key.benchmark && !backend.capture.active();
+    let (needs_search, needs_compare) = match cudnn.graphs.get(&gkey) {
+        Some(Ok(plan)) => (
+            can_time && !plan.searched,
+            can_time && api == ConvApi::Auto && !plan.compared,
+        ),
+        _ => (false, false),
+    };
+    let legacy_ms = if needs_compare {
         legacy_time(backend, cudnn, key, operands, scratch)
     } else {
         None
@@ -190,11 +202,14 @@ pub(super) fn attempt(
             tracing::debug!(%device, ?key, error = %e, "the cuDNN graph search did not finish; the heuristics' order stays");
         }
         plan.searched = true;
+    }
+    if needs_compare {
         let graph_ms = plan.candidates.first().and_then(|c| c.time_ms);
         plan.use_graph = match (graph_ms, legacy_ms) {
             (Some(g), Some(l)) => g <= l,
             _ => true,
         };
+        plan.compared = true;
         tracing::debug!(
             %device,
             ?key,

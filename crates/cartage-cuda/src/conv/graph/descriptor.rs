@@ -252,12 +252,21 @@ impl Descriptor {
         Ok(value)
     }
 
-    /// How many elements of type `ty` attribute `name` holds.
-    fn count(&self, name: Name, ty: Type) -> Outcome<usize> {
+    /// How many descriptors the `BACKEND_DESCRIPTOR` array attribute `name` holds.
+    pub(crate) fn count_descriptors(&self, name: Name) -> Outcome<usize> {
         let mut count = 0i64;
         // SAFETY: a live descriptor; asking for no elements with a null array is cuDNN's way
         // to query the count alone.
-        let status = unsafe { sys::cudnnBackendGetAttribute(self.raw, name, ty, 0, &mut count, std::ptr::null_mut()) };
+        let status = unsafe {
+            sys::cudnnBackendGetAttribute(
+                self.raw,
+                name,
+                Type::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                0,
+                &mut count,
+                std::ptr::null_mut(),
+            )
+        };
         check(status, "cudnnBackendGetAttribute", || {
             format!("the count of {name:?} of {:?}", self.kind)
         })?;
@@ -281,16 +290,14 @@ impl Descriptor {
         Ok(values)
     }
 
-    /// Read a `BACKEND_DESCRIPTOR` array attribute into fresh descriptors of `kind` (cuDNN
-    /// fills descriptors the caller created), at most `max` (all when `None`).
+    /// Read a `BACKEND_DESCRIPTOR` array attribute into `wanted` fresh descriptors of `kind`
+    /// (cuDNN fills descriptors the caller created); those cuDNN filled are returned.
     pub(crate) fn get_descriptors(
         &self,
         name: Name,
         kind: sys::cudnnBackendDescriptorType_t,
-        max: Option<usize>,
+        wanted: usize,
     ) -> Outcome<Vec<Descriptor>> {
-        let available = self.count(name, Type::CUDNN_TYPE_BACKEND_DESCRIPTOR)?;
-        let wanted = max.map_or(available, |m| m.min(available));
         if wanted == 0 {
             return Ok(Vec::new());
         }

@@ -97,11 +97,7 @@ pub(crate) fn allowed(info: &EngineInfo, tensor_cores: bool) -> bool {
 /// The engine of an engine configuration, and what cuDNN says of it.
 pub(crate) fn engine_info(config: &Descriptor) -> Outcome<EngineInfo> {
     let engine = config
-        .get_descriptors(
-            A::CUDNN_ATTR_ENGINECFG_ENGINE,
-            D::CUDNN_BACKEND_ENGINE_DESCRIPTOR,
-            Some(1),
-        )?
+        .get_descriptors(A::CUDNN_ATTR_ENGINECFG_ENGINE, D::CUDNN_BACKEND_ENGINE_DESCRIPTOR, 1)?
         .pop()
         .ok_or_else(|| Failure {
             call: "cudnnBackendGetAttribute",
@@ -124,10 +120,11 @@ pub(crate) fn heuristics(graph: &Descriptor, mode: sys::cudnnBackendHeurMode_t) 
     heur.set_descriptors(A::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[graph])?;
     heur.set_heur_mode(A::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
     heur.finalize()?;
+    let count = heur.count_descriptors(A::CUDNN_ATTR_ENGINEHEUR_RESULTS)?;
     heur.get_descriptors(
         A::CUDNN_ATTR_ENGINEHEUR_RESULTS,
         D::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
-        Some(MAX_CONFIGS),
+        count.min(MAX_CONFIGS),
     )
 }
 
@@ -197,7 +194,7 @@ pub(crate) fn plans(
                 }
             };
             if !allowed(&engine, tensor_cores) {
-                tracing::trace!(?engine, tensor_cores, "engine left out by the precision rule");
+                tracing::debug!(?engine, tensor_cores, "engine left out by the precision rule");
                 continue;
             }
             if fallback && out.iter().any(|p| p.engine.index == engine.index) {
