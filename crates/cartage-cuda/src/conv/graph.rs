@@ -19,6 +19,8 @@
 //! - Anything the graph API cannot do (an older cuDNN without its entry points, f64, no
 //!   engine finalizing, every engine refusing at execution) is logged (`tracing` debug) and the
 //!   legacy path runs instead; the user never sees the graph API's refusal.
+//! - Plans are built outside graph captures only (a call captured before its plan exists runs
+//!   on the legacy API); a plan built earlier also runs inside a capture.
 //! - Each call binds the operands' addresses and a workspace from the caching allocator in a
 //!   variant pack and queues the plan on the handle's stream, the compute stream (`execute`).
 //!
@@ -173,6 +175,11 @@ pub(super) fn attempt(
     };
     let handle = cudnn.handle;
     if !cudnn.graphs.contains_key(&gkey) {
+        if backend.capture.active() {
+            // Finalizing plans may compile and load kernels: not inside a graph capture. This
+            // call runs on the legacy API; the first one outside a capture builds the plan.
+            return Ok(false);
+        }
         let built = build(backend, handle, &gkey);
         if let Err(reason) = &built {
             tracing::debug!(%device, ?gkey, %reason, "the cuDNN graph API cannot run this convolution; the legacy API will");
