@@ -203,7 +203,9 @@ impl CudaBackend {
     /// Turn the cuDNN algorithm search on or off (like `torch.backends.cudnn.benchmark`). On, the
     /// first convolution of each pass, shape, strides, dtype and math times the pass's
     /// algorithms with `cudnnFindConvolution*AlgorithmEx` and keeps the fastest that fits; off,
-    /// cuDNN's heuristics (`_v7`) choose. Each setting keeps its own plans, so switching back
+    /// cuDNN's heuristics (`_v7`) choose. Where the graph API may run ([`ConvApi`]), the search
+    /// also times up to 8 of its engines and keeps the faster API; off, the graph heuristics'
+    /// first engine runs. Each setting keeps its own plans, so switching back
     /// and forth searches each shape once. The initial state comes from
     /// `CARTAGE_CUDNN_BENCHMARK` ([`CUDNN_BENCHMARK_VAR`]; on by default).
     pub fn set_conv_benchmark(&self, on: bool) {
