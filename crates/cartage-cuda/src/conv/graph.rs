@@ -14,7 +14,7 @@
 //! - With the algorithm search on, the first call of a plan (outside a graph capture) times up
 //!   to [`SEARCH_COUNT`] plans on the call's own operands, the written one replaced by a scratch
 //!   block, and, under [`ConvApi::Auto`], the legacy path's best algorithm with the same clock
-//!   (`timing`); the faster API runs that plan from then on. With the search off the graph
+//!   (`search`, `timing`); the faster API runs that plan from then on. With the search off the graph
 //!   API's first plan runs. Under [`ConvApi::Graph`] the graph API runs whenever it can.
 //! - Anything the graph API cannot do (an older cuDNN without its entry points, f64, no
 //!   engine finalizing, every engine refusing at execution) is logged (`tracing` debug) and the
