@@ -50,6 +50,8 @@ pub struct CudaBackend {
     pub(crate) conv_benchmark: AtomicBool,
     /// Index checks read back on the host ([`Backend::launch_waits`]).
     pub(crate) launch_waits: AtomicU64,
+    /// Which cuDNN API convolutions may use (`CudaBackend::set_conv_engine_api`).
+    pub(crate) conv_api: crate::conv::ApiSwitch,
     capabilities: Capabilities,
     info: DeviceInfo,
 }
@@ -208,6 +210,7 @@ impl CudaBackend {
             capture: Default::default(),
             conv_benchmark: AtomicBool::new(crate::conv::benchmark_from_env()),
             launch_waits: AtomicU64::new(0),
+            conv_api: Default::default(),
             capabilities,
             info,
         })

@@ -42,11 +42,19 @@
 //! strides it was given the call runs once more from dense copies. Sums over nothing (no input
 //! channels, an empty batch, no output channels) are a fill with zeros, not a cuDNN call.
 //!
+//! - Two APIs: besides the legacy calls above, cuDNN's graph (backend) API reaches engines the
+//!   legacy calls do not (Hopper's implicit-GEMM kernels among them). Each plan tries it first
+//!   (`graph`): with the search on, its best engines are timed against the legacy path's best
+//!   algorithm and the faster runs; with the search off, its heuristics' first engine runs.
+//!   Whatever the graph API cannot run falls back to the legacy calls silently;
+//!   [`crate::CudaBackend::set_conv_engine_api`] (`CARTAGE_CUDNN_API`) forces either API.
+//!
 //! `library` finds cuDNN; `plan` holds the handle, the descriptors and the algorithm cache and
-//! makes the calls; `search` times the algorithms; `choice` is the public report and switch;
-//! this file takes the kernels' operands to them.
+//! makes the calls; `search` times the algorithms; `graph` is the graph API's path; `choice` is
+//! the public report and switches; this file takes the kernels' operands to them.
 
 mod choice;
+mod graph;
 mod library;
 mod plan;
 mod search;
@@ -59,8 +67,11 @@ use cudarc::cudnn::sys;
 
 use crate::backend::CudaBackend;
 use crate::launch::{device_ptr, launch};
-pub(crate) use choice::benchmark_from_env;
-pub use choice::{CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvPass};
+pub(crate) use choice::{ApiSwitch, benchmark_from_env};
+pub use choice::{
+    CUDNN_API_VAR, CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvApi, ConvPass, GRAPH_NO_TENSOR_CORES,
+    GRAPH_TENSOR_CORES,
+};
 pub(crate) use library::{available, backward_available};
 use plan::{Pass, PlanKey, data_type, execute, handle};
 
@@ -485,6 +496,12 @@ fn attempt(
     let shared = handle(backend, op, conv.dtype)?;
     let mut cudnn = shared.lock().unwrap_or_else(|p| p.into_inner());
     let handle = cudnn.handle;
+    // The graph API first, where it may and can run this convolution (`graph`); the legacy
+    // calls below otherwise.
+    if graph::attempt(backend, &mut cudnn, &key, (x, w, y), scratch)? {
+        return Ok(None);
+    }
+    cudnn.graph_ran.remove(&key);
     let plan = match cudnn.plan(device, &key) {
         Ok(plan) => plan,
         Err(refusal) => return Ok(Some(refusal)),

@@ -15,7 +15,9 @@
 //! - Convolutions run on cuDNN, loaded at run time, with an algorithm search per shape (on by
 //!   default, like `torch.backends.cudnn.benchmark`; [`CudaBackend::set_conv_benchmark`],
 //!   `CARTAGE_CUDNN_BENCHMARK=0`) and a report of the algorithm each shape runs
-//!   ([`CudaBackend::conv_algorithms`]).
+//!   ([`CudaBackend::conv_algorithms`]); each shape runs through cuDNN's graph API (the
+//!   Hopper implicit-GEMM engines) or its legacy API, whichever the search times faster
+//!   ([`CudaBackend::set_conv_engine_api`]).
 //!
 //! Every device is `cuda:N` with an explicit ordinal; [`open`] returns the same backend for the
 //! same ordinal within a process.
@@ -49,7 +51,10 @@ pub mod precompiled;
 mod staging;
 
 pub use backend::{CudaBackend, capabilities_for};
-pub use conv::{CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvPass};
+pub use conv::{
+    CUDNN_API_VAR, CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvApi, ConvPass, GRAPH_NO_TENSOR_CORES,
+    GRAPH_TENSOR_CORES,
+};
 pub use lt_route::{MatmulCounters, MatmulLibrary, SEARCH_CANDIDATES, SEARCH_REPEATS};
 pub use staging::TransferStats;
 

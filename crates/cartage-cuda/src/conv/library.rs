@@ -7,7 +7,8 @@
 //! then every entry point the forward convolution calls, and version 9 or later. The backward
 //! passes' entry points are checked apart ([`backward_available`]), so a library without them
 //! still convolves forward and only the backward ops go unlisted; so are the algorithm search's
-//! ([`search_available`]): without them every plan keeps cuDNN's heuristic choice.
+//! ([`search_available`]): without them every plan keeps cuDNN's heuristic choice; and the
+//! graph API's ([`graph_available`]): without them every convolution takes the legacy API.
 //!
 //! cuDNN 9's main library opens its sub-libraries (`libcudnn_cnn.so.9`, …) by name when first
 //! used, so another cuDNN earlier on the loader's path would be mixed in
@@ -62,6 +63,16 @@ const SEARCH_SYMBOLS: &[&str] = &[
     "cudnnFindConvolutionForwardAlgorithmEx",
     "cudnnFindConvolutionBackwardDataAlgorithmEx",
     "cudnnFindConvolutionBackwardFilterAlgorithmEx",
+];
+
+/// The entry points of the graph (backend) API.
+const GRAPH_SYMBOLS: &[&str] = &[
+    "cudnnBackendCreateDescriptor",
+    "cudnnBackendDestroyDescriptor",
+    "cudnnBackendSetAttribute",
+    "cudnnBackendGetAttribute",
+    "cudnnBackendFinalize",
+    "cudnnBackendExecute",
 ];
 
 /// Libraries opened by full path from a folder off the loader's path, kept for the process.
@@ -176,6 +187,15 @@ pub(crate) fn search_available() -> std::result::Result<(), String> {
     static ANSWER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     ANSWER
         .get_or_init(|| available().and_then(|()| lacking(SEARCH_SYMBOLS)))
+        .clone()
+}
+
+/// [`available`], and the graph API's entry points present too, or why not (computed once per
+/// process). Without them every convolution runs through the legacy API.
+pub(crate) fn graph_available() -> std::result::Result<(), String> {
+    static ANSWER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    ANSWER
+        .get_or_init(|| available().and_then(|()| lacking(GRAPH_SYMBOLS)))
         .clone()
 }
 

@@ -2,7 +2,8 @@
 //! and the algorithms cuDNN's heuristics rank for one pass (forward, backward data, backward
 //! filter) and shape, cached per pass, shape, strides, dtype, math and search setting (the
 //! search itself, which reorders them by measured time, is `search.rs`), the calls themselves,
-//! and the report of what each plan ran ([`choices`]).
+//! and the report of what each plan ran ([`choices`]). The handle also keeps the graph API's
+//! plans (`graph`), so both APIs share one lock, one stream and one cache lifetime.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -12,8 +13,9 @@ use cartage_core::raw::Allocation;
 use cartage_core::{DType, Device, Error, Result, TensorArg};
 use cudarc::cudnn::sys;
 
-use super::choice::ConvAlgorithmChoice;
 pub(super) use super::choice::ConvPass as Pass;
+use super::choice::{ConvAlgorithmChoice, ConvApi};
+use super::graph::{GraphChoice, GraphPlans};
 use super::library::{cudnn_error, load_sublibraries};
 use crate::backend::CudaBackend;
 use crate::launch::device_ptr;
@@ -147,6 +149,10 @@ impl Plan {
 pub(super) struct Cudnn {
     pub(super) handle: sys::cudnnHandle_t,
     plans: HashMap<PlanKey, std::result::Result<Plan, String>>,
+    /// The graph API's plans, per key and operand alignment (or why none could be had).
+    pub(super) graphs: GraphPlans,
+    /// The graph engine each key ran last, for keys whose last call took the graph API.
+    pub(super) graph_ran: HashMap<PlanKey, GraphChoice>,
 }
 
 // SAFETY: a cuDNN handle and its descriptors may be used from any thread as long as one thread
@@ -156,6 +162,7 @@ unsafe impl Send for Cudnn {}
 impl Drop for Cudnn {
     fn drop(&mut self) {
         self.plans.clear();
+        self.graphs.clear();
         // SAFETY: created by cudnnCreate and destroyed once, here, after its descriptors.
         let _ = unsafe { sys::cudnnDestroy(self.handle) };
     }
@@ -188,6 +195,8 @@ impl Cudnn {
         let cudnn = Cudnn {
             handle,
             plans: HashMap::new(),
+            graphs: HashMap::new(),
+            graph_ran: HashMap::new(),
         };
         let stream = backend.compute.cu_stream() as sys::cudaStream_t;
         // SAFETY: a live handle and the backend's compute stream, which outlives the handle (the
@@ -204,6 +213,8 @@ impl Cudnn {
         if !self.plans.contains_key(key) {
             if self.plans.len() >= MAX_PLANS {
                 self.plans.clear();
+                self.graphs.clear();
+                self.graph_ran.clear();
             }
             let plan = self.build(device, key).map_err(|e| e.to_string());
             if let Err(reason) = &plan {
@@ -528,12 +539,19 @@ pub(super) fn choices(device: Device) -> Vec<ConvAlgorithmChoice> {
     let mut out: Vec<(PlanSort, ConvAlgorithmChoice)> = cudnn
         .plans
         .iter()
+        .filter(|(key, _)| !cudnn.graph_ran.contains_key(key))
         .filter_map(|(key, plan)| {
             let chosen = plan.as_ref().ok()?.chosen?;
             let searched = plan.as_ref().ok()?.searched && chosen.time_ms.is_some();
             Some((sort_key(key), choice_of(key, &chosen, searched)))
         })
         .collect();
+    out.extend(
+        cudnn
+            .graph_ran
+            .iter()
+            .map(|(key, ran)| (sort_key(key), graph_choice_of(key, ran))),
+    );
     out.sort_by_key(|a| a.0);
     out.into_iter().map(|(_, c)| c).collect()
 }
@@ -567,8 +585,37 @@ fn sort_key(k: &PlanKey) -> PlanSort {
     )
 }
 
+/// The public report of the graph engine `ran` for `key`.
+fn graph_choice_of(key: &PlanKey, ran: &GraphChoice) -> ConvAlgorithmChoice {
+    let mut choice = report_of(key);
+    choice.api = ConvApi::Graph;
+    choice.algorithm = ran.engine.name();
+    choice.math = if ran.engine.tensor_cores() {
+        super::choice::GRAPH_TENSOR_CORES
+    } else {
+        super::choice::GRAPH_NO_TENSOR_CORES
+    }
+    .into();
+    choice.workspace_bytes = ran.workspace;
+    choice.searched = ran.time_ms.is_some();
+    choice.search_ms = ran.time_ms;
+    choice
+}
+
 /// The public report of `chosen` for `key`.
 fn choice_of(key: &PlanKey, chosen: &Candidate, searched: bool) -> ConvAlgorithmChoice {
+    ConvAlgorithmChoice {
+        algorithm: chosen.algo.name(),
+        math: format!("{:?}", chosen.math),
+        workspace_bytes: chosen.workspace,
+        searched,
+        search_ms: if searched { chosen.time_ms } else { None },
+        ..report_of(key)
+    }
+}
+
+/// The report's fields that come from `key` alone (a legacy entry with no algorithm yet).
+fn report_of(key: &PlanKey) -> ConvAlgorithmChoice {
     let four = |v: [c_int; 4]| v.map(|x| x.max(0) as usize);
     let [ph, pw, sh, sw, dh, dw] = key.window.map(|x| x.max(0) as usize);
     ConvAlgorithmChoice {
@@ -582,11 +629,12 @@ fn choice_of(key: &PlanKey, chosen: &Candidate, searched: bool) -> ConvAlgorithm
         stride: [sh, sw],
         dilation: [dh, dw],
         groups: key.groups.max(0) as usize,
-        algorithm: chosen.algo.name(),
-        math: format!("{:?}", chosen.math),
-        workspace_bytes: chosen.workspace,
-        searched,
-        search_ms: if searched { chosen.time_ms } else { None },
+        api: ConvApi::Legacy,
+        algorithm: String::new(),
+        math: String::new(),
+        workspace_bytes: 0,
+        searched: false,
+        search_ms: None,
     }
 }
 

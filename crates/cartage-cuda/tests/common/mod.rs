@@ -1,13 +1,13 @@
 //! Helpers shared by the CUDA row-kernel tests: opening `cuda:0` (a SKIP line without it, a
 //! failure under `CARTAGE_REQUIRE=cuda`), deterministic inputs rounded to their dtype, and
-//! uploads and read-backs of f32, bf16 and i64 buffers.
+//! uploads and read-backs of f32, bf16, f16 and i64 buffers.
 
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
 use cartage_core::{Backend, DType, DeviceBuffer, Layout, TensorArg};
-use half::bf16;
+use half::{bf16, f16};
 
 /// True when `CARTAGE_REQUIRE` names cuda.
 pub fn required() -> bool {
@@ -45,18 +45,20 @@ pub fn values(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
         .collect()
 }
 
-/// `v` rounded to `dtype` (bf16, else f32).
+/// `v` rounded to `dtype` (bf16, f16, else f32).
 pub fn round(v: f64, dtype: DType) -> f64 {
     match dtype {
         DType::BF16 => bf16::from_f64(v).to_f64(),
+        DType::F16 => f16::from_f64(v).to_f64(),
         _ => v as f32 as f64,
     }
 }
 
-/// A buffer holding `v` in `dtype` (bf16, i64, else f32).
+/// A buffer holding `v` in `dtype` (bf16, f16, i64, else f32).
 pub fn upload(b: &Arc<dyn Backend>, v: &[f64], dtype: DType) -> DeviceBuffer {
     let bytes: Vec<u8> = match dtype {
         DType::BF16 => v.iter().flat_map(|&x| bf16::from_f64(x).to_le_bytes()).collect(),
+        DType::F16 => v.iter().flat_map(|&x| f16::from_f64(x).to_le_bytes()).collect(),
         DType::I64 => v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect(),
         _ => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
     };
@@ -70,7 +72,7 @@ pub fn poisoned(b: &Arc<dyn Backend>, n: usize, dtype: DType) -> DeviceBuffer {
     upload(b, &vec![f64::NAN; n], dtype)
 }
 
-/// `n` elements of `dtype` (bf16, else f32) read back as f64.
+/// `n` elements of `dtype` (bf16, f16, else f32) read back as f64.
 pub fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
     let mut bytes = vec![0u8; n * dtype.size_in_bytes()];
     buf.read(0, &mut bytes).expect("read");
@@ -78,6 +80,10 @@ pub fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
         DType::BF16 => bytes
             .chunks(2)
             .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        DType::F16 => bytes
+            .chunks(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
             .collect(),
         _ => bytes
             .chunks(4)
