@@ -56,6 +56,10 @@ pub struct BenchArgs {
     /// memory, precision, elementwise, ops, training, distributed (all when omitted).
     #[arg(long, value_delimiter = ',')]
     sections: Vec<String>,
+    /// Only the cases whose id (`<backend>/<device>/<case>_<dtype>_<size>`) contains one of
+    /// these comma-separated words (all when omitted): for measuring a few rows again.
+    #[arg(long, value_delimiter = ',')]
+    cases: Vec<String>,
 }
 
 /// Run the report.
@@ -79,6 +83,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             planned
                 .into_iter()
                 .filter(|t| chosen(&t.section))
+                .filter(|t| args.cases.is_empty() || args.cases.iter().any(|c| t.id.contains(c.as_str())))
                 .map(|t| (found.device, t)),
         );
         report.skips.extend(skipped.into_iter().filter(|s| chosen(&s.section)));
