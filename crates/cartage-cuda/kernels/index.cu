@@ -273,8 +273,8 @@ __device__ __forceinline__ bool row_task(u64 t, u32 lane, const I* index, IndexF
     return true;
 }
 
-// index_select of whole rows, copied as words of type W (1 to 16 bytes) with four loads in flight
-// per lane. The loop bound is the same for the whole block, so every lane of a warp reaches the
+// index_select of whole rows, copied as words of type W (1 to 16 bytes) with up to eight loads in
+// flight per lane. The loop bound is the same for the whole block, so every lane of a warp reaches the
 // shuffle in `row_task` together.
 template <typename W, typename I>
 __device__ void index_select_rows(W* __restrict__ dst, const W* __restrict__ src, const I* __restrict__ index,
@@ -288,15 +288,19 @@ __device__ void index_select_rows(W* __restrict__ dst, const W* __restrict__ src
         if (!row_task<false, I>(base + slot, lane, index, fault, g, r)) continue;
         const W* s = src + r.src;
         W* d = dst + r.dst;
-        u64 u = r.begin + lane;
-        for (; u + 3 * (u64)G < r.end; u += 4 * (u64)G) {
-            const W a = s[u], b = s[u + G], c = s[u + 2 * G], e = s[u + 3 * G];
-            d[u] = a;
-            d[u + G] = b;
-            d[u + 2 * G] = c;
-            d[u + 3 * G] = e;
+        // Rounds of up to eight loads in flight per lane, all issued before the first store
+        // (a row of 768 f32 is six 16-byte words per lane of a warp: one round).
+        for (u64 u = r.begin + lane; u < r.end; u += 8 * (u64)G) {
+            W w[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                if (u + (u64)j * G < r.end) w[j] = s[u + (u64)j * G];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                if (u + (u64)j * G < r.end) d[u + (u64)j * G] = w[j];
+            }
         }
-        for (; u < r.end; u += G) d[u] = s[u];
     }
 }
 

@@ -10,7 +10,7 @@
 //! followed; an out-of-range one is recorded in the fault record and becomes
 //! `Error::IndexOutOfRange` on the host). A selected row is copied in words of 16, 8, 4, 2 or 1
 //! bytes, the widest that both base addresses, every stride and the row's length allow, with
-//! four independent loads in flight per lane; `index_add` adds element by element with the
+//! up to eight independent loads in flight per lane; `index_add` adds element by element with the
 //! general scatter's atomics. Anything else runs the general kernels of `index.rs`.
 
 use cartage_core::{DType, TensorArg};
@@ -21,7 +21,7 @@ use super::{device_ptr, max_blocks};
 use crate::backend::CudaBackend;
 use crate::modules::{KernelName, SourceFile};
 
-/// Units (words or elements) a lane moves per chunk of a long row, in groups of four loads:
+/// Units (words or elements) a lane moves per chunk of a long row, in fours:
 /// a 32-lane group moves at most 2048 units per task, so long rows spread over many groups.
 const CHUNK_ROUNDS: u64 = 16;
 
