@@ -6,8 +6,8 @@
 // gradient dO and O are read in place (dense last dimension, batch and row strides multiples of
 // 4 elements, 16-byte aligned bases); grad_q, grad_k and grad_v are contiguous [B, L|S, D],
 // 16-byte aligned. Two launches:
-// - `attention_f32_backward_prep`: a warp per query row: D_i = dO_i.O_i into a [B, L] scratch
-//   row, and grad_q's row zeroed (the main kernel adds into it).
+// - `attention_f32_backward_prep`: a thread per query row: D_i = dO_i.O_i into a [B, L] scratch
+//   row; and grad_q zeroed (the main kernel adds into it).
 // - `attention_f32_backward_d<D>`: one block of AB_NT = 256 threads per (batch, tile of AB_BN =
 //   64 keys); K and V stay in shared memory while the block walks the query tiles of AB_BM = 64
 //   rows that see its keys (from the diagonal on when causal, so fully masked tiles are
@@ -75,22 +75,21 @@ template <int D> struct AbSmem {
 };
 
 extern "C" __global__ void __launch_bounds__(256) attention_f32_backward_prep(AttnF32BwdArgs a) {
-    const int lane = threadIdx.x & 31;
-    const u64 warps = grid_threads() >> 5;
     const u64 rows = (u64)a.batch * a.l;
-    const int D = (int)a.d;
-    for (u64 r = global_thread() >> 5; r < rows; r += warps) {
+    const int d4 = (int)a.d / 4;
+    for (u64 r = global_thread(); r < rows; r += grid_threads()) {
         const u64 b = r / a.l, i = r % a.l;
-        const float* g = (const float*)a.grad + (i64)b * a.g_batch + (i64)i * a.g_row;
-        const float* o = (const float*)a.out + (i64)b * a.o_batch + (i64)i * a.o_row;
+        const float4* g = (const float4*)((const float*)a.grad + (i64)b * a.g_batch + (i64)i * a.g_row);
+        const float4* o = (const float4*)((const float*)a.out + (i64)b * a.o_batch + (i64)i * a.o_row);
+        // In the order the main kernel sums dO_i.v_j: where O_i = v_j (one key seen), dS = 0
+        // exactly.
         float dot = 0.f;
-        for (int x = lane; x < D; x += 32) dot = fmaf(g[x], o[x], dot);
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, m);
-        float* gq = (float*)a.grad_q + r * D;
-        for (int x = lane; x < D; x += 32) gq[x] = 0.f;
-        if (lane == 0) ((float*)a.delta)[r] = dot;
+        for (int x = 0; x < d4; ++x) dot = af_dot4(o[x], g[x], dot);
+        ((float*)a.delta)[r] = dot;
     }
+    const u64 n4 = rows * (u64)d4;
+    const float4 zero = {0.f, 0.f, 0.f, 0.f};
+    for (u64 x = global_thread(); x < n4; x += grid_threads()) ((float4*)a.grad_q)[x] = zero;
 }
 
 template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32BwdArgs& a) {

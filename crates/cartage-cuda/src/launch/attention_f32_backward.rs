@@ -1,8 +1,8 @@
 //! The tiled f32 flash-attention backward (`attention_f32_backward.cu`): for f32 with the head
 //! dims of the f32 forward ([`super::attention_f32::HEAD_DIMS`], `Ev` = `E`) when the forward's
 //! output and log-sum-exp come with the kernel ([`AttentionBackwardArgs::saved`]). Two launches
-//! on the compute stream: a per-row preprocess (`D_i = dO_i · O_i` into a `[B, L]` f32 scratch
-//! row from the caching allocator, `grad_q` zeroed), then the main kernel (one block per batch
+//! on the compute stream: a preprocess (`D_i = dO_i · O_i` into a `[B, L]` f32 scratch row from
+//! the caching allocator, `grad_q` zeroed), then the main kernel (one block per batch
 //! entry and tile of 64 keys, exact f32 FMAs on the CUDA cores; dK and dV in registers, dQ added
 //! into `grad_q` with f32 atomics). Nothing of size L × S is stored.
 //!
@@ -152,11 +152,14 @@ pub(super) fn attention_f32_backward(
     let queued = (|| {
         let rows = (batch * l) as u64;
         if rows > 0 {
+            // A thread per row for D, then per four elements of grad_q to zero it.
             let prep = backend.modules.kernel(names[0])?;
-            let warps = u64::from(THREADS / 32);
+            let units = rows * (head / 4) as u64;
             let cfg = LaunchConfig {
                 grid_dim: (
-                    rows.div_ceil(warps).clamp(1, u64::from(max_blocks(backend, &prep))) as u32,
+                    units
+                        .div_ceil(u64::from(THREADS))
+                        .clamp(1, u64::from(max_blocks(backend, &prep))) as u32,
                     1,
                     1,
                 ),
