@@ -278,18 +278,19 @@ template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32
     }
 }
 
-// Per head dim: one block of 256 threads per multiprocessor is what the registers are capped for
-// (dK and dV take D / 2 of them). The head dims mirror `HEAD_DIMS` in
-// src/launch/attention_f32.rs.
-#define ATTENTION_F32_BWD(D)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(AB_NT, 1) attention_f32_backward_d##D(AttnF32BwdArgs a) { \
+// Per head dim: the blocks per multiprocessor the registers are capped for. Up to head dim 64,
+// two blocks of 256 threads (128 registers, a few bytes spilled on sm_90; 86 KiB of shared
+// memory each), so that one block's loads overlap the other's products; above, one (dK and dV
+// take D / 2 registers). The head dims mirror `HEAD_DIMS` in src/launch/attention_f32.rs.
+#define ATTENTION_F32_BWD(D, MINB)                                                                              \
+    extern "C" __global__ void __launch_bounds__(AB_NT, MINB) attention_f32_backward_d##D(AttnF32BwdArgs a) { \
         attention_f32_bwd<D>(a);                                                                             \
     }
 
-ATTENTION_F32_BWD(32)
-ATTENTION_F32_BWD(48)
-ATTENTION_F32_BWD(64)
-ATTENTION_F32_BWD(80)
-ATTENTION_F32_BWD(96)
-ATTENTION_F32_BWD(112)
-ATTENTION_F32_BWD(128)
+ATTENTION_F32_BWD(32, 2)
+ATTENTION_F32_BWD(48, 2)
+ATTENTION_F32_BWD(64, 2)
+ATTENTION_F32_BWD(80, 1)
+ATTENTION_F32_BWD(96, 1)
+ATTENTION_F32_BWD(112, 1)
+ATTENTION_F32_BWD(128, 1)
