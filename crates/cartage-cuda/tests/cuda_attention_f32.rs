@@ -6,9 +6,10 @@
 //! no multiple of 64 too), causal and not, L = S, L < S and L > S, lengths that are no multiple
 //! of the 64-row tiles (1, 77, 130, 300), one key, several batch entries, heads interleaved in
 //! memory. The kernels compute with exact f32 products, so they agree to about 10⁻⁵ of the
-//! largest magnitude. Then what the kernels do not take is refused with `Unsupported` (so that
-//! the frontend composes), and a long sequence runs its backward without any memory of the size
-//! of the score matrix.
+//! largest magnitude. Then no keys and no queries give the contract's NaN rows and zero
+//! gradients, what the kernels do not take is refused with `Unsupported` (so that the frontend
+//! composes), and a long sequence runs its backward without any memory of the size of the score
+//! matrix.
 //!
 //! Without a CUDA device every test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes it fail.
 
@@ -275,6 +276,83 @@ fn forward_and_backward_match_the_composed_formula() {
     }
     for (n, c) in cases.iter().enumerate() {
         check_case(&b, *c, 1000 + 10 * n as u64);
+    }
+}
+
+/// No keys (S = 0): every output row is NaN (0 / 0, as the kernel contract says), its
+/// log-sum-exp −inf, and the query gradient zero. No queries (L = 0): zero key and value
+/// gradients.
+#[test]
+fn no_keys_and_no_queries() {
+    let _serial = one_at_a_time();
+    let Some(b) = backend("no_keys_and_no_queries") else {
+        return;
+    };
+    let e = 64;
+    for (batch, l, s) in [(2, 17, 0), (2, 0, 70)] {
+        let shapes = [[batch, l, e], [batch, s, e], [batch, s, e], [batch, l, e]];
+        let bufs: Vec<DeviceBuffer> = shapes
+            .iter()
+            .enumerate()
+            .map(|(n, sh)| {
+                common::upload(
+                    &b,
+                    &common::values(sh.iter().product(), 60 + n as u64, DType::F32),
+                    DType::F32,
+                )
+            })
+            .collect();
+        let out = common::poisoned(&b, batch * l * e, DType::F32);
+        let lse = common::poisoned(&b, batch * l, DType::F32);
+        let arg = |buf: &DeviceBuffer, shape: &[usize]| common::arg(buf, shape, DType::F32);
+        Kernel::Attention {
+            q: arg(&bufs[0], &shapes[0]),
+            k: arg(&bufs[1], &shapes[1]),
+            v: arg(&bufs[2], &shapes[2]),
+            scale: 0.125,
+            causal: true,
+            out: arg(&out, &shapes[3]),
+            lse: Some(arg(&lse, &[batch, l])),
+        }
+        .run(&[&bufs[0], &bufs[1], &bufs[2], &out, &lse])
+        .unwrap_or_else(|e| panic!("attention f32 L = {l}, S = {s}: {e}"));
+        let got_out = common::download(&out, batch * l * e, DType::F32);
+        assert!(
+            got_out.iter().all(|v| v.is_nan()),
+            "L = {l}, S = {s}: an output row that sees no key is not NaN"
+        );
+        let got_lse = common::download(&lse, batch * l, DType::F32);
+        assert!(
+            got_lse.iter().all(|&v| v == f64::NEG_INFINITY),
+            "L = {l}, S = {s}: log-sum-exp {got_lse:?}"
+        );
+        let grads: Vec<DeviceBuffer> = shapes[..3]
+            .iter()
+            .map(|sh| common::poisoned(&b, sh.iter().product(), DType::F32))
+            .collect();
+        Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+            q: arg(&bufs[0], &shapes[0]),
+            k: arg(&bufs[1], &shapes[1]),
+            v: arg(&bufs[2], &shapes[2]),
+            grad: arg(&bufs[3], &shapes[3]),
+            scale: 0.125,
+            causal: true,
+            grad_q: arg(&grads[0], &shapes[0]),
+            grad_k: arg(&grads[1], &shapes[1]),
+            grad_v: arg(&grads[2], &shapes[2]),
+            saved: Some(AttentionSaved {
+                out: arg(&out, &shapes[3]),
+                lse: arg(&lse, &[batch, l]),
+            }),
+        }))
+        .run(&[
+            &bufs[0], &bufs[1], &bufs[2], &bufs[3], &out, &lse, &grads[0], &grads[1], &grads[2],
+        ])
+        .unwrap_or_else(|e| panic!("attention_backward f32 L = {l}, S = {s}: {e}"));
+        for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
+            let got = common::download(&grads[n], shapes[n].iter().product(), DType::F32);
+            assert!(got.iter().all(|&v| v == 0.0), "{name} L = {l}, S = {s}: {got:?}");
+        }
     }
 }
 
