@@ -38,6 +38,7 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 const REDUCE_COMMON: &str = include_str!("../kernels/reduce_common.cuh");
 const ROWS_COMMON: &str = include_str!("../kernels/rows_common.cuh");
 const ATTENTION_MMA: &str = include_str!("../kernels/attention_mma.cuh");
+const ATTENTION_F32: &str = include_str!("../kernels/attention_f32.cuh");
 
 /// One kernel source file (one module).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -74,6 +75,10 @@ pub enum SourceFile {
     AttentionBackward,
     /// `attention_flash_backward.cu` (tiled flash-attention backward on the tensor cores).
     AttentionFlashBackward,
+    /// `attention_f32.cu` (fused flash-attention forward in f32 on the CUDA cores).
+    AttentionF32,
+    /// `attention_f32_backward.cu` (tiled flash-attention backward in f32 on the CUDA cores).
+    AttentionF32Backward,
     /// `backward.cu` (softmax, norm and cross-entropy backward).
     Backward,
     /// `update.cu` (the fused optimizer step).
@@ -84,7 +89,7 @@ pub enum SourceFile {
 
 impl SourceFile {
     /// Every source file.
-    pub const ALL: [SourceFile; 19] = [
+    pub const ALL: [SourceFile; 21] = [
         SourceFile::Unary,
         SourceFile::Binary,
         SourceFile::Compare,
@@ -101,6 +106,8 @@ impl SourceFile {
         SourceFile::Attention,
         SourceFile::AttentionBackward,
         SourceFile::AttentionFlashBackward,
+        SourceFile::AttentionF32,
+        SourceFile::AttentionF32Backward,
         SourceFile::Backward,
         SourceFile::Update,
         SourceFile::Pool,
@@ -125,6 +132,8 @@ impl SourceFile {
             SourceFile::Attention => "attention.cu",
             SourceFile::AttentionBackward => "attention_backward.cu",
             SourceFile::AttentionFlashBackward => "attention_flash_backward.cu",
+            SourceFile::AttentionF32 => "attention_f32.cu",
+            SourceFile::AttentionF32Backward => "attention_f32_backward.cu",
             SourceFile::Backward => "backward.cu",
             SourceFile::Update => "update.cu",
             SourceFile::Pool => "pool.cu",
@@ -149,6 +158,8 @@ impl SourceFile {
             SourceFile::Attention => include_str!("../kernels/attention.cu"),
             SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.cu"),
             SourceFile::AttentionFlashBackward => include_str!("../kernels/attention_flash_backward.cu"),
+            SourceFile::AttentionF32 => include_str!("../kernels/attention_f32.cu"),
+            SourceFile::AttentionF32Backward => include_str!("../kernels/attention_f32_backward.cu"),
             SourceFile::Backward => include_str!("../kernels/backward.cu"),
             SourceFile::Update => include_str!("../kernels/update.cu"),
             SourceFile::Pool => include_str!("../kernels/pool.cu"),
@@ -156,17 +167,18 @@ impl SourceFile {
     }
 
     /// The full text NVRTC compiles: `common.cuh` (then `reduce_common.cuh` for the reduction
-    /// files, `rows_common.cuh` for the row-wise ones and `attention_mma.cuh` for the
-    /// flash-attention ones), then the file.
+    /// files, `rows_common.cuh` for the row-wise ones, `attention_mma.cuh` for the
+    /// flash-attention ones and `attention_f32.cuh` after it for the f32 ones), then the file.
     pub fn source(self) -> String {
         let reduce = match self {
             SourceFile::Reduce | SourceFile::Extreme | SourceFile::Softmax => REDUCE_COMMON,
             _ => "",
         };
         let rows = match self {
-            SourceFile::Softmax | SourceFile::Norm | SourceFile::Scan | SourceFile::Backward => ROWS_COMMON,
-            SourceFile::Attention | SourceFile::AttentionFlashBackward => ATTENTION_MMA,
-            _ => "",
+            SourceFile::Softmax | SourceFile::Norm | SourceFile::Scan | SourceFile::Backward => ROWS_COMMON.to_string(),
+            SourceFile::Attention | SourceFile::AttentionFlashBackward => ATTENTION_MMA.to_string(),
+            SourceFile::AttentionF32 | SourceFile::AttentionF32Backward => format!("{ATTENTION_MMA}\n{ATTENTION_F32}"),
+            _ => String::new(),
         };
         format!(
             "{COMMON}\n{reduce}\n{rows}\n#line 1 \"{}\"\n{}",

@@ -59,6 +59,8 @@ pub fn embedded(file: SourceFile) -> &'static str {
         SourceFile::Attention => include_str!("../kernels/attention.ptx"),
         SourceFile::AttentionBackward => include_str!("../kernels/attention_backward.ptx"),
         SourceFile::AttentionFlashBackward => include_str!("../kernels/attention_flash_backward.ptx"),
+        SourceFile::AttentionF32 => include_str!("../kernels/attention_f32.ptx"),
+        SourceFile::AttentionF32Backward => include_str!("../kernels/attention_f32_backward.ptx"),
         SourceFile::Backward => include_str!("../kernels/backward.ptx"),
         SourceFile::Update => include_str!("../kernels/update.ptx"),
         SourceFile::Pool => include_str!("../kernels/pool.ptx"),

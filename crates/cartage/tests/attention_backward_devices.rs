@@ -1,10 +1,12 @@
 //! scaled_dot_product_attention's gradients on `cuda:0` through the fused path (the flash forward
 //! writing its log-sum-exp, then the tiled backward reading it and the saved output) against the
-//! composed formula in f32 on the same bf16/f16-rounded inputs (no fused kernel runs in f32):
+//! composed formula (forced by an all-true mask) in f32 on the same bf16/f16-rounded inputs:
 //! causal and not, L ≠ S, lengths that are no multiple of any tile (1, 77, 300), head dims 64
-//! and 128, and q, k and v as strided slices of one packed `[B, L, 3, H, E]` tensor. Then the
-//! saved output written in place refuses the backward, and an ignored timing test reports the
-//! fused forward and forward + backward times.
+//! and 128, and q, k and v as strided slices of one packed `[B, L, 3, H, E]` tensor. The same in
+//! f32 (the f32 flash kernels on the CUDA cores, head dims 32 to 128) against the composed
+//! formula on `cuda:0` and on the CPU, to about 10⁻⁵. Then the saved output written in place
+//! refuses the backward, and an ignored timing test reports the fused forward and forward +
+//! backward times.
 //!
 //! Without `cuda:0` every test prints a SKIP line; `CARTAGE_REQUIRE=cuda` makes that a failure.
 
@@ -50,8 +52,9 @@ fn operand(shape: &[usize], seed: u64, dtype: DType, compute: DType, device: &De
 }
 
 /// The gradients of `Σ y·r` with respect to the variables (q, k, v, or the packed qkv) as f64,
-/// computed on `device` in `compute` from inputs rounded to `dtype`.
-fn gradients(c: Case, dtype: DType, compute: DType, device: &Device) -> Result<Vec<Vec<f64>>> {
+/// computed on `device` in `compute` from inputs rounded to `dtype`; with `composed`, through
+/// the composed formula (an all-true mask keeps the fused kernels out).
+fn gradients(c: Case, dtype: DType, compute: DType, device: &Device, composed: bool) -> Result<Vec<Vec<f64>>> {
     let (b, h, l, s, e) = (c.b, c.h, c.l, c.s, c.e);
     let (vars, [q, k, v]) = if c.packed {
         let qkv = Var::new(operand(&[b, l, 3, h, e], 1, dtype, compute, device)?)?;
@@ -68,7 +71,13 @@ fn gradients(c: Case, dtype: DType, compute: DType, device: &Device) -> Result<V
         (vars, parts)
     };
     // Scores of a few units: the softmax neither flat nor one-hot.
-    let y = Tensor::scaled_dot_product_attention(&q, &k, &v, None, c.causal, Some(2.0 / (e as f64).sqrt()))?;
+    let all = if composed {
+        Some(Tensor::full(&[l, s], true, DType::Bool, device)?)
+    } else {
+        None
+    };
+    let scale = Some(2.0 / (e as f64).sqrt());
+    let y = Tensor::scaled_dot_product_attention(&q, &k, &v, all.as_ref(), c.causal, scale)?;
     let r = operand(y.shape(), 4, dtype, compute, device)?;
     y.mul(&r)?.sum_all()?.backward()?;
     vars.iter()
@@ -154,13 +163,71 @@ fn fused_gradients_match_the_composed_formula_in_f32() -> Result<()> {
         };
         let tolerance = if dtype == DType::BF16 { 3e-2 } else { 5e-3 };
         for c in cases() {
-            let got = gradients(c, dtype, dtype, &device)?;
-            let want = gradients(c, dtype, DType::F32, &device)?;
+            let got = gradients(c, dtype, dtype, &device, false)?;
+            let want = gradients(c, dtype, DType::F32, &device, true)?;
             for (n, (g, w)) in got.iter().zip(&want).enumerate() {
                 let (err, scale) = worst(g, w);
                 assert!(
                     err <= tolerance,
                     "{dtype} {c:?} gradient {n}: worst difference {err:.3e} of the largest magnitude {scale:.3e}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// In f32 the fused path (the f32 flash kernels) agrees with the composed formula on `cuda:0`
+/// and on the CPU to about 10⁻⁵ of the largest gradient magnitude (both compute with exact f32
+/// products): head dims 32, 64, 80 and 128, and 96 once, over the same shapes as the 16-bit
+/// cases.
+#[test]
+fn f32_fused_gradients_match_the_composed_path_and_the_cpu() -> Result<()> {
+    let Some(device) = cuda("attention_backward/f32_fused_gradients", DType::F32) else {
+        return Ok(());
+    };
+    let mut cases: Vec<Case> = cases().into_iter().filter(|c| c.e == 64).collect();
+    for causal in [false, true] {
+        for e in [32, 80, 96, 128] {
+            cases.push(Case {
+                b: 2,
+                h: 2,
+                l: 77,
+                s: 130,
+                e,
+                causal,
+                packed: false,
+            });
+        }
+        cases.push(Case {
+            b: 1,
+            h: 2,
+            l: 130,
+            s: 130,
+            e: 80,
+            causal,
+            packed: true,
+        });
+    }
+    for c in cases {
+        let got = gradients(c, DType::F32, DType::F32, &device, false)?;
+        let composed = gradients(c, DType::F32, DType::F32, &device, true)?;
+        let cpu = gradients(c, DType::F32, DType::F32, &Device::cpu(), false)?;
+        // With one key the query and key gradients are zero up to round-off: each gradient is
+        // judged against at least a tenth of the largest magnitude of them all.
+        let largest = composed.iter().flatten().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (against, want) in [("cuda:0 composed", &composed), ("cpu", &cpu)] {
+            for (n, (g, w)) in got.iter().zip(want).enumerate() {
+                let scale = w.iter().fold(0.1 * largest, |m, v| m.max(v.abs()));
+                let err = if g.len() == w.len() {
+                    let diff = |(a, b): (&f64, &f64)| if a.is_finite() { (a - b).abs() } else { f64::INFINITY };
+                    g.iter().zip(w).map(diff).fold(0.0, f64::max) / scale
+                } else {
+                    f64::INFINITY
+                };
+                assert!(
+                    err <= 1e-5,
+                    "f32 {c:?} gradient {n} against {against}: worst difference {err:.3e} of {scale:.3e}"
                 );
             }
         }
@@ -202,8 +269,8 @@ fn time_ms(device: &Device, iters: usize, mut f: impl FnMut() -> Result<()>) -> 
     Ok(start.elapsed().as_secs_f64() * 1e3 / iters as f64)
 }
 
-/// Forward and forward + backward times of causal bf16 attention, for comparison with other
-/// implementations on the same device: `cargo test --release --test attention_backward_devices
+/// Forward and forward + backward times of causal bf16 and f32 attention, for comparison with
+/// other implementations on the same device: `cargo test --release --test attention_backward_devices
 /// -- --ignored --nocapture`.
 #[test]
 #[ignore = "a timing report, not a check"]
@@ -211,15 +278,23 @@ fn report_fused_attention_times() -> Result<()> {
     let Some(device) = cuda("attention_backward/timing", DType::BF16) else {
         return Ok(());
     };
-    for [b, h, l, e] in [[8, 16, 1024, 64], [4, 8, 512, 128], [8, 16, 1024, 128]] {
+    let runs = [
+        (DType::BF16, [8, 16, 1024, 64]),
+        (DType::BF16, [4, 8, 512, 128]),
+        (DType::BF16, [8, 16, 1024, 128]),
+        (DType::F32, [8, 16, 512, 64]),
+        (DType::F32, [8, 16, 1024, 64]),
+        (DType::F32, [4, 8, 512, 128]),
+    ];
+    for (dtype, [b, h, l, e]) in runs {
         let shape = [b, h, l, e];
-        let make = |seed| operand(&shape, seed, DType::BF16, DType::BF16, &device);
+        let make = |seed| operand(&shape, seed, dtype, dtype, &device);
         let (q, k, v) = (make(1)?, make(2)?, make(3)?);
         let forward = time_ms(&device, 20, || {
             Tensor::scaled_dot_product_attention(&q, &k, &v, None, true, None).map(drop)
         })?;
         let (qv, kv, vv) = (Var::new(q.clone())?, Var::new(k.clone())?, Var::new(v.clone())?);
-        let grad = Tensor::ones(&shape, DType::BF16, &device)?;
+        let grad = Tensor::ones(&shape, dtype, &device)?;
         let both = time_ms(&device, 20, || {
             let y = Tensor::scaled_dot_product_attention(&qv.tensor(), &kv.tensor(), &vv.tensor(), None, true, None)?;
             y.backward_with(Some(&grad), false)?;
@@ -238,7 +313,7 @@ fn report_fused_attention_times() -> Result<()> {
         })?;
         let flops = 4.0 * (b * h * l * l * e) as f64 / 2.0;
         eprintln!(
-            "TIMING cartage sdpa causal bf16 {shape:?}: fwd {forward:.3} ms ({:.1} TFLOP/s), fwd+bwd {both:.3} ms \
+            "TIMING cartage sdpa causal {dtype} {shape:?}: fwd {forward:.3} ms ({:.1} TFLOP/s), fwd+bwd {both:.3} ms \
              ({:.1} TFLOP/s), bwd alone {backward:.3} ms",
             flops / forward / 1e9,
             3.5 * flops / both / 1e9

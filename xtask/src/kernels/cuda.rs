@@ -14,7 +14,7 @@
 //!   prints the same rows for PyTorch);
 //! - `strided`: `contiguous()` of 1 GiB transposed and permuted views, and reading back into a
 //!   fresh vector (as `to_vec` does);
-//! - `attention`: the fused flash-attention kernel (B·H = 128, L = S = 1024) in TFLOP/s;
+//! - `attention`: the fused flash-attention kernels (bf16, f16, f32; B·H = 128, L = S = 1024) in TFLOP/s;
 //! - `conv`: `Kernel::Conv2d` (cuDNN) on ResNet-like 3×3 convolutions (batch 32, 64→64 channels,
 //!   56×56, padding 1) in f32 (true f32 and TF32), bf16 and f16, and bf16 read from a
 //!   channels-last buffer, in TFLOP/s of `2·N·O·OH·OW·C/g·kh·kw`.

@@ -1,7 +1,8 @@
 //! Fused scaled dot-product attention (`Kernel::Attention`): the flash-attention forward of
 //! `attention.cu`, one block per batch entry and tile of query rows.
 //!
-//! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); q, k and v are read in
+//! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); f32 goes to its own
+//! kernel on the CUDA cores ([`super::attention_f32`]). q, k and v are read in
 //! place with their batch and row strides, provided the last dimension is dense and every row
 //! starts on 16 bytes (the tiles are copied with 16-byte `cp.async`). Anything else is refused
 //! with [`Error::Unsupported`], so the frontend composes the result instead. With an `lse`
@@ -22,30 +23,30 @@ const fn config(head: usize) -> (u64, u32) {
         _ => (64, 128),
     }
 }
-/// The element types the kernel is built for.
-pub(crate) const DTYPES: [DType; 2] = [DType::BF16, DType::F16];
+/// The element types the kernels (this one and the f32 one) are built for.
+pub(crate) const DTYPES: [DType; 3] = [DType::BF16, DType::F16, DType::F32];
 
-/// `struct AttnArgs` of attention.cu.
+/// `struct AttnArgs` of attention.cu (and `AttnF32Args` of attention_f32.cu).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-struct AttentionArgs {
-    q: u64,
-    k: u64,
-    v: u64,
-    out: u64,
-    lse: u64,
-    q_batch: i64,
-    q_row: i64,
-    k_batch: i64,
-    k_row: i64,
-    v_batch: i64,
-    v_row: i64,
-    batch: u32,
-    l: u32,
-    s: u32,
-    m_blocks: u32,
-    scale_log2: f32,
-    causal: i32,
+pub(super) struct AttentionArgs {
+    pub(super) q: u64,
+    pub(super) k: u64,
+    pub(super) v: u64,
+    pub(super) out: u64,
+    pub(super) lse: u64,
+    pub(super) q_batch: i64,
+    pub(super) q_row: i64,
+    pub(super) k_batch: i64,
+    pub(super) k_row: i64,
+    pub(super) v_batch: i64,
+    pub(super) v_row: i64,
+    pub(super) batch: u32,
+    pub(super) l: u32,
+    pub(super) s: u32,
+    pub(super) m_blocks: u32,
+    pub(super) scale_log2: f32,
+    pub(super) causal: i32,
 }
 
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
@@ -65,9 +66,10 @@ pub(super) fn attention(
     let dtype = match q.dtype {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
+        DType::F32 => return super::attention_f32::attention_f32(backend, [q, k, v], scale, causal, out, lse),
         other => {
             return Err(refuse(format!(
-                "the fused attention kernel takes bf16 and f16, not {other}; the frontend composes it"
+                "the fused attention kernels take bf16, f16 and f32, not {other}; the frontend composes it"
             )));
         }
     };
@@ -165,8 +167,8 @@ mod tests {
     use super::DTYPES;
     use crate::capabilities_for;
 
-    /// The fused kernel is listed for bf16 and f16 from Ampere on (mma.sync, cp.async), and for
-    /// nothing else; other dtypes go through the composed path.
+    /// The fused kernels are listed for bf16, f16 (mma.sync) and f32 from Ampere on (cp.async),
+    /// and for nothing else; other dtypes go through the composed path.
     #[test]
     fn attention_is_listed_where_the_kernel_runs() {
         let hopper = capabilities_for((9, 0));

@@ -1,6 +1,7 @@
 //! The fused backward of scaled dot-product attention (`Kernel::AttentionBackward`). Where the
-//! forward's output and log-sum-exp come with the kernel and the tiled tensor-core kernel takes
-//! the dtype, head dim and strides, it runs ([`super::attention_flash_backward`]); otherwise the
+//! forward's output and log-sum-exp come with the kernel and a tiled kernel takes the dtype,
+//! head dim and strides, it runs (the tensor-core one for bf16 and f16,
+//! [`super::attention_flash_backward`]; the f32 one, [`super::attention_f32_backward`]); otherwise the
 //! two launches of `attention_backward.cu`, a warp per query row (log-sum-exp, `D_i` and
 //! `grad_q`), then a warp per key row (`grad_k`, `grad_v`), with a `[B, L]` pair of compute-type
 //! scratch rows between them from the caching allocator. Nothing of size L × S is stored.
@@ -89,6 +90,9 @@ fn compute_bytes(dtype: DType) -> usize {
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
     if let Some(saved) = super::attention_flash_backward::eligible(a) {
         return super::attention_flash_backward::attention_flash_backward(backend, a, saved);
+    }
+    if let Some(saved) = super::attention_f32_backward::eligible(a) {
+        return super::attention_f32_backward::attention_f32_backward(backend, a, saved);
     }
     let dtype = a.q.dtype;
     let refuse = |reason: String| Error::unsupported("attention_backward", dtype, backend.device, reason);

@@ -15,6 +15,8 @@ use crate::{conv, matmul};
 
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
+pub(crate) mod attention_f32;
+pub(crate) mod attention_f32_backward;
 pub(crate) mod attention_flash_backward;
 pub(crate) mod backward;
 mod copy;

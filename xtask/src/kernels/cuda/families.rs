@@ -136,12 +136,12 @@ pub(super) fn strided(b: &Dyn, cuda: &CudaBackend) -> Result<()> {
     Ok(())
 }
 
-/// `attention` mode: the fused flash-attention kernel, B·H = 128 and L = S = 1024 (bf16 and f16,
-/// head dims 64 and 128, causal and not), in TFLOP/s of `4·B·L·S·E` (half that when causal, the
-/// usual count: the masked half is skipped).
+/// `attention` mode: the fused flash-attention kernels, B·H = 128 and L = S = 1024 (bf16, f16 and
+/// f32, head dims 64 and 128, causal and not), in TFLOP/s of `4·B·L·S·E` (half that when causal,
+/// the usual count: the masked half is skipped).
 pub(super) fn attention(b: &Dyn) -> Result<()> {
     let (batch, seq) = (128usize, 1024usize);
-    for dtype in [DType::BF16, DType::F16] {
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
         for head in [64usize, 128] {
             let shape = [batch, seq, head];
             let q = alloc_random(b, &shape, dtype, 31)?;
