@@ -31,6 +31,7 @@ mod backend;
 mod blas;
 mod conv;
 mod copies;
+mod cudnn_graph;
 mod disk_cache;
 mod driver;
 mod events;
