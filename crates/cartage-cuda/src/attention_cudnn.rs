@@ -751,7 +751,7 @@ pub(crate) fn choices(device: Device) -> Vec<AttentionChoice> {
             kernel_ms: ran.kernel_ms,
         })
         .collect();
-    out.sort_by(|a, b| (a.pass, a.sizes, a.causal).cmp(&(b.pass, b.sizes, b.causal)));
+    out.sort_by_key(|a| (a.pass, a.sizes, a.causal));
     out
 }
 
