@@ -201,6 +201,9 @@ impl GraphBuilder {
             }
         }
         op.set_descriptors(A::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[self.desc(y)])?;
+        // Unit scaling of both inputs, said explicitly as cudnn-frontend does.
+        op.set_f32(A::CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, 1.0)?;
+        op.set_f32(A::CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, 1.0)?;
         op.finalize()?;
         self.keep(desc);
         self.add_op(op);
