@@ -79,10 +79,8 @@ pub(super) fn build(handle: sys::cudnnHandle_t, key: &Key) -> Outcome<OpGraph> {
 
     // P = exp(scale · Q·Kᵀ − stats), masked.
     let scaled = scores::scaled_scores(&mut g, key, &t)?;
-    let mut x = binary(&mut g, P::CUDNN_POINTWISE_SUB, scaled, stats)?;
-    if key.causal {
-        x = causal_mask(&mut g, x, t.neg_inf)?;
-    }
+    let x = binary(&mut g, P::CUDNN_POINTWISE_SUB, scaled, stats)?;
+    let x = causal_mask(&mut g, x, t.neg_inf)?;
     let p = unary(&mut g, P::CUDNN_POINTWISE_EXP, x)?;
 
     // dV = Pᵀ·dO.

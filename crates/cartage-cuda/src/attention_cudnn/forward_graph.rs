@@ -36,10 +36,8 @@ pub(super) fn build(handle: sys::cudnnHandle_t, key: &Key) -> Outcome<OpGraph> {
         key.alignment[4],
     )?;
 
-    let mut x = scores::scaled_scores(&mut g, key, &t)?;
-    if key.causal {
-        x = causal_mask(&mut g, x, t.neg_inf)?;
-    }
+    let x = scores::scaled_scores(&mut g, key, &t)?;
+    let x = causal_mask(&mut g, x, t.neg_inf)?;
     let rows = [b, 1, l, 1];
     let max = g.virtual_tensor(T::CUDNN_DATA_FLOAT, rows, row_strides(l))?;
     g.reduction(R::CUDNN_REDUCE_TENSOR_MAX, x, max)?;

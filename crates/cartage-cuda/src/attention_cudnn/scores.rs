@@ -71,7 +71,9 @@ pub(super) struct Inputs3 {
     pub(super) q: Tensor,
     pub(super) kt: Tensor,
     pub(super) scale: Tensor,
-    pub(super) neg_inf: Tensor,
+    /// The masked scores' value, for a causal key only (an unused tensor stays out of the
+    /// variant pack).
+    pub(super) neg_inf: Option<Tensor>,
 }
 
 /// Q, Kᵀ and the two scalars of `key`, as real and pass-by-value tensors.
@@ -82,7 +84,11 @@ pub(super) fn inputs(g: &mut GraphBuilder, key: &Key) -> Outcome<Inputs3> {
     let k = four(key.strides[1]);
     let kt = g.real(io, K, [b, 1, e, s], [k[0], k[1], k[3], k[2]], key.alignment[1])?;
     let scale = g.by_value(T::CUDNN_DATA_FLOAT, SCALE)?;
-    let neg_inf = g.by_value(T::CUDNN_DATA_FLOAT, NEG_INF)?;
+    let neg_inf = if key.causal {
+        Some(g.by_value(T::CUDNN_DATA_FLOAT, NEG_INF)?)
+    } else {
+        None
+    };
     Ok(Inputs3 { q, kt, scale, neg_inf })
 }
 
@@ -113,8 +119,12 @@ pub(super) fn scaled_scores(g: &mut GraphBuilder, key: &Key, t: &Inputs3) -> Out
     binary(g, P::CUDNN_POINTWISE_MUL, scores, t.scale)
 }
 
-/// `x` with the positions `(i, j)`, `j > i`, replaced by the `neg_inf` scalar (top-left causal).
-pub(super) fn causal_mask(g: &mut GraphBuilder, x: Tensor, neg_inf: Tensor) -> Outcome<Tensor> {
+/// `x` with the positions `(i, j)`, `j > i`, replaced by the `neg_inf` scalar (top-left causal)
+/// when there is one (a causal key), else `x`.
+pub(super) fn causal_mask(g: &mut GraphBuilder, x: Tensor, neg_inf: Option<Tensor>) -> Outcome<Tensor> {
+    let Some(neg_inf) = neg_inf else {
+        return Ok(x);
+    };
     let row = g.virtual_tensor(T::CUDNN_DATA_INT32, x.dims, x.strides)?;
     g.pointwise(
         P::CUDNN_POINTWISE_GEN_INDEX,
