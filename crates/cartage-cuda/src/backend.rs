@@ -52,6 +52,8 @@ pub struct CudaBackend {
     pub(crate) launch_waits: AtomicU64,
     /// Which cuDNN API convolutions may use (`CudaBackend::set_conv_engine_api`).
     pub(crate) conv_api: crate::conv::ApiSwitch,
+    /// Which implementation fused attention may use (`CudaBackend::set_attention_api`).
+    pub(crate) attention_api: crate::attention_cudnn::AttentionSwitch,
     capabilities: Capabilities,
     info: DeviceInfo,
 }
@@ -211,6 +213,7 @@ impl CudaBackend {
             conv_benchmark: AtomicBool::new(crate::conv::benchmark_from_env()),
             launch_waits: AtomicU64::new(0),
             conv_api: Default::default(),
+            attention_api: Default::default(),
             capabilities,
             info,
         })

@@ -72,8 +72,9 @@ pub use choice::{
     CUDNN_API_VAR, CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvApi, ConvPass, GRAPH_NO_TENSOR_CORES,
     GRAPH_TENSOR_CORES,
 };
-pub(crate) use library::{available, backward_available};
+pub(crate) use library::{available, backward_available, graph_available};
 use plan::{Pass, PlanKey, data_type, execute, handle};
+pub(crate) use plan::{existing as existing_cudnn, handle as cudnn_handle};
 
 /// List `Op::Conv2d` and the two backward ops in `caps` for the dtypes cuDNN convolves on a
 /// device of compute capability `cc` (bf16 from Ampere on), when cuDNN loads with their entry

@@ -18,6 +18,9 @@
 //!   ([`CudaBackend::conv_algorithms`]); each shape runs through cuDNN's graph API (the
 //!   Hopper implicit-GEMM engines) or its legacy API, whichever the search times faster
 //!   ([`CudaBackend::set_conv_engine_api`]).
+//! - Fused attention (bf16, f16) runs cartage's flash kernels or cuDNN's fused attention (graph
+//!   API), whichever the search times faster for each shape ([`CudaBackend::set_attention_api`],
+//!   `CARTAGE_ATTENTION_API`; [`CudaBackend::attention_choices`] tells which ran).
 //!
 //! Every device is `cuda:N` with an explicit ordinal; [`open`] returns the same backend for the
 //! same ordinal within a process.
@@ -27,10 +30,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cartage_core::{Backend, Device, Error, Result};
 
+mod attention_cudnn;
 mod backend;
 mod blas;
 mod conv;
 mod copies;
+mod cudnn_graph;
 mod disk_cache;
 mod driver;
 mod events;
@@ -50,6 +55,7 @@ pub mod ordering;
 pub mod precompiled;
 mod staging;
 
+pub use attention_cudnn::{ATTENTION_API_VAR, AttentionApi, AttentionChoice, AttentionPass};
 pub use backend::{CudaBackend, capabilities_for};
 pub use conv::{
     CUDNN_API_VAR, CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvApi, ConvPass, GRAPH_NO_TENSOR_CORES,

@@ -29,6 +29,11 @@ pub struct Observed {
     /// The cuDNN algorithm each convolution pass of the row's shape ran, as `(op, words)` with
     /// `op` one of `conv2d`, `conv2d_backward_input`, `conv2d_backward_weight` (CUDA only).
     pub conv_algorithms: Vec<(String, String)>,
+    /// What ran each attention pass of the row's shape, where the backend told it, as `(op,
+    /// words)` with `op` `attention` or `attention_backward` and words such as `cuDNN fused
+    /// attention (graph engine 8)` or ``flash kernel `attention.cu` `` (CUDA only, where cuDNN
+    /// was considered: `CudaBackend::attention_choices`).
+    pub attention_implementations: Vec<(String, String)>,
 }
 
 /// The words for `op` in `dtype` on a device of `backend` (`cpu`, `cuda`, `wgpu`) with `caps`:
@@ -115,10 +120,22 @@ pub fn cartage(
             head_dim,
             ..
         } => {
-            let (words, fused) = attention_forward(backend, listed(Op::Attention), seen.forward_node.as_deref());
+            let told = |op: &str| {
+                seen.attention_implementations
+                    .iter()
+                    .find(|(o, _)| o == op)
+                    .map(|(_, words)| words.as_str())
+            };
+            let (words, fused) = attention_forward(
+                backend,
+                listed(Op::Attention),
+                seen.forward_node.as_deref(),
+                told("attention"),
+            );
             let back = attention_backward(
                 fused,
                 listed(Op::AttentionBackward),
+                told("attention_backward"),
                 seen.backward_rise,
                 [batch * heads, seq, seq, head_dim],
                 dtype.size_in_bytes(),
@@ -159,10 +176,13 @@ fn library_conv(backend: &str, kernels: &[&str], algos: &[(String, String)]) -> 
 
 /// The attention forward, and whether it ran fused (`None`: unknown): the node it recorded
 /// settles it; without one, a backend that does not list the kernel composes it, and one that
-/// does may still refuse these sizes (then composes), so it is unknown.
-fn attention_forward(backend: &str, listed: bool, node: Option<&str>) -> (String, Option<bool>) {
-    let fused = || match backend {
-        "cuda" => "fused flash `attention`".to_string(),
+/// does may still refuse these sizes (then composes), so it is unknown. A fused forward is named
+/// by what the backend `told` ran it (cuDNN's fused attention or cartage's flash kernel), where
+/// it told.
+fn attention_forward(backend: &str, listed: bool, node: Option<&str>, told: Option<&str>) -> (String, Option<bool>) {
+    let fused = || match (backend, told) {
+        (_, Some(words)) => words.to_string(),
+        ("cuda", None) => "fused flash `attention`".to_string(),
         _ => "fused `attention`".to_string(),
     };
     let composed = || "composed: matmul, causal softmax, matmul".to_string();
@@ -180,9 +200,11 @@ fn attention_forward(backend: &str, listed: bool, node: Option<&str>) -> (String
 /// frontend chooses by size where the backend lists the kernel, and the memory one backward took
 /// tells which ran when the two are far apart (the composed backward holds at least one `[batch,
 /// L, S]` matrix, the fused one the three gradients `[batch, L|S, E]` and a row statistic).
+/// Where the backend `told` what ran the fused backward, those words settle it.
 fn attention_backward(
     forward_fused: Option<bool>,
     listed: bool,
+    told: Option<&str>,
     rise: Option<usize>,
     [batch, l, s, e]: [usize; 4],
     element: usize,
@@ -194,6 +216,9 @@ fn attention_backward(
         None => return "unknown".into(),
         Some(true) if !listed => return recomputed,
         Some(true) => {}
+    }
+    if let Some(words) = told {
+        return words.to_string();
     }
     let scores = batch * l * s * element;
     let fused_at_most = batch * (l + 2 * s) * e * element.max(4) + batch * l * 8;
@@ -336,6 +361,23 @@ mod tests {
         // A short sequence: the fused kernel's gradients outweigh the scores, nothing to tell.
         let short = cartage(&sdpa(64), "cuda", DType::BF16, &listed, true, &rose(1 << 30));
         assert!(short.ends_with("backward: unknown"), "{short}");
+        // What the backend told ran each pass names it.
+        let told = Observed {
+            forward_node: Some(FUSED_ATTENTION_NODE.into()),
+            backward_rise: Some(3 * scores),
+            attention_implementations: vec![
+                ("attention".into(), "cuDNN fused attention (graph engine 8)".into()),
+                (
+                    "attention_backward".into(),
+                    "flash kernel `attention_flash_backward.cu`".into(),
+                ),
+            ],
+            ..Observed::default()
+        };
+        assert_eq!(
+            cartage(&op, "cuda", DType::BF16, &listed, true, &told),
+            "cuDNN fused attention (graph engine 8); backward: flash kernel `attention_flash_backward.cu`"
+        );
         // A composed forward: its recorded ops' backward runs on the probabilities they saved.
         let bare = cartage(&op, "wgpu", DType::F32, &listing(&[]), true, &Observed::default());
         assert_eq!(

@@ -205,7 +205,9 @@ impl CudaBackend {
     /// algorithms with `cudnnFindConvolution*AlgorithmEx` and keeps the fastest that fits; off,
     /// cuDNN's heuristics (`_v7`) choose. Where the graph API may run ([`ConvApi`]), the search
     /// also times up to 8 of its engines and keeps the faster API; off, the graph heuristics'
-    /// first engine runs. Each setting keeps its own plans, so switching back
+    /// first engine runs. The same switch decides whether fused attention times cuDNN's fused
+    /// attention against cartage's flash kernel under [`crate::AttentionApi::Auto`] (off: the
+    /// kernel runs). Each setting keeps its own plans, so switching back
     /// and forth searches each shape once. The initial state comes from
     /// `CARTAGE_CUDNN_BENCHMARK` ([`CUDNN_BENCHMARK_VAR`]; on by default).
     pub fn set_conv_benchmark(&self, on: bool) {

@@ -10,11 +10,12 @@
 //! - cuDNN's heuristics (mode A, then the fallback mode) list engine configurations; those the
 //!   precision rule allows (f32 at precision `Highest` takes no tensor-core engine, as the legacy
 //!   path takes no tensor-op algorithm; no engine that down-converts inputs or reduces in
-//!   reduced precision) are finalized as execution plans (`engines`).
+//!   reduced precision) are finalized as execution plans (`crate::cudnn_graph::engines`, shared
+//!   with the fused attention, as are the descriptors, the execution and the timing).
 //! - With the algorithm search on, the first call of a plan (outside a graph capture) times up
 //!   to [`SEARCH_COUNT`] plans on the call's own operands, the written one replaced by a scratch
 //!   block, and, under [`ConvApi::Auto`], the legacy path's best algorithm with the same clock
-//!   (`search`, `timing`); the faster API runs that plan from then on. With the search off the graph
+//!   (`search`, `cudnn_graph::timing`); the faster API runs that plan from then on. With the search off the graph
 //!   API's first plan runs. Under [`ConvApi::Graph`] the graph API runs whenever it can.
 //! - Anything the graph API cannot do (an older cuDNN without its entry points, f64, no
 //!   engine finalizing, every engine refusing at execution) is logged (`tracing` debug) and the
@@ -29,11 +30,7 @@
 //! only) and `RUST_LOG=cartage_cuda=debug` for the status this module logged.
 
 mod conv_graph;
-mod descriptor;
-mod engines;
-mod execute;
 mod search;
-mod timing;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -42,8 +39,9 @@ use cartage_core::raw::Allocation;
 use cartage_core::{DType, Error, Result, TensorArg};
 use cudarc::cudnn::sys;
 
-pub(crate) use engines::EngineInfo;
-use engines::ExecPlan;
+pub(crate) use crate::cudnn_graph::engines::EngineInfo;
+use crate::cudnn_graph::engines::{self, ExecPlan};
+use crate::cudnn_graph::execute;
 
 use super::choice::ConvApi;
 use super::library::graph_available;
@@ -120,10 +118,13 @@ fn tensor_cores(key: &PlanKey) -> bool {
 fn build(backend: &CudaBackend, handle: sys::cudnnHandle_t, gkey: &GraphKey) -> std::result::Result<GraphPlan, String> {
     let key = &gkey.key;
     let device = backend.device;
-    let graph = conv_graph::build(handle, key, gkey.alignment).map_err(|f| f.error(device, key.pass).to_string())?;
+    let graph =
+        conv_graph::build(handle, key, gkey.alignment).map_err(|f| f.error(device, key.pass.op()).to_string())?;
     let want = if key.benchmark { SEARCH_COUNT } else { 1 };
-    let candidates = engines::plans(handle, &graph.graph, tensor_cores(key), want, SEARCH_WORKSPACE_LIMIT)
-        .map_err(|f| f.error(device, key.pass).to_string())?;
+    let tc = tensor_cores(key);
+    let allow = |engine: &EngineInfo| engines::precise(engine, tc);
+    let candidates = engines::plans(handle, &graph.graph, &allow, want, SEARCH_WORKSPACE_LIMIT)
+        .map_err(|f| f.error(device, key.pass.op()).to_string())?;
     if candidates.is_empty() {
         return Err(format!(
             "cuDNN's graph heuristics offer no engine the precision rule allows for {:?} (tensor cores {})",
@@ -304,7 +305,7 @@ fn run(
             // dims and strides, and its alignment theirs); the written one is apart from the
             // inputs (validated); the workspace is a live block of the size the plan asked for,
             // given back in stream order below; the handle is the plan's.
-            unsafe { execute::execute(handle, candidate, pointers, space) }
+            unsafe { execute::execute(handle, candidate, &conv_graph::UIDS, &pointers, space) }
         });
         // The workspace goes back in stream order.
         if let Some(block) = workspace {

@@ -146,13 +146,15 @@ impl Plan {
 }
 
 /// A cuDNN handle on one device's compute stream, with its plans (or why cuDNN refused one).
-pub(super) struct Cudnn {
-    pub(super) handle: sys::cudnnHandle_t,
+pub(crate) struct Cudnn {
+    pub(crate) handle: sys::cudnnHandle_t,
     plans: HashMap<PlanKey, std::result::Result<Plan, String>>,
     /// The graph API's plans, per key and operand alignment (or why none could be had).
     pub(super) graphs: GraphPlans,
     /// The graph engine each key ran last, for keys whose last call took the graph API.
     pub(super) graph_ran: HashMap<PlanKey, GraphChoice>,
+    /// The fused attention's plans on this handle (`attention_cudnn`).
+    pub(crate) attention: crate::attention_cudnn::Plans,
 }
 
 // SAFETY: a cuDNN handle and its descriptors may be used from any thread as long as one thread
@@ -163,6 +165,7 @@ impl Drop for Cudnn {
     fn drop(&mut self) {
         self.plans.clear();
         self.graphs.clear();
+        self.attention.clear();
         // SAFETY: created by cudnnCreate and destroyed once, here, after its descriptors.
         let _ = unsafe { sys::cudnnDestroy(self.handle) };
     }
@@ -197,6 +200,7 @@ impl Cudnn {
             plans: HashMap::new(),
             graphs: HashMap::new(),
             graph_ran: HashMap::new(),
+            attention: Default::default(),
         };
         let stream = backend.compute.cu_stream() as sys::cudaStream_t;
         // SAFETY: a live handle and the backend's compute stream, which outlives the handle (the
@@ -514,7 +518,7 @@ fn handles() -> &'static Handles {
 }
 
 /// The device's cuDNN handle, created on first use.
-pub(super) fn handle(backend: &CudaBackend, op: &'static str, dtype: DType) -> Result<Arc<Mutex<Cudnn>>> {
+pub(crate) fn handle(backend: &CudaBackend, op: &'static str, dtype: DType) -> Result<Arc<Mutex<Cudnn>>> {
     let mut handles = handles().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(h) = handles.get(&backend.device) {
         return Ok(h.clone());
@@ -524,15 +528,19 @@ pub(super) fn handle(backend: &CudaBackend, op: &'static str, dtype: DType) -> R
     Ok(h)
 }
 
-/// What each plan of `device` that has run chose, sorted by pass and key (none before the first
-/// convolution).
-pub(super) fn choices(device: Device) -> Vec<ConvAlgorithmChoice> {
-    let Some(cudnn) = handles()
+/// The device's cuDNN handle if one was created.
+pub(crate) fn existing(device: Device) -> Option<Arc<Mutex<Cudnn>>> {
+    handles()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(&device)
         .cloned()
-    else {
+}
+
+/// What each plan of `device` that has run chose, sorted by pass and key (none before the first
+/// convolution).
+pub(super) fn choices(device: Device) -> Vec<ConvAlgorithmChoice> {
+    let Some(cudnn) = existing(device) else {
         return Vec::new();
     };
     let cudnn = cudnn.lock().unwrap_or_else(|p| p.into_inner());

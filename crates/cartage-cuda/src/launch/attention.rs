@@ -1,4 +1,5 @@
-//! Fused scaled dot-product attention (`Kernel::Attention`): the flash-attention forward of
+//! Fused scaled dot-product attention (`Kernel::Attention`): cuDNN's fused attention where
+//! `attention_cudnn` takes the call and chooses it, else the flash-attention forward of
 //! `attention.cu`, one block per batch entry and tile of query rows.
 //!
 //! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); f32 goes to its own
@@ -53,8 +54,25 @@ pub(super) struct AttentionArgs {
 unsafe impl DeviceRepr for AttentionArgs {}
 
 /// Queue `out = softmax(scale · q kᵀ) v` for `[q, k, v]` (validated operands), and each row's
-/// log-sum-exp into `lse` when given.
+/// log-sum-exp into `lse` when given: through cuDNN's fused attention where `attention_cudnn`
+/// takes the call and chooses it, else through the flash kernel.
 pub(super) fn attention(
+    backend: &CudaBackend,
+    qkv: [&TensorArg; 3],
+    scale: f64,
+    causal: bool,
+    out: &TensorArg,
+    lse: Option<&TensorArg>,
+) -> Result<()> {
+    let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, out, lse);
+    if crate::attention_cudnn::forward(backend, qkv, scale, causal, out, lse, &kernel)? {
+        return Ok(());
+    }
+    flash(backend, qkv, scale, causal, out, lse)
+}
+
+/// Queue the flash kernel of `attention.cu` (see [`attention`]).
+fn flash(
     backend: &CudaBackend,
     [q, k, v]: [&TensorArg; 3],
     scale: f64,

@@ -1,6 +1,7 @@
-//! The fused backward of scaled dot-product attention (`Kernel::AttentionBackward`). Where the
-//! forward's output and log-sum-exp come with the kernel and a tiled kernel takes the dtype,
-//! head dim and strides, it runs (the tensor-core one for bf16 and f16,
+//! The fused backward of scaled dot-product attention (`Kernel::AttentionBackward`). cuDNN's
+//! fused attention runs it where `attention_cudnn` takes the call and chooses it. Else, where the
+//! forward's output and log-sum-exp come with the kernel and a tiled kernel takes the dtype, head
+//! dim and strides, it runs (the tensor-core one for bf16 and f16,
 //! [`super::attention_flash_backward`]; the f32 one, [`super::attention_f32_backward`]); otherwise the
 //! two launches of `attention_backward.cu`, a warp per query row (log-sum-exp, `D_i` and
 //! `grad_q`), then a warp per key row (`grad_k`, `grad_v`), with a `[B, L]` pair of compute-type
@@ -86,8 +87,18 @@ fn compute_bytes(dtype: DType) -> usize {
     if dtype == DType::F64 { 8 } else { 4 }
 }
 
-/// Queue the gradients of `softmax(scale · q kᵀ) v` (validated operands).
+/// Queue the gradients of `softmax(scale · q kᵀ) v` (validated operands): through cuDNN's fused
+/// attention where `attention_cudnn` takes the call, else through cartage's kernels.
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
+    if crate::attention_cudnn::backward(backend, a, &|other| kernels(backend, other))? {
+        return Ok(());
+    }
+    kernels(backend, a)
+}
+
+/// Queue the gradients through cartage's kernels: the tiled flash backward where it takes the
+/// call, else the warp-per-row kernels.
+fn kernels(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
     if let Some(saved) = super::attention_flash_backward::eligible(a) {
         return super::attention_flash_backward::attention_flash_backward(backend, a, saved);
     }

@@ -219,6 +219,36 @@ fn conv_algorithms(op: &ModelOp, dtype: DType, device: &Device) -> Vec<(String, 
     Vec::new()
 }
 
+/// What ran each attention pass of an attention row's shape on a CUDA device, where the backend
+/// considered cuDNN for it (`CudaBackend::attention_choices`): `(op, words)`; empty elsewhere.
+fn attention_implementations(op: &ModelOp, dtype: DType, device: &Device) -> Vec<(String, String)> {
+    #[cfg(feature = "cuda")]
+    if let ModelOp::Sdpa {
+        batch,
+        heads,
+        seq,
+        head_dim,
+        causal,
+    } = *op
+        && let Ok(backend) = cartage::backend(device)
+        && let Some(cuda) = backend.as_any().downcast_ref::<cartage_cuda::CudaBackend>()
+    {
+        let sizes = [batch * heads, seq, seq, head_dim, head_dim];
+        let mut found: Vec<(String, String)> = Vec::new();
+        for choice in cuda.attention_choices() {
+            if choice.dtype != dtype || choice.sizes != sizes || choice.causal != causal {
+                continue;
+            }
+            let op = choice.pass.op().to_string();
+            found.retain(|(o, _)| *o != op);
+            found.push((op, choice.implementation));
+        }
+        return found;
+    }
+    let _ = (op, dtype, device);
+    Vec::new()
+}
+
 /// Only attention's path depends on more than the capabilities: one call with the inputs as
 /// variables shows which node its forward recorded.
 fn observe_forward(op: &ModelOp, setup: &Setup) -> Result<Observed> {
@@ -240,6 +270,7 @@ pub fn run(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) -> Result
     let measurement = bench.run_on(device, || (setup.call)(&setup.inputs).map(drop))?;
     let seen = Observed {
         conv_algorithms: conv_algorithms(op, dtype, device),
+        attention_implementations: attention_implementations(op, dtype, device),
         ..observe_forward(op, &setup)?
     };
     Ok(Outcome {
@@ -283,6 +314,7 @@ pub fn run_backward(op: &ModelOp, dtype: DType, device: &Device, bench: &Bench) 
         forward_node,
         backward_rise: Some(peak.saturating_sub(start)),
         conv_algorithms: conv_algorithms(op, dtype, device),
+        attention_implementations: attention_implementations(op, dtype, device),
     };
     Ok(Outcome {
         implementation: implementation(op, dtype, device, true, &seen),

@@ -14,9 +14,10 @@ use cudarc::cudnn::sys;
 use sys::cudnnBackendAttributeName_t as A;
 use sys::cudnnBackendDescriptorType_t as D;
 
-use super::descriptor::{Descriptor, Outcome};
 use crate::conv::ConvPass;
 use crate::conv::plan::{PlanKey, data_type};
+use crate::cudnn_graph::builder::dense_strides;
+use crate::cudnn_graph::descriptor::{Descriptor, Failure, Outcome};
 
 /// The unique id of the forward input (the input gradient for backward data).
 pub(crate) const X_UID: i64 = 1;
@@ -24,6 +25,8 @@ pub(crate) const X_UID: i64 = 1;
 pub(crate) const W_UID: i64 = 2;
 /// The unique id of the forward output (the output gradient for the backward passes).
 pub(crate) const Y_UID: i64 = 3;
+/// The unique ids in the order of the operands `(x, w, y)`.
+pub(crate) const UIDS: [i64; 3] = [X_UID, W_UID, Y_UID];
 
 /// A finalized operation graph with every descriptor it was built from (kept alive with it).
 pub(crate) struct OpGraph {
@@ -48,11 +51,6 @@ pub(crate) fn y_dims(key: &PlanKey) -> [i64; 4] {
         out_size(key.x_dims[2], key.w_dims[2], ph, sh, dh),
         out_size(key.x_dims[3], key.w_dims[3], pw, sw, dw),
     ]
-}
-
-/// Dense row-major strides of `dims`.
-fn dense_strides(dims: [i64; 4]) -> [i64; 4] {
-    [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1]
 }
 
 /// One non-virtual tensor descriptor.
@@ -110,7 +108,7 @@ fn op_attributes(pass: ConvPass) -> (D, A, A, A, A, A, A) {
 /// Build and finalize the operation graph of `key`'s pass on `handle`, with the operands'
 /// byte alignments `[x, w, y]`.
 pub(crate) fn build(handle: sys::cudnnHandle_t, key: &PlanKey, alignment: [i64; 3]) -> Outcome<OpGraph> {
-    let (storage, compute) = data_type(key.dtype).ok_or_else(|| super::descriptor::Failure {
+    let (storage, compute) = data_type(key.dtype).ok_or_else(|| Failure {
         call: "cudnnBackendSetAttribute",
         what: format!("{} is not a float type cuDNN convolves", key.dtype),
         status: sys::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE,

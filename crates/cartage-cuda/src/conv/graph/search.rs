@@ -9,11 +9,13 @@ use cartage_core::raw::Allocation;
 use cartage_core::{Result, TensorArg};
 use cudarc::cudnn::sys;
 
-use super::engines::ExecPlan;
-use super::{GraphPlan, Operands, execute, timing};
+use super::conv_graph::UIDS;
+use super::{GraphPlan, Operands};
 use crate::backend::CudaBackend;
 use crate::conv::plan::{Cudnn, Pass, PlanKey, execute as legacy_execute};
 use crate::conv::search::SEARCH_WORKSPACE_LIMIT;
+use crate::cudnn_graph::engines::ExecPlan;
+use crate::cudnn_graph::{execute, timing};
 use crate::launch::device_ptr;
 
 /// A scratch block in place of the pass's written operand, and that operand's index in
@@ -85,8 +87,8 @@ pub(super) fn search(
             // SAFETY: as in `run`, with the written operand replaced by a scratch block of its
             // layout and a workspace at least as large as any engine here asks for; both are
             // given back in stream order after the search.
-            unsafe { execute::execute(handle, &candidate, pointers, space_ptr) }.map_err(|failure| {
-                let e = failure.error(device, key.pass);
+            unsafe { execute::execute(handle, &candidate, &UIDS, &pointers, space_ptr) }.map_err(|failure| {
+                let e = failure.error(device, key.pass.op());
                 refused = Some(failure);
                 e
             })

@@ -1,6 +1,7 @@
 //! [`Descriptor`]: one owned `cudnnBackendDescriptor_t` (destroyed on drop) with typed setters
-//! and getters for the attribute types the convolution graph uses, and [`Failure`], the cuDNN
-//! status of a failed backend call with what it was doing.
+//! and getters for the attribute types the graphs use (convolution, matmul, pointwise,
+//! reduction and reshape operations), and [`Failure`], the cuDNN status of a failed backend call
+//! with what it was doing.
 //!
 //! Each setter passes cuDNN the attribute type its documentation names for that attribute
 //! (`CUDNN_TYPE_INT64` arrays for sizes, `CUDNN_TYPE_DATA_TYPE`, `CUDNN_TYPE_BACKEND_DESCRIPTOR`
@@ -15,8 +16,6 @@ use cudarc::cudnn::sys;
 use sys::cudnnBackendAttributeName_t as Name;
 use sys::cudnnBackendAttributeType_t as Type;
 
-use crate::conv::choice::ConvPass;
-
 /// A failed cuDNN backend call: the call, the attribute or descriptor it was about, and
 /// cuDNN's status.
 #[derive(Clone, Debug)]
@@ -30,7 +29,8 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    fn new(call: &'static str, what: impl Into<String>, status: sys::cudnnStatus_t) -> Self {
+    /// A failure of `call` about `what` with cuDNN's `status`.
+    pub(crate) fn new(call: &'static str, what: impl Into<String>, status: sys::cudnnStatus_t) -> Self {
         Failure {
             call,
             what: what.into(),
@@ -38,18 +38,13 @@ impl Failure {
         }
     }
 
-    /// Core's driver error for this failure in `pass` on `device`: cuDNN's status name and
-    /// words, the pass and what was being done.
-    pub(crate) fn error(&self, device: Device, pass: ConvPass) -> Error {
+    /// Core's driver error for this failure in the op named `op` (`conv2d`, `attention`, …) on
+    /// `device`: cuDNN's status name and words, the op and what was being done.
+    pub(crate) fn error(&self, device: Device, op: &str) -> Error {
         Error::Driver {
             device,
             op: self.call,
-            message: format!(
-                "{} (cuDNN graph API, {}: {})",
-                status_text(self.status),
-                pass.op(),
-                self.what
-            ),
+            message: format!("{} (cuDNN graph API, {}: {})", status_text(self.status), op, self.what),
         }
     }
 }
@@ -174,6 +169,32 @@ impl Descriptor {
                 Type::CUDNN_TYPE_CONVOLUTION_MODE,
                 1,
                 (&value as *const sys::cudnnConvolutionMode_t).cast(),
+            )
+        }
+    }
+
+    /// Set the `POINTWISE_MODE` attribute.
+    pub(crate) fn set_pointwise_mode(&self, name: Name, value: sys::cudnnPointwiseMode_t) -> Outcome<()> {
+        // SAFETY: one `cudnnPointwiseMode_t` (a C enum), alive for the call.
+        unsafe {
+            self.set_raw(
+                name,
+                Type::CUDNN_TYPE_POINTWISE_MODE,
+                1,
+                (&value as *const sys::cudnnPointwiseMode_t).cast(),
+            )
+        }
+    }
+
+    /// Set the `REDUCTION_OPERATOR_TYPE` attribute.
+    pub(crate) fn set_reduction_op(&self, name: Name, value: sys::cudnnReduceTensorOp_t) -> Outcome<()> {
+        // SAFETY: one `cudnnReduceTensorOp_t` (a C enum), alive for the call.
+        unsafe {
+            self.set_raw(
+                name,
+                Type::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                1,
+                (&value as *const sys::cudnnReduceTensorOp_t).cast(),
             )
         }
     }

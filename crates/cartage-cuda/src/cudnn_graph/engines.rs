@@ -1,8 +1,9 @@
 //! Engines for an operation graph: cuDNN's heuristics (`ENGINEHEUR`, mode A, then the fallback
-//! mode) list engine configurations; each allowed one is finalized as an `EXECUTION_PLAN` on the
-//! handle, with its workspace size, until enough plans are had.
+//! mode) list engine configurations; each one the caller's filter allows is finalized as an
+//! `EXECUTION_PLAN` on the handle, with its workspace size, until enough plans are had.
 //!
-//! Allowed means the precision rule of the legacy path holds (`conv.rs`, `plan.rs`):
+//! [`precise`] is the convolutions' filter, the precision rule of their legacy path (`conv.rs`,
+//! `conv/plan.rs`):
 //! - f32 under FMA math (the device's precision `Highest`) takes no engine with
 //!   `CUDNN_NUMERICAL_NOTE_TENSOR_CORE` (no TF32), exactly as the legacy path drops tensor-op
 //!   algorithms; under `High` tensor cores are allowed;
@@ -86,7 +87,7 @@ fn note_name(n: u32) -> String {
 
 /// Whether the precision rule admits an engine (see the module docs); `tensor_cores` says
 /// whether the key's math allows them.
-pub(crate) fn allowed(info: &EngineInfo, tensor_cores: bool) -> bool {
+pub(crate) fn precise(info: &EngineInfo, tensor_cores: bool) -> bool {
     if !tensor_cores && info.tensor_cores() {
         return false;
     }
@@ -158,12 +159,12 @@ fn finalize(handle: sys::cudnnHandle_t, config: Descriptor, engine: EngineInfo) 
 }
 
 /// Up to `want` finalized plans for `graph`, in the heuristics' order (mode A's list, then the
-/// fallback list's engines not already had), each allowed by the precision rule and needing at
-/// most `workspace_limit` bytes. Configurations that do not finalize are skipped (logged).
+/// fallback list's engines not already had), each admitted by `allow` and needing at most
+/// `workspace_limit` bytes. Configurations that do not finalize are skipped (logged).
 pub(crate) fn plans(
     handle: sys::cudnnHandle_t,
     graph: &Descriptor,
-    tensor_cores: bool,
+    allow: &dyn Fn(&EngineInfo) -> bool,
     want: usize,
     workspace_limit: usize,
 ) -> Outcome<Vec<ExecPlan>> {
@@ -193,8 +194,8 @@ pub(crate) fn plans(
                     continue;
                 }
             };
-            if !allowed(&engine, tensor_cores) {
-                tracing::debug!(?engine, tensor_cores, "engine left out by the precision rule");
+            if !allow(&engine) {
+                tracing::debug!(?engine, "engine left out by the caller's filter");
                 continue;
             }
             if fallback && out.iter().any(|p| p.engine.index == engine.index) {
@@ -242,10 +243,10 @@ mod tests {
     #[test]
     fn highest_f32_takes_no_tensor_core_engine() {
         let tc = engine(&[Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE]);
-        assert!(!allowed(&tc, false));
-        assert!(allowed(&tc, true));
-        assert!(allowed(&engine(&[]), false));
-        assert!(allowed(&engine(&[Note::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC]), false));
+        assert!(!precise(&tc, false));
+        assert!(precise(&tc, true));
+        assert!(precise(&engine(&[]), false));
+        assert!(precise(&engine(&[Note::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC]), false));
     }
 
     #[test]
@@ -254,7 +255,7 @@ mod tests {
             Note::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
             Note::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
         ] {
-            assert!(!allowed(&engine(&[Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE, note]), true));
+            assert!(!precise(&engine(&[Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE, note]), true));
         }
     }
 

@@ -1,0 +1,778 @@
+//! Scaled dot-product attention through cuDNN's fused flash attention (graph API), chosen per
+//! shape against cartage's own flash kernels (`launch::attention`, `launch::attention_backward`).
+//!
+//! - The forward and backward are the operation graphs cudnn-frontend's `sdpa` and
+//!   `sdpa_backward` build (`forward_graph`, `backward_graph`, `scores`), which cuDNN recognises
+//!   as its fused attention (on Hopper, its warp-specialised kernels). cartage's `[B, L, E]`
+//!   operands (B = batch · heads, merged by the frontend) are described as `[b, h, s, d]` with
+//!   `b = B`, `h = 1` and their real strides; Kᵀ (and Vᵀ in the backward) by swapping the last
+//!   two dims and strides, as the frontend does. The mask is top-left causal, as cartage's.
+//! - The forward always writes cuDNN's softmax statistics `max + ln Σ exp`, which is exactly the
+//!   natural log-sum-exp cartage keeps in `lse` (`[B, L]` f32): into `lse` when the call has one,
+//!   else into a scratch block. The backward recomputes the probabilities from the saved `lse`,
+//!   so it runs only with [`cartage_core::kernel::AttentionBackwardArgs::saved`].
+//! - Taken: bf16 and f16 (f32 compute), head dims that are multiples of 8 up to 256 (cuDNN's
+//!   engines decide the rest: 64 and 128 run everywhere from Ampere on), a dense last dimension
+//!   and no broadcast batch or row stride, non-empty sizes. The backward is also refused for
+//!   key lengths not a multiple of 128 before cuDNN 9.15.1 (cudnn-frontend works around a bug
+//!   there with a padding mask, which this graph does not carry). Anything else returns
+//!   `Ok(false)`, and cartage's kernel runs (or refuses with `Unsupported`, and the frontend
+//!   composes the op).
+//! - Which runs ([`AttentionApi`], [`crate::CudaBackend::set_attention_api`],
+//!   `CARTAGE_ATTENTION_API`): under `Auto` with the cuDNN algorithm search on
+//!   ([`crate::CudaBackend::set_conv_benchmark`], `CARTAGE_CUDNN_BENCHMARK`, on by default), the
+//!   first call of a shape (outside a graph capture) builds the graph, times up to
+//!   [`SEARCH_COUNT`] of cuDNN's engines on the call's own operands with scratch outputs, times
+//!   cartage's kernel the same way (`cudnn_graph::timing`), and the faster runs from then on;
+//!   with the search off cartage's kernel runs. `Cudnn` runs cuDNN whenever it can; `Kernel`
+//!   never. Plans are cached per pass, sizes, strides, alignment, dtype, mask and search setting
+//!   beside the convolutions' (one cuDNN handle per device, on the compute stream).
+//! - A graph that does not finalize, an engine that refuses at execution, no workspace: logged
+//!   (`tracing` debug), and cartage's kernel runs. No plan is built and nothing is timed inside a
+//!   graph capture (a call captured first runs the kernel); a plan built earlier runs there too.
+//! - [`crate::CudaBackend::attention_choices`] reports what each shape ran.
+//!
+//! When cuDNN refuses a graph, its own log says why: run with
+//! `CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr` (cuDNN 9; 2 for warnings and errors only) and
+//! `RUST_LOG=cartage_cuda=debug` for what this module logged.
+
+mod backward_graph;
+mod choice;
+mod forward_graph;
+mod scores;
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cartage_core::kernel::AttentionBackwardArgs;
+use cartage_core::raw::Allocation;
+use cartage_core::{DType, Device, Error, Kernel, Layout, Result, Scalar, TensorArg};
+use cudarc::cudnn::sys;
+
+pub(crate) use choice::AttentionSwitch;
+use choice::kernel_words;
+pub use choice::{ATTENTION_API_VAR, AttentionApi, AttentionChoice, AttentionPass};
+
+use crate::backend::CudaBackend;
+use crate::cudnn_graph::builder::OpGraph;
+use crate::cudnn_graph::descriptor::Failure;
+use crate::cudnn_graph::engines::{self, ExecPlan};
+use crate::cudnn_graph::{execute, timing};
+use crate::launch::device_ptr;
+
+/// cuDNN engines timed per shape at most.
+pub(crate) const SEARCH_COUNT: usize = 4;
+
+/// The largest workspace an engine may ask for.
+const WORKSPACE_LIMIT: usize = 1 << 30;
+
+/// What a plan depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Key {
+    /// Forward or backward.
+    pub(crate) pass: AttentionPass,
+    /// bf16 or f16.
+    pub(crate) dtype: DType,
+    /// The causal mask.
+    pub(crate) causal: bool,
+    /// `[B, L, S, E, Ev]`.
+    pub(crate) sizes: [usize; 5],
+    /// (batch, row) strides of q, k, v, and for the backward the saved output and dO (zeros in
+    /// the forward), size-1 dims given dense strides.
+    pub(crate) strides: [[i64; 2]; 5],
+    /// Byte alignment of the operands: forward q, k, v, out, lse; backward q, k, v, o, dO, lse,
+    /// dq, dk, dv (zeros after the last).
+    pub(crate) alignment: [i64; 9],
+    /// Whether the search orders this plan's engines.
+    pub(crate) benchmark: bool,
+}
+
+/// The cuDNN plans of one key.
+pub(crate) struct Plan {
+    /// Finalized plans: the heuristics' order, or the search's (fastest first).
+    candidates: Vec<ExecPlan>,
+    /// True once the search has run.
+    searched: bool,
+    /// True once cuDNN's best was timed against cartage's kernel.
+    compared: bool,
+    /// Whether cuDNN runs this key under [`AttentionApi::Auto`].
+    use_cudnn: bool,
+    /// The kernel's time in the comparison.
+    kernel_ms: Option<f32>,
+    /// The operation graph (dropped after the plans).
+    _graph: OpGraph,
+}
+
+/// What one key ran last.
+#[derive(Clone, Debug)]
+struct Ran {
+    cudnn: bool,
+    implementation: String,
+    cudnn_ms: Option<f32>,
+    kernel_ms: Option<f32>,
+}
+
+/// Every attention plan of a handle (or why cuDNN could not plan that key), and what each key
+/// ran last.
+#[derive(Default)]
+pub(crate) struct Plans {
+    plans: HashMap<Key, std::result::Result<Plan, String>>,
+    ran: HashMap<Key, Ran>,
+}
+
+impl Plans {
+    /// Drop every plan (before the handle goes).
+    pub(crate) fn clear(&mut self) {
+        self.plans.clear();
+        self.ran.clear();
+    }
+}
+
+/// The byte alignment cuDNN is told for `arg`.
+fn alignment(arg: &TensorArg) -> i64 {
+    if device_ptr(arg).is_multiple_of(16) {
+        16
+    } else {
+        arg.dtype.size_in_bytes() as i64
+    }
+}
+
+/// The (batch, row) strides of a `[B, rows, width]` operand as cuDNN is told them (a size-1
+/// dim gets the dense stride), or `None` for a layout the graph does not take (a last dim that
+/// is not dense, a broadcast batch or row).
+fn batch_row_strides(arg: &TensorArg) -> Option<[i64; 2]> {
+    strides_of(arg.layout.shape(), arg.layout.strides())
+}
+
+/// [`batch_row_strides`] of a `[B, rows, width]` shape and its strides.
+fn strides_of(shape: &[usize], st: &[usize]) -> Option<[i64; 2]> {
+    let (batch, rows, width) = (shape[0], shape[1], shape[2]);
+    if st[2] != 1 && width > 1 {
+        return None;
+    }
+    let row = if rows == 1 { width } else { st[1] };
+    let whole = if batch == 1 { rows * row } else { st[0] };
+    (row > 0 && whole > 0).then_some([whole as i64, row as i64])
+}
+
+/// The cuDNN version (`cudnnGetVersion`), once cuDNN is known loaded.
+fn version() -> usize {
+    // SAFETY: the library and symbol are present (`graph_available` checked both); no
+    // arguments.
+    unsafe { sys::cudnnGetVersion() }
+}
+
+/// The key of a call, or why the graph does not take it.
+fn key(
+    pass: AttentionPass,
+    causal: bool,
+    benchmark: bool,
+    inputs: &[&TensorArg],
+    outputs: &[&TensorArg],
+) -> std::result::Result<Key, String> {
+    let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
+    if !matches!(q.dtype, DType::BF16 | DType::F16) {
+        return Err(format!("cuDNN's fused attention takes bf16 and f16, not {}", q.dtype));
+    }
+    let (qs, ks, vs) = (q.layout.shape(), k.layout.shape(), v.layout.shape());
+    let sizes = [qs[0], qs[1], ks[1], qs[2], vs[2]];
+    let [b, l, s, e, ev] = sizes;
+    if b == 0 || l == 0 || s == 0 {
+        return Err("an empty batch or sequence".into());
+    }
+    if !(e.is_multiple_of(8) && ev.is_multiple_of(8) && e <= 256 && ev <= 256 && e > 0 && ev > 0) {
+        return Err(format!(
+            "cuDNN's fused attention takes head dims that are multiples of 8 up to 256, got E = {e}, Ev = {ev}"
+        ));
+    }
+    let mut strides = [[0i64; 2]; 5];
+    for (i, arg) in inputs.iter().enumerate() {
+        strides[i] = batch_row_strides(arg).ok_or_else(|| {
+            format!(
+                "operand {i} has strides {:?}; cuDNN's fused attention reads a dense last dimension",
+                arg.layout.strides()
+            )
+        })?;
+    }
+    let mut align = [0i64; 9];
+    for (slot, arg) in align.iter_mut().zip(inputs.iter().chain(outputs)) {
+        *slot = alignment(arg);
+    }
+    Ok(Key {
+        pass,
+        dtype: q.dtype,
+        causal,
+        sizes,
+        strides,
+        alignment: align,
+        benchmark,
+    })
+}
+
+/// One call's operands bound to the graph's unique ids: those read, those written (replaced by
+/// scratch blocks when timing), the scale and cartage's kernel for the same call.
+struct Call<'a> {
+    key: Key,
+    reads: Vec<(i64, &'a TensorArg)>,
+    writes: Vec<(i64, &'a TensorArg)>,
+    scale: f32,
+    /// cartage's kernel writing into the given outputs (in the order of `writes`).
+    kernel: &'a dyn Fn(&[TensorArg]) -> Result<()>,
+}
+
+impl Call<'_> {
+    fn op(&self) -> &'static str {
+        self.key.pass.op()
+    }
+}
+
+/// Run `Kernel::Attention` through cuDNN when it may and can: `Ok(true)` when queued,
+/// `Ok(false)` when cartage's kernel is to run it. `kernel(out, lse)` runs cartage's kernel into
+/// other outputs (for the comparison).
+pub(crate) fn forward(
+    backend: &CudaBackend,
+    [q, k, v]: [&TensorArg; 3],
+    scale: f64,
+    causal: bool,
+    out: &TensorArg,
+    lse: Option<&TensorArg>,
+    kernel: &dyn Fn(&TensorArg, Option<&TensorArg>) -> Result<()>,
+) -> Result<bool> {
+    if !may_try(backend) {
+        return Ok(false);
+    }
+    let device = backend.device;
+    let [b, l] = [q.layout.shape()[0], q.layout.shape()[1]];
+    // Without an `lse` of the call's, the statistics go to a scratch block.
+    let mut own_lse = None;
+    let stats = match lse {
+        Some(lse) => lse.clone(),
+        None => {
+            let block = backend.allocator.alloc((b * l * 4).max(16))?;
+            let arg = TensorArg {
+                buffer: block.slice(),
+                layout: Layout::contiguous(&[b, l])?,
+                dtype: DType::F32,
+            };
+            own_lse = Some(block);
+            arg
+        }
+    };
+    let key = match key(
+        AttentionPass::Forward,
+        causal,
+        backend.conv_benchmark(),
+        &[q, k, v],
+        &[out, &stats],
+    ) {
+        Ok(key) => key,
+        Err(reason) => {
+            tracing::debug!(%device, %reason, "cuDNN's fused attention does not take this call; the kernel runs");
+            if let Some(block) = own_lse {
+                backend.allocator.free(block);
+            }
+            return Ok(false);
+        }
+    };
+    let has_lse = lse.is_some();
+    let run_kernel = |writes: &[TensorArg]| kernel(&writes[0], has_lse.then(|| &writes[1]));
+    let call = Call {
+        key,
+        reads: vec![(scores::Q, q), (scores::K, k), (scores::V, v)],
+        writes: vec![(scores::O, out), (scores::STATS, &stats)],
+        scale: scale as f32,
+        kernel: &run_kernel,
+    };
+    let outcome = attempt(backend, &call);
+    // The scratch statistics go back in stream order, after the queued work.
+    if let Some(block) = own_lse {
+        backend.allocator.free(block);
+    }
+    outcome
+}
+
+/// Run `Kernel::AttentionBackward` through cuDNN when it may and can (`Ok(true)` when queued;
+/// `Ok(false)` when cartage's kernels are to run it, always without a saved forward).
+/// `kernel(args)` runs cartage's backward on other arguments (for the comparison).
+pub(crate) fn backward(
+    backend: &CudaBackend,
+    a: &AttentionBackwardArgs,
+    kernel: &dyn Fn(&AttentionBackwardArgs) -> Result<()>,
+) -> Result<bool> {
+    let Some(saved) = a.saved.as_ref() else {
+        return Ok(false);
+    };
+    if !may_try(backend) {
+        return Ok(false);
+    }
+    let device = backend.device;
+    let keyed = key(
+        AttentionPass::Backward,
+        a.causal,
+        backend.conv_benchmark(),
+        &[&a.q, &a.k, &a.v, &saved.out, &a.grad],
+        &[&saved.lse, &a.grad_q, &a.grad_k, &a.grad_v],
+    )
+    .and_then(|key| {
+        let s = key.sizes[2];
+        if version() < 91501 && !s.is_multiple_of(128) {
+            Err(format!(
+                "cuDNN {} before 9.15.1 needs a padding mask for key lengths not a multiple of 128 (S = {s})",
+                version()
+            ))
+        } else {
+            Ok(key)
+        }
+    });
+    let key = match keyed {
+        Ok(key) => key,
+        Err(reason) => {
+            tracing::debug!(%device, %reason, "cuDNN's fused attention backward does not take this call; the kernel runs");
+            return Ok(false);
+        }
+    };
+    let run_kernel = |writes: &[TensorArg]| {
+        let mut other = a.clone();
+        other.grad_q = writes[0].clone();
+        other.grad_k = writes[1].clone();
+        other.grad_v = writes[2].clone();
+        kernel(&other)
+    };
+    let call = Call {
+        key,
+        reads: vec![
+            (scores::Q, &a.q),
+            (scores::K, &a.k),
+            (scores::V, &a.v),
+            (scores::O, &saved.out),
+            (scores::D_O, &a.grad),
+            (scores::STATS, &saved.lse),
+        ],
+        writes: vec![
+            (scores::D_Q, &a.grad_q),
+            (scores::D_K, &a.grad_k),
+            (scores::D_V, &a.grad_v),
+        ],
+        scale: a.scale as f32,
+        kernel: &run_kernel,
+    };
+    attempt(backend, &call)
+}
+
+/// Whether cuDNN may be tried at all: not under [`AttentionApi::Kernel`], nor under `Auto` with
+/// the search off, and only with cuDNN's graph API loaded.
+fn may_try(backend: &CudaBackend) -> bool {
+    match backend.attention_api() {
+        AttentionApi::Kernel => return false,
+        AttentionApi::Auto if !backend.conv_benchmark() => return false,
+        _ => {}
+    }
+    if let Err(reason) = crate::conv::graph_available() {
+        tracing::debug!(device = %backend.device, %reason, "cuDNN's graph API is not available; the attention kernel runs");
+        return false;
+    }
+    true
+}
+
+/// Build `key`'s graph and its plans, or say why not.
+fn build(device: Device, handle: sys::cudnnHandle_t, key: &Key) -> std::result::Result<Plan, String> {
+    let op = key.pass.op();
+    let graph = match key.pass {
+        AttentionPass::Forward => forward_graph::build(handle, key),
+        AttentionPass::Backward => backward_graph::build(handle, key),
+    }
+    .map_err(|f| f.error(device, op).to_string())?;
+    let want = if key.benchmark { SEARCH_COUNT } else { 1 };
+    // cartage's own kernels round P and dS to the I/O dtype for their products too: every
+    // engine is admitted.
+    let candidates = engines::plans(handle, &graph.graph, &|_| true, want, WORKSPACE_LIMIT)
+        .map_err(|f| f.error(device, op).to_string())?;
+    if candidates.is_empty() {
+        return Err(format!("cuDNN's heuristics offer no engine for this {op} graph"));
+    }
+    tracing::debug!(
+        %device,
+        ?key,
+        engines = ?candidates.iter().map(|c| (c.engine.index, c.workspace)).collect::<Vec<_>>(),
+        "cuDNN fused attention plan"
+    );
+    Ok(Plan {
+        candidates,
+        searched: false,
+        compared: false,
+        use_cudnn: false,
+        kernel_ms: None,
+        _graph: graph,
+    })
+}
+
+/// Queue `call` through cuDNN when it may and can (see [`forward`]).
+fn attempt(backend: &CudaBackend, call: &Call<'_>) -> Result<bool> {
+    let device = backend.device;
+    let api = backend.attention_api();
+    let key = &call.key;
+    let cudnn = match crate::conv::cudnn_handle(backend, call.op(), key.dtype) {
+        Ok(cudnn) => cudnn,
+        Err(e) => {
+            tracing::debug!(%device, error = %e, "no cuDNN handle; the attention kernel runs");
+            return Ok(false);
+        }
+    };
+    let mut cudnn = cudnn.lock().unwrap_or_else(|p| p.into_inner());
+    let handle = cudnn.handle;
+    let plans = &mut cudnn.attention;
+    if !plans.plans.contains_key(key) {
+        if backend.capture.active() {
+            // Finalizing plans may compile kernels: not inside a graph capture.
+            return Ok(false);
+        }
+        let built = build(device, handle, key);
+        if let Err(reason) = &built {
+            tracing::debug!(%device, ?key, %reason, "cuDNN cannot run this attention; the kernel will");
+        }
+        plans.plans.insert(key.clone(), built);
+    }
+    let can_time = key.benchmark && !backend.capture.active();
+    let Some(Ok(plan)) = plans.plans.get_mut(key) else {
+        return Ok(false);
+    };
+    if can_time && !plan.searched {
+        if let Err(e) = search(backend, handle, plan, call) {
+            tracing::debug!(%device, ?key, error = %e, "the cuDNN attention search did not finish; the heuristics' order stays");
+        }
+        plan.searched = true;
+    }
+    if can_time && api == AttentionApi::Auto && !plan.compared {
+        plan.kernel_ms = time_kernel(backend, call);
+        let cudnn_ms = plan.candidates.first().and_then(|c| c.time_ms);
+        plan.use_cudnn = match (cudnn_ms, plan.kernel_ms) {
+            (Some(c), Some(k)) => c < k,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        plan.compared = true;
+        tracing::debug!(
+            %device,
+            ?key,
+            cudnn_ms,
+            kernel_ms = plan.kernel_ms,
+            use_cudnn = plan.use_cudnn,
+            "cuDNN fused attention against the flash kernel"
+        );
+    }
+    if plan.candidates.is_empty() {
+        plans
+            .plans
+            .insert(key.clone(), Err("every cuDNN engine refused these operands".into()));
+        return Ok(false);
+    }
+    if api == AttentionApi::Auto && !(plan.compared && plan.use_cudnn) {
+        if plan.compared {
+            let ran = Ran {
+                cudnn: false,
+                implementation: kernel_words(key.pass),
+                cudnn_ms: plan.candidates.first().and_then(|c| c.time_ms),
+                kernel_ms: plan.kernel_ms,
+            };
+            plans.ran.insert(key.clone(), ran);
+        }
+        return Ok(false);
+    }
+    let kernel_ms = plan.kernel_ms;
+    while let Some(candidate) = plan.candidates.first() {
+        let writes: Vec<TensorArg> = call.writes.iter().map(|(_, w)| (*w).clone()).collect();
+        match run(backend, handle, candidate, call, &writes) {
+            Err(e) if is_out_of_memory(&e) => {
+                tracing::debug!(%device, error = %e, "no memory for cuDNN's attention; the kernel runs");
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+            Ok(Ok(())) => {
+                let ran = Ran {
+                    cudnn: true,
+                    implementation: format!("cuDNN fused attention ({})", candidate.engine.name()),
+                    cudnn_ms: candidate.time_ms,
+                    kernel_ms,
+                };
+                plans.ran.insert(key.clone(), ran);
+                return Ok(true);
+            }
+            Ok(Err(failure)) => {
+                tracing::debug!(%device, ?key, %failure, "cuDNN refused this attention engine; trying the next");
+                plan.candidates.remove(0);
+            }
+        }
+    }
+    plans
+        .plans
+        .insert(key.clone(), Err("every cuDNN engine refused at execution".into()));
+    Ok(false)
+}
+
+/// True for the allocator's out-of-memory error.
+fn is_out_of_memory(e: &Error) -> bool {
+    matches!(e, Error::OutOfMemory(_))
+}
+
+/// A pass-by-value f32 on the host, aligned as cuDNN's scalar tensors are said to be.
+#[repr(C, align(16))]
+struct HostScalar(f32);
+
+/// Queue `candidate` for `call` with `writes` in place of its outputs: `Ok(Ok(()))` when queued,
+/// `Ok(Err(_))` when cuDNN refused, `Err` for a failure that is not cuDNN's (memory, ordering).
+fn run(
+    backend: &CudaBackend,
+    handle: sys::cudnnHandle_t,
+    candidate: &ExecPlan,
+    call: &Call<'_>,
+    writes: &[TensorArg],
+) -> Result<std::result::Result<(), Failure>> {
+    let key = &call.key;
+    let scratch_sizes: Vec<(i64, usize)> = match key.pass {
+        AttentionPass::Forward => Vec::new(),
+        AttentionPass::Backward => backward_graph::scratch(key).to_vec(),
+    };
+    let mut blocks: Vec<(i64, Allocation)> = Vec::new();
+    let mut taken = || -> Result<Option<Allocation>> {
+        for &(uid, bytes) in &scratch_sizes {
+            blocks.push((uid, backend.allocator.alloc(bytes.max(16))?));
+        }
+        if candidate.workspace == 0 {
+            Ok(None)
+        } else {
+            backend.allocator.alloc(candidate.workspace).map(Some)
+        }
+    };
+    let workspace = match taken() {
+        Ok(w) => w,
+        Err(e) => {
+            for (_, block) in blocks {
+                backend.allocator.free(block);
+            }
+            return Err(e);
+        }
+    };
+    let outcome = (|| {
+        let mut slices: Vec<_> = call.reads.iter().map(|(_, a)| a.buffer).collect();
+        slices.extend(writes.iter().map(|a| a.buffer));
+        slices.extend(blocks.iter().map(|(_, b)| b.slice()));
+        slices.extend(workspace.iter().map(|b| b.slice()));
+        backend.order.before_compute(&backend.compute, &slices)?;
+        if key.pass == AttentionPass::Backward
+            && version() < 90600
+            && let Some((_, block)) = blocks.iter().find(|(uid, _)| *uid == scores::DQ_ACCUM)
+        {
+            // cuDNN before 9.6 accumulates dQ into the f32 buffer as it is: zero it first.
+            let [b, l, _, e, _] = key.sizes;
+            let zero = Kernel::Fill {
+                out: TensorArg {
+                    buffer: block.slice(),
+                    layout: Layout::contiguous(&[b * l * e])?,
+                    dtype: DType::F32,
+                },
+                value: Scalar::Float(0.0),
+            };
+            // SAFETY: a fresh f32 block of `b·l·e` elements, live until after the queued work.
+            unsafe { crate::launch::launch(backend, &zero) }?;
+        }
+        let mut scale = HostScalar(call.scale);
+        // cuDNN before 9.10 wants the lowest finite value for masked scores (cudnn-frontend).
+        let mut neg_inf = HostScalar(if version() < 91000 { f32::MIN } else { f32::NEG_INFINITY });
+        let mut one = HostScalar(1.0);
+        let mut uids: Vec<i64> = Vec::new();
+        let mut pointers: Vec<*mut c_void> = Vec::new();
+        for ((uid, _), arg) in call
+            .reads
+            .iter()
+            .map(|(u, a)| ((*u, ()), *a))
+            .chain(call.writes.iter().zip(writes).map(|((u, _), a)| ((*u, ()), a)))
+        {
+            uids.push(uid);
+            pointers.push(device_ptr(arg) as *mut c_void);
+        }
+        for (uid, block) in &blocks {
+            uids.push(*uid);
+            pointers.push(block.slice().addr() as *mut c_void);
+        }
+        uids.push(scores::SCALE);
+        pointers.push((&mut scale.0 as *mut f32).cast());
+        if key.causal {
+            uids.push(scores::NEG_INF);
+            pointers.push((&mut neg_inf.0 as *mut f32).cast());
+        }
+        if key.pass == AttentionPass::Backward {
+            uids.push(scores::ONE);
+            pointers.push((&mut one.0 as *mut f32).cast());
+        }
+        let space = workspace
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| b.slice().addr() as *mut c_void);
+        // SAFETY: every non-virtual tensor of the plan's graph is bound: the operands are
+        // validated, in live blocks freed only in stream order (the launch's contract), with the
+        // dims, strides and alignment the key (hence the graph) holds; the outputs are apart
+        // from the inputs (validated; scratch outputs are fresh blocks); the scratch tensors and
+        // the workspace are live blocks of the sizes the graph and plan ask for, given back in
+        // stream order below; the scalars are host values alive for the call; the handle is the
+        // plan's.
+        Ok(unsafe { execute::execute(handle, candidate, &uids, &pointers, space) })
+    })();
+    for (_, block) in blocks {
+        backend.allocator.free(block);
+    }
+    if let Some(block) = workspace {
+        backend.allocator.free(block);
+    }
+    outcome
+}
+
+/// Fresh blocks in place of `call`'s outputs (same shapes, dense).
+fn scratch_outputs(backend: &CudaBackend, call: &Call<'_>) -> Result<(Vec<Allocation>, Vec<TensorArg>)> {
+    let mut blocks = Vec::new();
+    let mut args = Vec::new();
+    for (_, w) in &call.writes {
+        let shape = w.layout.shape();
+        let block = match backend
+            .allocator
+            .alloc((w.layout.numel() * w.dtype.size_in_bytes()).max(16))
+        {
+            Ok(block) => block,
+            Err(e) => {
+                blocks.into_iter().for_each(|b| backend.allocator.free(b));
+                return Err(e);
+            }
+        };
+        let layout = match Layout::contiguous(shape) {
+            Ok(layout) => layout,
+            Err(e) => {
+                backend.allocator.free(block);
+                blocks.into_iter().for_each(|b| backend.allocator.free(b));
+                return Err(e);
+            }
+        };
+        args.push(TensorArg {
+            buffer: block.slice(),
+            layout,
+            dtype: w.dtype,
+        });
+        blocks.push(block);
+    }
+    Ok((blocks, args))
+}
+
+/// Time the plan's engines on the call's inputs with scratch outputs and order them fastest
+/// first; an engine cuDNN refuses is dropped. An error that is not cuDNN's stops the search and
+/// leaves the untimed engines after the timed ones.
+fn search(backend: &CudaBackend, handle: sys::cudnnHandle_t, plan: &mut Plan, call: &Call<'_>) -> Result<()> {
+    let device = backend.device;
+    let (blocks, writes) = scratch_outputs(backend, call)?;
+    let mut outcome = Ok(());
+    let mut timed: Vec<ExecPlan> = Vec::new();
+    let mut untimed: Vec<ExecPlan> = Vec::new();
+    for mut candidate in std::mem::take(&mut plan.candidates) {
+        if outcome.is_err() {
+            untimed.push(candidate);
+            continue;
+        }
+        let mut refused = None;
+        let measured = timing::time_ms(backend, || {
+            run(backend, handle, &candidate, call, &writes)?.map_err(|failure| {
+                let e = failure.error(device, call.op());
+                refused = Some(failure);
+                e
+            })
+        });
+        match (measured, refused) {
+            (Ok(ms), _) => {
+                candidate.time_ms = Some(ms);
+                timed.push(candidate);
+            }
+            (Err(_), Some(failure)) => {
+                tracing::debug!(%device, key = ?call.key, %failure, "cuDNN refused this attention engine in the search; dropped");
+            }
+            (Err(e), None) => {
+                untimed.push(candidate);
+                outcome = Err(e);
+            }
+        }
+    }
+    blocks.into_iter().for_each(|b| backend.allocator.free(b));
+    timed.sort_by(|a, b| a.time_ms.partial_cmp(&b.time_ms).unwrap_or(std::cmp::Ordering::Equal));
+    tracing::debug!(
+        %device,
+        key = ?call.key,
+        timed = ?timed.iter().map(|c| (c.engine.index, c.workspace, c.time_ms)).collect::<Vec<_>>(),
+        "cuDNN fused attention search"
+    );
+    timed.extend(untimed);
+    plan.candidates = timed;
+    outcome
+}
+
+/// cartage's kernel for `call`, timed with the search's clock on scratch outputs, or `None`
+/// when it refuses the call or cannot be timed (logged).
+fn time_kernel(backend: &CudaBackend, call: &Call<'_>) -> Option<f32> {
+    let device = backend.device;
+    let (blocks, writes) = match scratch_outputs(backend, call) {
+        Ok(scratch) => scratch,
+        Err(e) => {
+            tracing::debug!(%device, error = %e, "no memory to time the attention kernel");
+            return None;
+        }
+    };
+    let measured = timing::time_ms(backend, || (call.kernel)(&writes));
+    blocks.into_iter().for_each(|b| backend.allocator.free(b));
+    match measured {
+        Ok(ms) => Some(ms),
+        Err(e) => {
+            tracing::debug!(%device, key = ?call.key, error = %e, "the attention kernel could not be timed; cuDNN runs");
+            None
+        }
+    }
+}
+
+/// What each key of `device` ran last, sorted by pass and sizes.
+pub(crate) fn choices(device: Device) -> Vec<AttentionChoice> {
+    let Some(cudnn) = crate::conv::existing_cudnn(device) else {
+        return Vec::new();
+    };
+    let cudnn = cudnn.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out: Vec<AttentionChoice> = cudnn
+        .attention
+        .ran
+        .iter()
+        .map(|(key, ran)| AttentionChoice {
+            pass: key.pass,
+            dtype: key.dtype,
+            sizes: key.sizes,
+            causal: key.causal,
+            cudnn: ran.cudnn,
+            implementation: ran.implementation.clone(),
+            cudnn_ms: ran.cudnn_ms,
+            kernel_ms: ran.kernel_ms,
+        })
+        .collect();
+    out.sort_by_key(|a| (a.pass, a.sizes, a.causal));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_one_dims_get_dense_strides() {
+        assert_eq!(strides_of(&[8, 1024, 64], &[65536, 64, 1]), Some([65536, 64]));
+        // A lone batch entry or row: the stride is free, so the dense one is given.
+        assert_eq!(strides_of(&[1, 1024, 64], &[0, 64, 1]), Some([65536, 64]));
+        assert_eq!(strides_of(&[4, 1, 64], &[64, 7, 1]), Some([64, 64]));
+        // Heads merged from [N, L, H, E]: rows H·E apart.
+        assert_eq!(strides_of(&[16, 128, 64], &[64, 1024, 1]), Some([64, 1024]));
+    }
+
+    #[test]
+    fn layouts_cudnn_cannot_read_are_refused() {
+        assert_eq!(strides_of(&[8, 16, 64], &[1024, 1, 16]), None);
+        assert_eq!(strides_of(&[8, 16, 64], &[0, 64, 1]), None);
+        assert_eq!(strides_of(&[8, 16, 64], &[1024, 0, 1]), None);
+    }
+}
