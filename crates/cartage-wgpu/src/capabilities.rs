@@ -30,7 +30,7 @@ use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, PoolKind, Reduce
 use crate::context::GpuContext;
 
 /// The optional fused kernels ([`Op::optional`]) this backend implements.
-const FUSED: [Op; 13] = [
+const FUSED: [Op; 15] = [
     Op::SoftmaxBackward,
     Op::LogSoftmaxBackward,
     Op::NormBackward(NormKind::Layer),
@@ -44,6 +44,8 @@ const FUSED: [Op; 13] = [
     Op::Pool2d(PoolKind::Avg),
     Op::Pool2dBackward(PoolKind::Max),
     Op::Pool2dBackward(PoolKind::Avg),
+    Op::Attention,
+    Op::AttentionBackward,
 ];
 
 /// Why `op` does not run for `dtype` on an adapter (`has_f64`: it has SHADER_F64), or `None`.
@@ -66,6 +68,8 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
         | Op::CrossEntropy
         | Op::LogSoftmaxBackward
         | Op::CrossEntropyBackward
+        | Op::Attention
+        | Op::AttentionBackward
         | Op::Reduce(ReduceOp::LogSumExp) => {
             Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
         }
