@@ -300,13 +300,15 @@ pub(crate) fn attention(
     if let Some(lse) = lse {
         slots.push(Slot::bind(backend, lse, OP)?);
     }
-    record_forward(backend, q.dtype, &d, tiles, scale, causal, &slots)
+    record_forward(backend, [q.dtype, out.dtype], &d, tiles, scale, causal, &slots)
 }
 
-/// Record the forward over `slots` (q, k, v, out and optionally lse) with `tiles`.
+/// Record the forward over `slots` (q, k, v, out and optionally lse) with `tiles`, for inputs
+/// of `dtype` and an output of `out_dtype` (the inputs' dtype, or f32 for the backward's own
+/// forward).
 pub(crate) fn record_forward(
     backend: &WgpuBackend,
-    dtype: DType,
+    [dtype, out_dtype]: [DType; 2],
     d: &Dims,
     tiles: Tiles,
     scale: f64,
@@ -319,7 +321,7 @@ pub(crate) fn record_forward(
     check_groups(groups)?;
     let params = params(d, row_tiles, causal, scale, slots)?;
     let key = format!(
-        "attention|{dtype}|{}x{}|{}x{}x{}|{}",
+        "attention|{dtype}|{out_dtype}|{}x{}|{}x{}x{}|{}",
         d.e,
         d.ev,
         tiles.outer,
@@ -328,29 +330,29 @@ pub(crate) fn record_forward(
         u8::from(with_lse)
     );
     let ctx = &backend.ctx;
-    let pipeline = backend
-        .pipelines
-        .try_get(ctx, &key, slots.len(), || forward_source(dtype, d, tiles, with_lse))?;
+    let pipeline = backend.pipelines.try_get(ctx, &key, slots.len(), || {
+        forward_source([dtype, out_dtype], d, tiles, with_lse)
+    })?;
     let windows: Vec<Window> = slots.iter().map(|s| s.window).collect();
     let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
     backend.record(&pipeline, &windows, &params, grid(groups as u64, 1, max_dim))
 }
 
-/// The forward's WGSL for `dtype`, head dims and tiling.
-fn forward_source(dtype: DType, d: &Dims, t: Tiles, with_lse: bool) -> Result<String> {
+/// The forward's WGSL for the input and output dtypes, head dims and tiling.
+fn forward_source([dtype, out_dtype]: [DType; 2], d: &Dims, t: Tiles, with_lse: bool) -> Result<String> {
     let (e4, ev4) = d.chunks();
     let st = wgsl::storage_type(dtype);
     let mut bindings = wgsl::binding(1, "b1", st);
     bindings.push_str(&wgsl::binding(2, "b2", st));
     bindings.push_str(&wgsl::binding(3, "b3", st));
-    bindings.push_str(&out_binding(4, "b4", dtype));
+    bindings.push_str(&out_binding(4, "b4", out_dtype));
     let mut accessors = wgsl::load_fn("ld_q", "b1", dtype);
     accessors.push_str(&wgsl::load_fn("ld_k", "b2", dtype));
     accessors.push_str(&wgsl::load_fn("ld_v", "b3", dtype));
     accessors.push_str(&chunk_fn("q", 0, "E"));
     accessors.push_str(&chunk_fn("k", 1, "E"));
     accessors.push_str(&chunk_fn("v", 2, "EV"));
-    accessors.push_str(&store_fn("st_out", "b4", dtype));
+    accessors.push_str(&store_fn("st_out", "b4", out_dtype));
     let pieces = wgsl::Pieces::parse("shaders/attention.wgsl", ATTENTION);
     let lse = if with_lse {
         bindings.push_str(&wgsl::binding(5, "b5", "f32"));

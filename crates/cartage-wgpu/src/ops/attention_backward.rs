@@ -7,7 +7,7 @@
 //!
 //! The forward's output and log-sum-exp come from [`AttentionBackwardArgs::saved`] when given;
 //! otherwise the forward kernel ([`super::attention`]) runs first into scratch (the output in
-//! the dtype, the log-sum-exp straight into the pre-pass's scratch). Dtypes, head dims and
+//! f32, the log-sum-exp straight into the pre-pass's scratch). Dtypes, head dims and
 //! adapters the kernels do not take are refused with [`Error::Unsupported`] (the frontend then
 //! composes the gradients); so is an adapter with fewer than seven storage bindings per stage
 //! (the key kernel binds q, k, v, dO, the scratch, dK and dV).
@@ -112,24 +112,25 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
     let mut forward_out = None;
     let result = (|| {
         if rows > 0 {
-            let (out, lse) = match &a.saved {
+            let (out, out_dtype, lse) = match &a.saved {
                 Some(saved) => (
                     Slot::bind(backend, &saved.out, OP)?,
+                    saved.out.dtype,
                     Slot::bind(backend, &saved.lse, OP)?,
                 ),
                 None => {
-                    // The forward first: its output into scratch, its lse into aux's first half
-                    // (which the pre-pass then rewrites in base 2 in place).
-                    let bytes = (rows * d.ev).div_ceil(2) * 2 * dtype.size_in_bytes();
-                    let scratch = backend.scratch(bytes.max(4))?;
+                    // The forward first: its output into an f32 scratch (so that D is not off by
+                    // a rounding to a half type), its lse into aux's first half (which the
+                    // pre-pass rewrites in base 2 in place).
+                    let scratch = backend.scratch(rows * d.ev * 4)?;
                     let out = Slot::dense(scratch_window(&scratch.slice()), d.l, d.ev);
                     forward_out = Some(scratch);
                     let slots = [inputs[0], inputs[1], inputs[2], out, aux_slot];
-                    record_forward(backend, dtype, &d, forward, a.scale, a.causal, &slots)?;
-                    (out, aux_slot)
+                    record_forward(backend, [dtype, DType::F32], &d, forward, a.scale, a.causal, &slots)?;
+                    (out, DType::F32, aux_slot)
                 }
             };
-            record_rows(backend, dtype, &d, [inputs[3], out, lse, aux_slot])?;
+            record_rows(backend, [dtype, out_dtype], &d, [inputs[3], out, lse, aux_slot])?;
         }
         if d.s > 0 {
             let slots = [inputs[0], inputs[1], inputs[2], inputs[3], aux_slot, grad_k, grad_v];
@@ -169,19 +170,19 @@ enum Kind {
     Queries,
 }
 
-/// Record the pre-pass over slots (dO, O, lse, aux).
-fn record_rows(backend: &WgpuBackend, dtype: DType, d: &Dims, slots: [Slot; 4]) -> Result<()> {
+/// Record the pre-pass over slots (dO, O, lse, aux), for an incoming gradient of `dtype` and
+/// a forward output of `out_dtype`.
+fn record_rows(backend: &WgpuBackend, [dtype, out_dtype]: [DType; 2], d: &Dims, slots: [Slot; 4]) -> Result<()> {
     let params = params(d, 0, false, 1.0, &slots)?;
-    let key = format!("attention_backward_rows|{dtype}|{}", d.ev);
+    let key = format!("attention_backward_rows|{dtype}|{out_dtype}|{}", d.ev);
     let ctx = &backend.ctx;
     let pipeline = backend.pipelines.try_get(ctx, &key, 4, || {
-        let st = wgsl::storage_type(dtype);
-        let mut bindings = wgsl::binding(1, "b1", st);
-        bindings.push_str(&wgsl::binding(2, "b2", st));
+        let mut bindings = wgsl::binding(1, "b1", wgsl::storage_type(dtype));
+        bindings.push_str(&wgsl::binding(2, "b2", wgsl::storage_type(out_dtype)));
         bindings.push_str(&wgsl::binding(3, "b3", "f32"));
         bindings.push_str(&wgsl::binding(4, "aux", "f32"));
         let mut accessors = wgsl::load_fn("ld_g", "b1", dtype);
-        accessors.push_str(&wgsl::load_fn("ld_o", "b2", dtype));
+        accessors.push_str(&wgsl::load_fn("ld_o", "b2", out_dtype));
         accessors.push_str(&wgsl::load_fn("ld_lse", "b3", DType::F32));
         source("rows", &bindings, &accessors, &consts(&[("EV", d.ev as u32)]))
     })?;
