@@ -148,13 +148,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var c = 0u; c < CPT; c = c + 1u) {
         let ch = c * TPR + t;
         if ch < EV4 {
-            let y = o[c] * inv;
-            for (var x = 0u; x < 4u; x = x + 1u) {
-                let col = 4u * ch + x;
-                if col < EV {
-                    st_out(at(3u, b, row, col), y[x]);
-                }
-            }
+            st4_out(at(3u, b, row, 4u * ch), o[c] * inv, min(4u, EV - 4u * ch));
         }
     }
     {{LSE}}

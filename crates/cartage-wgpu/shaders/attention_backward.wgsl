@@ -179,25 +179,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var c = 0u; c < CKT; c = c + 1u) {
         let ch = c * TPR + t;
         if ch < E4 {
-            let y = dk[c] * scale;
-            for (var x = 0u; x < 4u; x = x + 1u) {
-                let col = 4u * ch + x;
-                if col < E {
-                    st_a(at(5u, b, key, col), y[x]);
-                }
-            }
+            st4_a(at(5u, b, key, 4u * ch), dk[c] * scale, min(4u, E - 4u * ch));
         }
     }
     for (var c = 0u; c < CVT; c = c + 1u) {
         let ch = c * TPR + t;
         if ch < EV4 {
-            let y = dv[c];
-            for (var x = 0u; x < 4u; x = x + 1u) {
-                let col = 4u * ch + x;
-                if col < EV {
-                    st_b(at(6u, b, key, col), y[x]);
-                }
-            }
+            st4_b(at(6u, b, key, 4u * ch), dv[c], min(4u, EV - 4u * ch));
         }
     }
 }
@@ -317,13 +305,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var c = 0u; c < CQT; c = c + 1u) {
         let ch = c * TPR + t;
         if ch < E4 {
-            let y = dq[c] * scale;
-            for (var x = 0u; x < 4u; x = x + 1u) {
-                let col = 4u * ch + x;
-                if col < E {
-                    st_a(at(5u, b, row, col), y[x]);
-                }
-            }
+            st4_a(at(5u, b, row, 4u * ch), dq[c] * scale, min(4u, E - 4u * ch));
         }
     }
 }

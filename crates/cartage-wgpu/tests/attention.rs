@@ -78,7 +78,32 @@ fn poisoned(b: &Arc<WgpuBackend>, shape: &[usize], dtype: DType) -> (DeviceBuffe
     upload(b, &vec![f64::NAN; shape.iter().product()], shape, dtype)
 }
 
+/// A contiguous output one element into a NaN buffer (so that a half type's elements straddle
+/// its words), with a NaN element before and after it.
+fn poisoned_output(b: &Arc<WgpuBackend>, shape: &[usize], dtype: DType) -> (DeviceBuffer, TensorArg) {
+    let n: usize = shape.iter().product();
+    let (buf, _) = upload(b, &vec![f64::NAN; n + 2], &[n + 2], dtype);
+    let strides = Layout::contiguous(shape).expect("layout").strides().to_vec();
+    let arg = buf.arg(Layout::from_parts(shape, &strides, 1).expect("layout"), dtype);
+    (buf, arg)
+}
+
+/// The elements of `arg`; for an output one element into its buffer, also checks that the
+/// elements before and after it are still NaN (nothing else was written).
 fn download(buf: &DeviceBuffer, arg: &TensorArg) -> Vec<f64> {
+    if arg.layout.offset() == 1 {
+        let n = arg.layout.numel();
+        let all = buf.arg(Layout::contiguous(&[n + 2]).expect("layout"), arg.dtype);
+        let around = read(buf, &all);
+        assert!(
+            around[0].is_nan() && around[n + 1].is_nan(),
+            "an element beside the output was written"
+        );
+    }
+    read(buf, arg)
+}
+
+fn read(buf: &DeviceBuffer, arg: &TensorArg) -> Vec<f64> {
     match arg.dtype {
         DType::F16 => common::download::<f16>(buf, arg).iter().map(|x| x.to_f64()).collect(),
         DType::BF16 => common::download::<bf16>(buf, arg).iter().map(|x| x.to_f64()).collect(),
@@ -196,7 +221,11 @@ fn check_case(b: &Arc<WgpuBackend>, dtype: DType, c: Case, seed: u64) {
     let want = reference(&c, [&host[0], &host[1], &host[2], &host[3]]);
     let tol = tolerance(dtype);
 
-    let (out_buf, out) = poisoned(b, &shapes[3], dtype);
+    let (out_buf, out) = if seed % 20 == 10 {
+        poisoned_output(b, &shapes[3], dtype)
+    } else {
+        poisoned(b, &shapes[3], dtype)
+    };
     let (lse_buf, lse) = poisoned(b, &[c.b, c.l], DType::F32);
     Kernel::Attention {
         q: dev[0].1.clone(),
@@ -223,7 +252,18 @@ fn check_case(b: &Arc<WgpuBackend>, dtype: DType, c: Case, seed: u64) {
     }
 
     for saved in [true, false] {
-        let grads: Vec<(DeviceBuffer, TensorArg)> = shapes[..3].iter().map(|s| poisoned(b, s, dtype)).collect();
+        // Odd outputs: one element into their buffers.
+        let grads: Vec<(DeviceBuffer, TensorArg)> = shapes[..3]
+            .iter()
+            .enumerate()
+            .map(|(n, s)| {
+                if (seed / 10 + n as u64) % 2 == 1 {
+                    poisoned_output(b, s, dtype)
+                } else {
+                    poisoned(b, s, dtype)
+                }
+            })
+            .collect();
         Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
             q: dev[0].1.clone(),
             k: dev[1].1.clone(),

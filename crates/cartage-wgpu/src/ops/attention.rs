@@ -247,22 +247,42 @@ pub(crate) fn out_binding(binding: u32, name: &str, dtype: DType) -> String {
     wgsl::binding(binding, name, element)
 }
 
-/// `fn FN(e: u32, v: f32)` storing element `e` of an output of `dtype` in `buf`: a plain store,
-/// or for a packed half type an atomic replacement of its half of the word (its neighbour may
-/// belong to another invocation).
-pub(crate) fn store_fn(func: &str, buf: &str, dtype: DType) -> String {
+/// `fn st_NAME(e: u32, v: f32)` storing element `e` of an output of `dtype` in `buf`, and
+/// `fn st4_NAME(e: u32, y: vec4<f32>, n: u32)` storing the first `n` of four consecutive
+/// elements from `e` (outputs are contiguous). A packed half type takes whole words where the
+/// invocation owns both halves (an even `e`, four elements), and an atomic replacement of its
+/// half elsewhere (the neighbour may belong to another invocation).
+pub(crate) fn store_fns(name: &str, buf: &str, dtype: DType) -> String {
     if !wgsl::packed(dtype) {
-        return wgsl::store_fn(func, buf, dtype);
+        return format!(
+            "{single}fn st4_{name}(e: u32, y: vec4<f32>, n: u32) {{
+    for (var x = 0u; x < n; x = x + 1u) {{
+        {buf}[e + x] = y[x];
+    }}
+}}
+",
+            single = wgsl::store_fn(&format!("st_{name}"), buf, dtype)
+        );
     }
     format!(
-        "{enc}fn {func}(e: u32, v: f32) {{
+        "{enc}fn st_{name}(e: u32, v: f32) {{
     let w = e >> 1u;
     let shift = (e & 1u) * 16u;
     atomicAnd(&{buf}[w], ~(0xffffu << shift));
-    atomicOr(&{buf}[w], enc_{func}(v) << shift);
+    atomicOr(&{buf}[w], enc_{name}(v) << shift);
+}}
+fn st4_{name}(e: u32, y: vec4<f32>, n: u32) {{
+    if (e & 1u) == 0u && n == 4u {{
+        atomicStore(&{buf}[e >> 1u], enc_{name}(y.x) | (enc_{name}(y.y) << 16u));
+        atomicStore(&{buf}[(e >> 1u) + 1u], enc_{name}(y.z) | (enc_{name}(y.w) << 16u));
+        return;
+    }}
+    for (var x = 0u; x < n; x = x + 1u) {{
+        st_{name}(e + x, y[x]);
+    }}
 }}
 ",
-        enc = wgsl::encode_fn(&format!("enc_{func}"), dtype)
+        enc = wgsl::encode_fn(&format!("enc_{name}"), dtype)
     )
 }
 
@@ -352,7 +372,7 @@ fn forward_source([dtype, out_dtype]: [DType; 2], d: &Dims, t: Tiles, with_lse: 
     accessors.push_str(&chunk_fn("q", 0, "E"));
     accessors.push_str(&chunk_fn("k", 1, "E"));
     accessors.push_str(&chunk_fn("v", 2, "EV"));
-    accessors.push_str(&store_fn("st_out", "b4", out_dtype));
+    accessors.push_str(&store_fns("out", "b4", out_dtype));
     let pieces = wgsl::Pieces::parse("shaders/attention.wgsl", ATTENTION);
     let lse = if with_lse {
         bindings.push_str(&wgsl::binding(5, "b5", "f32"));

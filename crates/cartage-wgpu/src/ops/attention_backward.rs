@@ -19,7 +19,7 @@ use crate::backend::WgpuBackend;
 use crate::bindings::Window;
 use crate::ops::attention::{
     Dims, PARAMS, Slot, Tiles, check_groups, check_supported, chunk_fn, consts, forward_tiles, no_tiling, out_binding,
-    params, record_forward, scratch_window, store_fn,
+    params, record_forward, scratch_window, store_fns,
 };
 use crate::ops::geometry::grid;
 use crate::wgsl;
@@ -236,10 +236,10 @@ fn record_tiles(
         accessors.push_str(&chunk_fn("k", 1, "E"));
         accessors.push_str(&chunk_fn("v", 2, "EV"));
         accessors.push_str(&chunk_fn("g", 3, "EV"));
-        accessors.push_str(&store_fn("st_a", "b6", dtype));
+        accessors.push_str(&store_fns("a", "b6", dtype));
         if kind == Kind::Keys {
             bindings.push_str(&out_binding(7, "b7", dtype));
-            accessors.push_str(&store_fn("st_b", "b7", dtype));
+            accessors.push_str(&store_fns("b", "b7", dtype));
         }
         let (e4, ev4) = (d.e.div_ceil(4) as u32, d.ev.div_ceil(4) as u32);
         let mut values = vec![
