@@ -198,7 +198,7 @@ pub(crate) fn no_tiling(backend: &WgpuBackend, op: &str, dtype: DType, d: &Dims)
 pub(crate) fn params(d: &Dims, tiles: usize, causal: bool, scale: f64, slots: &[Slot]) -> Result<ParamBlock> {
     let mut p = ParamBlock::default();
     p.put_sizes(0, &[d.batch, d.l, d.s, tiles], "attention size")?;
-    let rows = d.batch.checked_mul(d.l).unwrap_or(usize::MAX);
+    let rows = d.batch.saturating_mul(d.l);
     p.put_sizes(7, &[rows], "attention rows")?;
     let scale_log2 = (scale * std::f64::consts::LOG2_E) as f32;
     p.put(4, &[u32::from(causal), scale_log2.to_bits(), (scale as f32).to_bits()]);
