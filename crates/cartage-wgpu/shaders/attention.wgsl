@@ -22,9 +22,11 @@
 
 {{CONSTS}}
 
-var<workgroup> q_sh: array<vec4<f32>, BR * max(E4, 1u)>;
-var<workgroup> kv_sh: array<vec4<f32>, BC * KW>;
-var<workgroup> p_sh: array<f32, BR * BC>;
+// Rows padded to an odd number of chunks (PS: one more than BC), so that the rows the
+// invocations of a warp read at once fall in different banks.
+var<workgroup> q_sh: array<vec4<f32>, BR * ES>;
+var<workgroup> kv_sh: array<vec4<f32>, BC * KVS>;
+var<workgroup> p_sh: array<f32, BR * PS>;
 var<workgroup> red: array<f32, WG>;
 
 @compute @workgroup_size(WG)
@@ -52,7 +54,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if m0 + rr < L {
             v = chunk_q(b, m0 + rr, i % E4);
         }
-        q_sh[i] = v;
+        q_sh[rr * ES + i % E4] = v;
     }
 
     var m = -inf_f32();
@@ -71,16 +73,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if n0 + j < S {
                 v = chunk_k(b, n0 + j, i % E4);
             }
-            kv_sh[j * KW + i % E4] = v;
+            kv_sh[j * KVS + i % E4] = v;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < KPT; kk = kk + 1u) {
             s[kk] = 0.0;
         }
         for (var c = 0u; c < E4; c = c + 1u) {
-            let qv = q_sh[r * E4 + c];
+            let qv = q_sh[r * ES + c];
             for (var kk = 0u; kk < KPT; kk = kk + 1u) {
-                s[kk] = s[kk] + dot(qv, kv_sh[(kk * TPR + t) * KW + c]);
+                s[kk] = s[kk] + dot(qv, kv_sh[(kk * TPR + t) * KVS + c]);
             }
         }
         var tile_max = -inf_f32();
@@ -106,7 +108,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var part = 0.0;
         for (var kk = 0u; kk < KPT; kk = kk + 1u) {
             let p = exp2(s[kk] - mu);
-            p_sh[r * BC + kk * TPR + t] = p;
+            p_sh[r * PS + kk * TPR + t] = p;
             part = part + p;
         }
         l = l * corr + part;
@@ -120,15 +122,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if n0 + j < S {
                 v = chunk_v(b, n0 + j, i % EV4);
             }
-            kv_sh[j * KW + i % EV4] = v;
+            kv_sh[j * KVS + i % EV4] = v;
         }
         workgroupBarrier();
         for (var j = 0u; j < BC; j = j + 1u) {
-            let p = p_sh[r * BC + j];
+            let p = p_sh[r * PS + j];
             for (var c = 0u; c < CPT; c = c + 1u) {
                 let ch = c * TPR + t;
                 if ch < EV4 {
-                    o[c] = o[c] + p * kv_sh[j * KW + ch];
+                    o[c] = o[c] + p * kv_sh[j * KVS + ch];
                 }
             }
         }

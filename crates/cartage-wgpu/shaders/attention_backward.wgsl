@@ -49,12 +49,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 //# keys
 // Slots: 0 q (b1), 1 k (b2), 2 v (b3), 3 dO (b4), 4 aux (b5), 5 dK (b6), 6 dV (b7).
-var<workgroup> k_sh: array<vec4<f32>, BC * E4>;
-var<workgroup> v_sh: array<vec4<f32>, BC * EV4>;
-var<workgroup> q_sh: array<vec4<f32>, BR * E4>;
-var<workgroup> g_sh: array<vec4<f32>, BR * EV4>;
-var<workgroup> p_sh: array<f32, BC * BR>;
-var<workgroup> ds_sh: array<f32, BC * BR>;
+// Rows padded to an odd number of chunks (PS: one more than BR), so that the rows the
+// invocations of a warp read at once fall in different banks.
+var<workgroup> k_sh: array<vec4<f32>, BC * ES>;
+var<workgroup> v_sh: array<vec4<f32>, BC * EVS>;
+var<workgroup> q_sh: array<vec4<f32>, BR * ES>;
+var<workgroup> g_sh: array<vec4<f32>, BR * EVS>;
+var<workgroup> p_sh: array<f32, BC * PS>;
+var<workgroup> ds_sh: array<f32, BC * PS>;
 var<workgroup> lse_sh: array<f32, BR>;
 var<workgroup> d_sh: array<f32, BR>;
 
@@ -83,14 +85,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if n0 + i / E4 < S {
             x = chunk_k(b, n0 + i / E4, i % E4);
         }
-        k_sh[i] = x;
+        k_sh[i / E4 * ES + i % E4] = x;
     }
     for (var i = lid; i < BC * EV4; i = i + WG) {
         var x = vec4<f32>();
         if n0 + i / EV4 < S {
             x = chunk_v(b, n0 + i / EV4, i % EV4);
         }
-        v_sh[i] = x;
+        v_sh[i / EV4 * EVS + i % EV4] = x;
     }
 
     var dk: array<vec4<f32>, CKT>;
@@ -109,14 +111,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if m0 + i / E4 < L {
                 x = chunk_q(b, m0 + i / E4, i % E4);
             }
-            q_sh[i] = x;
+            q_sh[i / E4 * ES + i % E4] = x;
         }
         for (var i = lid; i < BR * EV4; i = i + WG) {
             var x = vec4<f32>();
             if m0 + i / EV4 < L {
                 x = chunk_g(b, m0 + i / EV4, i % EV4);
             }
-            g_sh[i] = x;
+            g_sh[i / EV4 * EVS + i % EV4] = x;
         }
         for (var i = lid; i < BR; i = i + WG) {
             var lse2 = 0.0;
@@ -135,15 +137,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             dp[ii] = 0.0;
         }
         for (var c = 0u; c < E4; c = c + 1u) {
-            let kv = k_sh[j * E4 + c];
+            let kv = k_sh[j * ES + c];
             for (var ii = 0u; ii < RPT; ii = ii + 1u) {
-                s[ii] = s[ii] + dot(kv, q_sh[(ii * TPR + t) * E4 + c]);
+                s[ii] = s[ii] + dot(kv, q_sh[(ii * TPR + t) * ES + c]);
             }
         }
         for (var c = 0u; c < EV4; c = c + 1u) {
-            let vv = v_sh[j * EV4 + c];
+            let vv = v_sh[j * EVS + c];
             for (var ii = 0u; ii < RPT; ii = ii + 1u) {
-                dp[ii] = dp[ii] + dot(vv, g_sh[(ii * TPR + t) * EV4 + c]);
+                dp[ii] = dp[ii] + dot(vv, g_sh[(ii * TPR + t) * EVS + c]);
             }
         }
         for (var ii = 0u; ii < RPT; ii = ii + 1u) {
@@ -151,23 +153,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let row = m0 + i;
             let seen = key < S && row < L && !(causal && key > row);
             let p = select(0.0, exp2(s[ii] * scale_log2 - lse_sh[i]), seen);
-            p_sh[j * BR + i] = p;
-            ds_sh[j * BR + i] = p * (dp[ii] - d_sh[i]);
+            p_sh[j * PS + i] = p;
+            ds_sh[j * PS + i] = p * (dp[ii] - d_sh[i]);
         }
         workgroupBarrier();
         for (var i = 0u; i < BR; i = i + 1u) {
-            let p = p_sh[j * BR + i];
-            let ds = ds_sh[j * BR + i];
+            let p = p_sh[j * PS + i];
+            let ds = ds_sh[j * PS + i];
             for (var c = 0u; c < CVT; c = c + 1u) {
                 let ch = c * TPR + t;
                 if ch < EV4 {
-                    dv[c] = dv[c] + p * g_sh[i * EV4 + ch];
+                    dv[c] = dv[c] + p * g_sh[i * EVS + ch];
                 }
             }
             for (var c = 0u; c < CKT; c = c + 1u) {
                 let ch = c * TPR + t;
                 if ch < E4 {
-                    dk[c] = dk[c] + ds * q_sh[i * E4 + ch];
+                    dk[c] = dk[c] + ds * q_sh[i * ES + ch];
                 }
             }
         }
@@ -192,11 +194,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 //# queries
 // Slots: 0 q (b1), 1 k (b2), 2 v (b3), 3 dO (b4), 4 aux (b5), 5 dQ (b6).
-var<workgroup> k_sh: array<vec4<f32>, BC * E4>;
-var<workgroup> v_sh: array<vec4<f32>, BC * EV4>;
-var<workgroup> q_sh: array<vec4<f32>, BR * E4>;
-var<workgroup> g_sh: array<vec4<f32>, BR * EV4>;
-var<workgroup> ds_sh: array<f32, BR * BC>;
+// Rows padded as in `keys` (PS: one more than BC).
+var<workgroup> k_sh: array<vec4<f32>, BC * ES>;
+var<workgroup> v_sh: array<vec4<f32>, BC * EVS>;
+var<workgroup> q_sh: array<vec4<f32>, BR * ES>;
+var<workgroup> g_sh: array<vec4<f32>, BR * EVS>;
+var<workgroup> ds_sh: array<f32, BR * PS>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -223,14 +226,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if m0 + i / E4 < L {
             x = chunk_q(b, m0 + i / E4, i % E4);
         }
-        q_sh[i] = x;
+        q_sh[i / E4 * ES + i % E4] = x;
     }
     for (var i = lid; i < BR * EV4; i = i + WG) {
         var x = vec4<f32>();
         if m0 + i / EV4 < L {
             x = chunk_g(b, m0 + i / EV4, i % EV4);
         }
-        g_sh[i] = x;
+        g_sh[i / EV4 * EVS + i % EV4] = x;
     }
     var lse2 = 0.0;
     var d = 0.0;
@@ -254,14 +257,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if n0 + i / E4 < S {
                 x = chunk_k(b, n0 + i / E4, i % E4);
             }
-            k_sh[i] = x;
+            k_sh[i / E4 * ES + i % E4] = x;
         }
         for (var i = lid; i < BC * EV4; i = i + WG) {
             var x = vec4<f32>();
             if n0 + i / EV4 < S {
                 x = chunk_v(b, n0 + i / EV4, i % EV4);
             }
-            v_sh[i] = x;
+            v_sh[i / EV4 * EVS + i % EV4] = x;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < KPT; kk = kk + 1u) {
@@ -269,15 +272,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             dp[kk] = 0.0;
         }
         for (var c = 0u; c < E4; c = c + 1u) {
-            let qv = q_sh[r * E4 + c];
+            let qv = q_sh[r * ES + c];
             for (var kk = 0u; kk < KPT; kk = kk + 1u) {
-                s[kk] = s[kk] + dot(qv, k_sh[(kk * TPR + t) * E4 + c]);
+                s[kk] = s[kk] + dot(qv, k_sh[(kk * TPR + t) * ES + c]);
             }
         }
         for (var c = 0u; c < EV4; c = c + 1u) {
-            let gv = g_sh[r * EV4 + c];
+            let gv = g_sh[r * EVS + c];
             for (var kk = 0u; kk < KPT; kk = kk + 1u) {
-                dp[kk] = dp[kk] + dot(gv, v_sh[(kk * TPR + t) * EV4 + c]);
+                dp[kk] = dp[kk] + dot(gv, v_sh[(kk * TPR + t) * EVS + c]);
             }
         }
         for (var kk = 0u; kk < KPT; kk = kk + 1u) {
@@ -285,15 +288,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let key = n0 + j;
             let seen = key < S && row < L && !(causal && key > row);
             let p = select(0.0, exp2(s[kk] * scale_log2 - lse2), seen);
-            ds_sh[r * BC + j] = p * (dp[kk] - d);
+            ds_sh[r * PS + j] = p * (dp[kk] - d);
         }
         workgroupBarrier();
         for (var j = 0u; j < BC; j = j + 1u) {
-            let ds = ds_sh[r * BC + j];
+            let ds = ds_sh[r * PS + j];
             for (var c = 0u; c < CQT; c = c + 1u) {
                 let ch = c * TPR + t;
                 if ch < E4 {
-                    dq[c] = dq[c] + ds * k_sh[j * E4 + ch];
+                    dq[c] = dq[c] + ds * k_sh[j * ES + ch];
                 }
             }
         }

@@ -148,10 +148,16 @@ const FORWARD_TILES: [Tiles; 7] = [
     Tiles::new(4, 4, 4),
 ];
 
+/// The row stride in workgroup memory of a tile `chunks` four-column chunks wide: odd, so that
+/// rows read at once by the invocations of a warp fall in different banks.
+pub(crate) fn padded(chunks: u32) -> u32 {
+    chunks | 1
+}
+
 /// Workgroup memory of the forward: the query tile, one key-or-value tile, the probabilities
-/// and one value per invocation.
+/// (rows of `inner + 1`) and one value per invocation.
 fn forward_bytes(t: Tiles, e4: u32, ev4: u32) -> u32 {
-    16 * (t.outer * e4.max(1) + t.inner * e4.max(ev4)) + 4 * (t.outer * t.inner + t.threads())
+    16 * (t.outer * padded(e4) + t.inner * padded(e4.max(ev4))) + 4 * (t.outer * (t.inner + 1) + t.threads())
 }
 
 /// The forward's tiling for these head dims on this adapter.
@@ -386,7 +392,9 @@ fn forward_source([dtype, out_dtype]: [DType; 2], d: &Dims, t: Tiles, with_lse: 
         ("EV", d.ev as u32),
         ("E4", e4),
         ("EV4", ev4),
-        ("KW", e4.max(ev4)),
+        ("ES", padded(e4)),
+        ("KVS", padded(e4.max(ev4))),
+        ("PS", t.inner + 1),
         ("BR", t.outer),
         ("BC", t.inner),
         ("TPR", t.per),

@@ -19,7 +19,7 @@ use crate::backend::WgpuBackend;
 use crate::bindings::Window;
 use crate::ops::attention::{
     Dims, PARAMS, Slot, Tiles, check_groups, check_supported, chunk_fn, consts, forward_tiles, no_tiling, out_binding,
-    params, record_forward, scratch_window, store_fns,
+    padded, params, record_forward, scratch_window, store_fns,
 };
 use crate::ops::geometry::grid;
 use crate::wgsl;
@@ -54,15 +54,16 @@ const QUERY_TILES: [Tiles; 7] = [
     Tiles::new(4, 4, 4),
 ];
 
-/// Workgroup memory of the key kernel: key and value tiles, query and dO tiles, P and dS,
-/// lse₂ and D.
+/// Workgroup memory of the key kernel: key and value tiles, query and dO tiles (rows padded,
+/// [`padded`]), P and dS (rows of `inner + 1`), lse₂ and D.
 fn key_bytes(t: Tiles, e4: u32, ev4: u32) -> u32 {
-    16 * (t.outer + t.inner) * (e4 + ev4) + 4 * (2 * t.outer * t.inner + 2 * t.inner)
+    16 * (t.outer + t.inner) * (padded(e4) + padded(ev4)) + 4 * (2 * t.outer * (t.inner + 1) + 2 * t.inner)
 }
 
-/// Workgroup memory of the query kernel: query and dO tiles, key and value tiles, dS.
+/// Workgroup memory of the query kernel: query and dO tiles, key and value tiles (rows padded),
+/// dS (rows of `inner + 1`).
 fn query_bytes(t: Tiles, e4: u32, ev4: u32) -> u32 {
-    16 * (t.outer + t.inner) * (e4 + ev4) + 4 * t.outer * t.inner
+    16 * (t.outer + t.inner) * (padded(e4) + padded(ev4)) + 4 * t.outer * (t.inner + 1)
 }
 
 /// The tilings of the forward (when it must run), key and query kernels on this adapter.
@@ -247,6 +248,9 @@ fn record_tiles(
             ("EV", d.ev as u32),
             ("E4", e4),
             ("EV4", ev4),
+            ("ES", padded(e4)),
+            ("EVS", padded(ev4)),
+            ("PS", t.inner + 1),
             ("TPR", t.per),
             ("WG", t.threads()),
         ];
@@ -324,5 +328,40 @@ mod tests {
         };
         let (_, keys, queries) = tilings(&big, &d).expect("tilings");
         assert_eq!((keys, queries), (KEY_TILES[0], QUERY_TILES[0]));
+    }
+
+    /// Every tiling an adapter with 48 KiB of workgroup memory (NVIDIA's Vulkan limit) picks for
+    /// the head dims of `tests/attention.rs` is also picked under lavapipe's 32 KiB for one of
+    /// them, so that the tilings a GPU runs are exercised where the tests run.
+    #[test]
+    fn the_tilings_of_a_large_adapter_run_on_a_small_one() {
+        let with = |bytes: u32| wgpu::Limits {
+            max_compute_workgroup_storage_size: bytes,
+            max_compute_invocations_per_workgroup: 1024,
+            max_compute_workgroup_size_x: 1024,
+            ..wgpu::Limits::default()
+        };
+        let heads = [(32, 32), (64, 64), (80, 80), (128, 128), (64, 32), (32, 80), (1, 5)];
+        let picked = |limits: &wgpu::Limits| -> Vec<(Tiles, Tiles, Tiles)> {
+            heads
+                .iter()
+                .map(|&(e, ev)| {
+                    let d = Dims {
+                        batch: 1,
+                        l: 1,
+                        s: 1,
+                        e,
+                        ev,
+                    };
+                    tilings(limits, &d).expect("tilings")
+                })
+                .collect()
+        };
+        let (large, small) = (picked(&with(49152)), picked(&with(32768)));
+        for (f, k, q) in &large {
+            assert!(small.iter().any(|s| s.0 == *f), "forward {f:?}");
+            assert!(small.iter().any(|s| s.1 == *k), "keys {k:?}");
+            assert!(small.iter().any(|s| s.2 == *q), "queries {q:?}");
+        }
     }
 }
