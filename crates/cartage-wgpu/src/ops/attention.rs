@@ -77,6 +77,7 @@ impl Slot {
             3 => [st[0], st[1], st[2]],
             // The [B, L] log-sum-exp rows: one row per batch entry.
             2 => [st[0], st[1], 0],
+            // No other rank reaches here (the kernels' operands are validated).
             _ => [0, 0, 0],
         };
         Ok(Slot {
@@ -96,13 +97,31 @@ impl Slot {
     }
 }
 
-/// The window of a scratch allocation (whole, rounded up to 16 bytes).
-pub(crate) fn scratch_window(slice: &cartage_core::raw::BufferSlice) -> Window {
-    Window {
+/// The window of a scratch allocation (whole, rounded up to 16 bytes), refused with
+/// [`Error::Unsupported`] where it is larger than one storage binding may be.
+pub(crate) fn scratch_window(
+    backend: &WgpuBackend,
+    op: &str,
+    slice: &cartage_core::raw::BufferSlice,
+) -> Result<Window> {
+    let size = (slice.len() as u64).div_ceil(16) * 16;
+    if size > backend.ctx.max_binding() {
+        return Err(Error::unsupported_feature(
+            op,
+            backend.ctx.cartage_device,
+            format!(
+                "the fused attention backward needs a scratch of {} in one binding, and this adapter binds at \
+                 most {} (max_storage_buffer_binding_size); the frontend composes it",
+                cartage_core::format_bytes(size),
+                cartage_core::format_bytes(backend.ctx.max_binding())
+            ),
+        ));
+    }
+    Ok(Window {
         segment: slice.segment().id,
         offset: slice.offset() as u64,
-        size: (slice.len() as u64).div_ceil(16) * 16,
-    }
+        size,
+    })
 }
 
 /// A kernel's tiling: `outer` rows (query rows, or keys for the backward's key kernel) per
@@ -218,7 +237,7 @@ pub(crate) fn params(d: &Dims, tiles: usize, causal: bool, scale: f64, slots: &[
     Ok(p)
 }
 
-/// Check that `groups` workgroups and the largest element index fit the kernels' 32-bit math.
+/// Check that `groups` workgroups fit the kernels' 32-bit workgroup index.
 pub(crate) fn check_groups(groups: usize) -> Result<()> {
     crate::ops::geometry::word(groups, "attention workgroup count").map(|_| ())
 }

@@ -108,10 +108,9 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
     let grad_v = Slot::bind(backend, &a.grad_v, OP)?;
     // lse₂ then D, one f32 each per query row (one word more, so that it is never empty).
     let aux = backend.scratch((2 * rows + 1) * 4)?;
-    let aux_window = scratch_window(&aux.slice());
-    let aux_slot = Slot::dense(aux_window, d.l, 1);
     let mut forward_out = None;
     let result = (|| {
+        let aux_slot = Slot::dense(scratch_window(backend, OP, &aux.slice())?, d.l, 1);
         if rows > 0 {
             let (out, out_dtype, lse) = match &a.saved {
                 Some(saved) => (
@@ -124,8 +123,9 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
                     // a rounding to a half type), its lse into aux's first half (which the
                     // pre-pass rewrites in base 2 in place).
                     let scratch = backend.scratch(rows * d.ev * 4)?;
-                    let out = Slot::dense(scratch_window(&scratch.slice()), d.l, d.ev);
+                    let window = scratch_window(backend, OP, &scratch.slice());
                     forward_out = Some(scratch);
+                    let out = Slot::dense(window?, d.l, d.ev);
                     let slots = [inputs[0], inputs[1], inputs[2], out, aux_slot];
                     record_forward(backend, [dtype, DType::F32], &d, forward, a.scale, a.causal, &slots)?;
                     (out, DType::F32, aux_slot)
