@@ -6,11 +6,13 @@
 //! multiple of any tile, one key, and q, k and v as strided slices of one packed tensor; f32
 //! within 2·10⁻⁵ of the largest magnitude, f16 and bf16 against f32 from the same rounded
 //! inputs within their rounding. Then the fused gradients against central finite differences
-//! on a tiny case.
+//! on a tiny case. An ignored test reports the fused and composed times on the adapter.
 //!
 //! Without `wgpu:0` every test prints a SKIP line; `CARTAGE_REQUIRE=wgpu` makes it fail.
 
 mod common;
+
+use std::time::Instant;
 
 use cartage::{DType, Device, DeviceKind, Op, Result, Tensor, Var};
 
@@ -257,6 +259,62 @@ fn fused_gradients_match_finite_differences() -> Result<()> {
                     "causal={causal} input {i} element {j}: backward {analytic} vs finite difference {numeric}"
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds per call of `f` (after warm-up), the device drained before and after.
+fn time_ms(device: &Device, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..3 {
+        f()?;
+    }
+    cartage::synchronize(device)?;
+    let start = Instant::now();
+    for _ in 0..iters {
+        f()?;
+    }
+    cartage::synchronize(device)?;
+    Ok(start.elapsed().as_secs_f64() * 1e3 / iters as f64)
+}
+
+/// Forward and forward + backward times of causal attention through the fused kernels and
+/// through the composed path (an all-true mask), at the benchmark GPT's shape (f32 [64, 6, 256,
+/// 64]) and the benchmark's `sdpa_causal` row (bf16 [8, 16, 1024, 64]): `cargo test --release
+/// -p cartage --features wgpu --test attention_wgpu -- --ignored --nocapture`.
+#[test]
+#[ignore = "a timing report, not a check"]
+fn report_fused_and_composed_attention_times() -> Result<()> {
+    for (shape, dtype) in [([64, 6, 256, 64], DType::F32), ([8, 16, 1024, 64], DType::BF16)] {
+        let Some(device) = wgpu("attention_wgpu/timing", dtype) else {
+            return Ok(());
+        };
+        let [b, h, l, e] = shape;
+        let make = |seed| operand(&shape, seed, dtype, dtype, &device);
+        let (q, k, v) = (make(1)?, make(2)?, make(3)?);
+        let grad = Tensor::ones(&shape, dtype, &device)?;
+        let all = Tensor::full(&[l, l], true, DType::Bool, &device)?;
+        let flops = 4.0 * (b * h * l * l * e) as f64 / 2.0;
+        for (path, mask) in [("fused", None), ("composed", Some(&all))] {
+            let forward = time_ms(&device, 10, || {
+                Tensor::scaled_dot_product_attention(&q, &k, &v, mask, true, None).map(drop)
+            })?;
+            let (qv, kv, vv) = (Var::new(q.clone())?, Var::new(k.clone())?, Var::new(v.clone())?);
+            let both = time_ms(&device, 10, || {
+                let y =
+                    Tensor::scaled_dot_product_attention(&qv.tensor(), &kv.tensor(), &vv.tensor(), mask, true, None)?;
+                y.backward_with(Some(&grad), false)?;
+                for var in [&qv, &kv, &vv] {
+                    var.zero_grad();
+                }
+                Ok(())
+            })?;
+            eprintln!(
+                "TIMING wgpu sdpa causal {dtype} {shape:?} {path}: fwd {forward:.3} ms ({:.2} TFLOP/s), \
+                 fwd+bwd {both:.3} ms ({:.2} TFLOP/s)",
+                flops / forward / 1e9,
+                3.5 * flops / both / 1e9
+            );
         }
     }
     Ok(())
