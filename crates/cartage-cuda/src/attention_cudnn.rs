@@ -194,9 +194,19 @@ fn key(
             )
         })?;
     }
+    // cuDNN's attention engines load 16-byte vectors whatever alignment they are told (an
+    // operand 6 bytes into its buffer faulted with a misaligned address on an H100): every
+    // operand must start on 16 bytes and every row on 16 bytes, as for cartage's own kernel.
+    let rows_on_16 = strides.iter().take(inputs.len()).all(|st| {
+        st.iter()
+            .all(|&x| (x as usize * q.dtype.size_in_bytes()).is_multiple_of(16))
+    });
     let mut align = [0i64; 9];
     for (slot, arg) in align.iter_mut().zip(inputs.iter().chain(outputs)) {
         *slot = alignment(arg);
+    }
+    if !rows_on_16 || align.iter().take(inputs.len() + outputs.len()).any(|&a| a < 16) {
+        return Err("cuDNN's fused attention takes operands and rows that start on 16 bytes".into());
     }
     Ok(Key {
         pass,

@@ -12,11 +12,13 @@
 //!   atomics, and a float sum cannot be split into word-wise atomic adds).
 //! - The optional fused kernels ([`Op::optional`]) listed are the backward kernels of softmax,
 //!   log-softmax, the norms and cross-entropy, the optimizer updates (one parameter, and many
-//!   at once in as few dispatches as the adapter's binding limits allow), and max and average
-//!   pooling with their backward kernels, for every float dtype the rules above allow
+//!   at once in as few dispatches as the adapter's binding limits allow), max and average
+//!   pooling with their backward kernels, and scaled dot-product attention with its backward
+//!   (f32, f16 and bf16; head dims the kernels or the adapter's limits do not take are refused
+//!   at launch, and the frontend composes those), for every float dtype the rules above allow
 //!   (softmax's backward, the norms' and the updates need no more than sqrt, and pooling only
-//!   compares, adds and divides, so they run in f64 too). Conv2d and attention are composed by
-//!   the frontend.
+//!   compares, adds and divides, so they run in f64 too; attention needs exp). Conv2d is
+//!   composed by the frontend.
 //! - i64: every op defined for it. WGSL has no 64-bit integers, so i64 is stored as two 32-bit
 //!   words and computed exactly on `vec2<u32>` (low, high) in two's complement
 //!   (`shaders/i64_ops.wgsl`): add/sub with carries, the low 64 bits of products built from
@@ -30,7 +32,7 @@ use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, PoolKind, Reduce
 use crate::context::GpuContext;
 
 /// The optional fused kernels ([`Op::optional`]) this backend implements.
-const FUSED: [Op; 13] = [
+const FUSED: [Op; 15] = [
     Op::SoftmaxBackward,
     Op::LogSoftmaxBackward,
     Op::NormBackward(NormKind::Layer),
@@ -44,6 +46,8 @@ const FUSED: [Op; 13] = [
     Op::Pool2d(PoolKind::Avg),
     Op::Pool2dBackward(PoolKind::Max),
     Op::Pool2dBackward(PoolKind::Avg),
+    Op::Attention,
+    Op::AttentionBackward,
 ];
 
 /// Why `op` does not run for `dtype` on an adapter (`has_f64`: it has SHADER_F64), or `None`.
@@ -66,6 +70,8 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
         | Op::CrossEntropy
         | Op::LogSoftmaxBackward
         | Op::CrossEntropyBackward
+        | Op::Attention
+        | Op::AttentionBackward
         | Op::Reduce(ReduceOp::LogSumExp) => {
             Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
         }
@@ -90,6 +96,12 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// assert!(caps.supports(Op::SoftmaxBackward, DType::F64));
 /// assert!(!caps.supports(Op::LogSoftmaxBackward, DType::F64));
 /// assert!(caps.supports(Op::CrossEntropyBackward, DType::BF16));
+/// for op in [Op::Attention, Op::AttentionBackward] {
+///     for dtype in [DType::F32, DType::F16, DType::BF16] {
+///         assert!(caps.supports(op, dtype));
+///     }
+///     assert!(!caps.supports(op, DType::F64));
+/// }
 /// for kind in UpdateKind::ALL {
 ///     for op in [Op::Update(kind), Op::UpdateMany(kind)] {
 ///         for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {

@@ -418,7 +418,7 @@ pub fn all() -> Vec<Composed> {
         op(
             NN,
             "Tensor::scaled_dot_product_attention",
-            "the fused `attention` kernel where listed and no mask is given (CUDA: bf16/f16 with head dims 64 and 128, f32 with head dims 32 to 128 in steps of 16), else matmul, scale, softmax (with the causal mask in the softmax kernel; a `where` over two i32 aranges where a backend refuses it), matmul",
+            "the fused `attention` kernel where listed and no mask is given (CUDA: bf16/f16 with head dims 64 and 128, f32 with head dims 32 to 128 in steps of 16; wgpu: f32, f16, bf16, head dims up to 128), else matmul, scale, softmax (with the causal mask in the softmax kernel; a `where` over two i32 aranges where a backend refuses it), matmul",
             |d| {
                 when(
                     float(d),

@@ -1,5 +1,7 @@
 //! One arm per [`Kernel`] variant, each in the module of its kernel family.
 
+pub(crate) mod attention;
+pub(crate) mod attention_backward;
 pub(crate) mod cross_entropy;
 pub(crate) mod cross_entropy_backward;
 pub(crate) mod elementwise;
@@ -142,13 +144,21 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             indices,
             out,
         } => pool::pool2d_backward(backend, *mode, *window, grad, indices.as_ref(), out),
+        Kernel::Attention {
+            q,
+            k,
+            v,
+            scale,
+            causal,
+            out,
+            lse,
+        } => attention::attention(backend, [q, k, v], *scale, *causal, out, lse.as_ref()),
+        Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
         Kernel::Conv2d { .. }
         | Kernel::Conv2dBackwardInput { .. }
         | Kernel::Conv2dBackwardWeight { .. }
-        | Kernel::Attention { .. }
         | Kernel::Linear { .. }
-        | Kernel::GeluBackward { .. }
-        | Kernel::AttentionBackward(_) => Err(cartage_core::Error::unsupported(
+        | Kernel::GeluBackward { .. } => Err(cartage_core::Error::unsupported(
             kernel.op().name(),
             kernel.dtype(),
             cartage_core::Backend::device(backend),
