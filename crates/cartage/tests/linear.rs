@@ -91,7 +91,7 @@ fn the_two_gelus_differ_as_their_formulas_do() -> Result<()> {
 }
 
 #[test]
-fn gradients_flow_through_the_composed_path() -> Result<()> {
+fn bias_gradients_count_the_rows_a_relu_passes() -> Result<()> {
     let (x, w, b) = operands(&cpu(), DType::F32)?;
     let (wv, bv) = (Var::new(w.clone())?, Var::new(b.clone())?);
     let y = x.linear(&wv.tensor(), Some(&bv.tensor()), Epilogue::Relu)?;
@@ -132,6 +132,39 @@ fn the_recorded_fused_kernel_has_the_composed_gradients() -> Result<()> {
     let (fused, reference) = (run(true)?, run(false)?);
     for (name, (got, want)) in ["x", "w", "b"].iter().zip(fused.iter().zip(&reference)) {
         assert_close(&format!("gradient of {name}"), got, want, 1e-5);
+    }
+    Ok(())
+}
+
+/// Recorded with an activation, the product and bias still run as one fused kernel (recorded as
+/// a `linear`) and the activation after it, with the composed ops' gradients for x, w and b.
+#[test]
+fn a_recorded_activation_follows_the_fused_product() -> Result<()> {
+    let (x, w, b) = operands(&cpu(), DType::F32)?;
+    let r = Tensor::randn(&[2, 3, 5], DType::F32, 11, &cpu())?;
+    for activation in [Epilogue::Relu, Epilogue::Gelu, Epilogue::GeluTanh] {
+        let run = |fused: bool| -> Result<Vec<Vec<f32>>> {
+            let (xv, wv, bv) = (Var::new(x.clone())?, Var::new(w.clone())?, Var::new(b.clone())?);
+            let y = if fused {
+                let y = xv.tensor().linear(&wv.tensor(), Some(&bv.tensor()), activation)?;
+                if activation == Epilogue::Gelu {
+                    assert_eq!(y.grad_fn().expect("recorded"), "gelu");
+                }
+                y
+            } else {
+                let z = xv.tensor().matmul(&wv.tensor().t()?)?.add(&bv.tensor())?;
+                z.linear(&Tensor::eye(5, DType::F32, &cpu())?, None, activation)?
+            };
+            let grads = y.mul(&r)?.sum_all()?.backward()?;
+            [&xv, &wv, &bv]
+                .iter()
+                .map(|v| values(grads.get(v).expect("every operand has a gradient")))
+                .collect()
+        };
+        let (fused, reference) = (run(true)?, run(false)?);
+        for (name, (got, want)) in ["x", "w", "b"].iter().zip(fused.iter().zip(&reference)) {
+            assert_close(&format!("{activation:?}: gradient of {name}"), got, want, 1e-5);
+        }
     }
     Ok(())
 }

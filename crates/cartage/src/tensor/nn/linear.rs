@@ -82,22 +82,26 @@ impl Tensor {
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
         let tracked = graph::tracking(&inputs);
-        // Recorded fused: only without an activation, whose derivative would need the
-        // pre-activation values the fused kernel does not keep.
-        if !tracked || activation == Epilogue::Identity {
-            let fused = {
-                let _plain = tracked.then(crate::autograd::no_grad);
-                self.linear_fused(weight, bias, activation, site)
-            };
-            match fused {
-                Ok(Some(out)) => {
-                    return Ok(graph::record(out, NAME, &inputs, |_| {
-                        formulas::linalg::linear(self, weight, bias)
-                    }));
-                }
-                Ok(None) | Err(Error::Unsupported { .. }) => {}
-                Err(e) => return Err(e),
+        // Recorded, the activation's derivative needs the pre-activation values, which a fused
+        // epilogue does not keep: the product and bias run fused (one kernel, recorded as a
+        // linear) and the activation runs after it (recorded on its own), as PyTorch's `addmm`
+        // then `gelu`.
+        let fused_activation = if tracked { Epilogue::Identity } else { activation };
+        let fused = {
+            let _plain = tracked.then(crate::autograd::no_grad);
+            self.linear_fused(weight, bias, fused_activation, site)
+        };
+        match fused {
+            Ok(Some(out)) => {
+                let out = graph::record(out, NAME, &inputs, |_| formulas::linalg::linear(self, weight, bias));
+                return if fused_activation == activation {
+                    Ok(out)
+                } else {
+                    apply_activation(out, activation)
+                };
             }
+            Ok(None) | Err(Error::Unsupported { .. }) => {}
+            Err(e) => return Err(e),
         }
         self.linear_composed(weight, bias, activation)
     }
@@ -140,16 +144,21 @@ impl Tensor {
         if let Some(b) = bias {
             y = y.add(b)?;
         }
-        match activation {
-            Epilogue::Identity => Ok(y),
-            Epilogue::Relu => y.relu(),
-            Epilogue::Gelu => y.gelu(),
-            Epilogue::GeluTanh => {
-                // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))), PyTorch's tanh approximation.
-                let c = (2.0 / std::f64::consts::PI).sqrt();
-                let inner = y.mul(&y)?.mul(&y)?.mul_scalar(0.044715)?.add(&y)?.mul_scalar(c)?;
-                inner.tanh()?.add_scalar(1.0)?.mul(&y)?.mul_scalar(0.5)
-            }
+        apply_activation(y, activation)
+    }
+}
+
+/// `activation` of `y`, each op recorded by autograd.
+fn apply_activation(y: Tensor, activation: Epilogue) -> Result<Tensor> {
+    match activation {
+        Epilogue::Identity => Ok(y),
+        Epilogue::Relu => y.relu(),
+        Epilogue::Gelu => y.gelu(),
+        Epilogue::GeluTanh => {
+            // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))), PyTorch's tanh approximation.
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let inner = y.mul(&y)?.mul(&y)?.mul_scalar(0.044715)?.add(&y)?.mul_scalar(c)?;
+            inner.tanh()?.add_scalar(1.0)?.mul(&y)?.mul_scalar(0.5)
         }
     }
 }
