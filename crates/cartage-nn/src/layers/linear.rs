@@ -83,6 +83,17 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// `activation(x)·Wᵀ + b`, recorded as one node that keeps `x` and recomputes the
+    /// activation in backward ([`Tensor::activation_linear`]): the activation's output is never
+    /// saved for the weight's gradient.
+    pub fn forward_activated(&self, x: &Tensor, activation: Epilogue) -> Result<Tensor> {
+        check_last("Linear", x, 1, self.in_features)?;
+        let b = self.bias.as_ref().map(Var::tensor);
+        x.activation_linear(&self.weight.tensor(), b.as_ref(), activation)
+    }
+}
+
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_with(x, Epilogue::Identity)
