@@ -84,6 +84,12 @@ impl Linear {
 }
 
 impl Linear {
+    /// The weight and bias, after checking that `x`'s last dim is the input features.
+    pub(crate) fn parameters_for(&self, x: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        check_last("Linear", x, 1, self.in_features)?;
+        Ok((self.weight.tensor(), self.bias.as_ref().map(Var::tensor)))
+    }
+
     /// `activation(x)·Wᵀ + b`, recorded as one node that keeps `x` and recomputes the
     /// activation in backward ([`Tensor::activation_linear`]): the activation's output is never
     /// saved for the weight's gradient.
