@@ -51,13 +51,15 @@ fn block_parts(x: &Tensor, dim: usize, heads: usize, autocast: bool) -> Result<B
     let _autocast = autocast.then(|| cartage::autocast(&device, DType::BF16)).transpose()?;
     let (ln1_bytes, normed) = saved_by(&device, || ln1.forward(x))?;
     let (attention, attended) = saved_by(&device, || attn.forward(&normed))?;
-    let (ln2_bytes, normed2) = saved_by(&device, || ln2.forward(&attended))?;
+    // The residual stream, as the block adds it (f32 under autocast: the add widens).
+    let residual = x.add(&attended)?;
+    let (ln2_bytes, normed2) = saved_by(&device, || ln2.forward(&residual))?;
     drop(normed2);
     let (mlp, _mlp_out) = saved_by(&device, || {
-        down.forward_activated(&ln2.forward_linear(&attended, &up)?, Epilogue::Gelu)
+        down.forward_activated(&ln2.forward_linear(&residual, &up)?, Epilogue::Gelu)
     })?;
     let (mlp_composed, _composed_out) = saved_by(&device, || {
-        down.forward(&up.forward_with(&ln2.forward(&attended)?, Epilogue::Gelu)?)
+        down.forward(&up.forward_with(&ln2.forward(&residual)?, Epilogue::Gelu)?)
     })?;
     let (block_bytes, _block_out) = saved_by(&device, || block.forward(x))?;
     Ok(BlockParts {
@@ -102,7 +104,8 @@ fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-/// `GPT_MEMORY_BATCH_DIV` (default 16) divides each shape's batch.
+/// `GPT_MEMORY_BATCH_DIV` (default 16) divides each shape's batch; `GPT_MEMORY_SHAPE` (0 or
+/// 1) runs one shape alone.
 #[test]
 #[ignore = "a report: run with --ignored --nocapture"]
 fn report_what_a_gpt_step_keeps() -> Result<()> {
@@ -111,7 +114,11 @@ fn report_what_a_gpt_step_keeps() -> Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16);
-    for (layers, dim, heads, context, batch, vocab) in SHAPES {
+    let only: Option<usize> = std::env::var("GPT_MEMORY_SHAPE").ok().and_then(|v| v.parse().ok());
+    for (i, &(layers, dim, heads, context, batch, vocab)) in SHAPES.iter().enumerate() {
+        if only.is_some_and(|only| only != i) {
+            continue;
+        }
         let batch = (batch / div).max(1);
         for autocast in [false, true] {
             let x = Tensor::randn(&[batch, context, dim], DType::F32, 1, &device)?;
@@ -128,7 +135,7 @@ fn report_what_a_gpt_step_keeps() -> Result<()> {
             let ids = Tensor::from_vec(ids, &[batch, context], &device)?;
             let targets: Vec<i64> = (0..batch * context).map(|i| ((i * 7919 + 1) % vocab) as i64).collect();
             let targets = Tensor::from_vec(targets, &[batch * context], &device)?;
-            let step = |measure: bool| -> Result<(usize, usize)> {
+            let step = |measure: bool| -> Result<(usize, usize, usize, usize)> {
                 let before = memory_stats(&device)?.allocated_bytes;
                 reset_peak_memory_stats(&device)?;
                 let loss = {
@@ -137,24 +144,29 @@ fn report_what_a_gpt_step_keeps() -> Result<()> {
                     logits.cross_entropy(&targets, CrossEntropy::default())?
                 };
                 let kept = saved(&device);
+                let forward_peak = memory_stats(&device)?.peak_allocated_bytes - before;
+                let held = memory_stats(&device)?.allocated_bytes - before;
                 loss.backward()?;
                 drop(loss);
                 let peak = memory_stats(&device)?.peak_allocated_bytes - before;
                 let _ = measure;
-                Ok((kept, peak))
+                Ok((kept, peak, forward_peak, held))
             };
             // The first step creates the gradients and the moments; the second is measured.
             step(false)?;
             opt.step(&store)?;
             store.zero_grad();
-            let (kept, peak) = step(true)?;
+            let (kept, peak, forward_peak, held) = step(true)?;
             println!(
                 "{layers} layers d {dim} h {heads} T {context} B {batch} vocab {vocab} {}: saved {:.1} MiB \
-                 (attention {:.1} MiB of it), forward+backward peak {:.1} MiB; per block: ln1 {:.2}, \
+                 (attention {:.1} MiB of it), held after forward {:.1} MiB, forward peak {:.1} MiB, \
+                 forward+backward peak {:.1} MiB; per block: ln1 {:.2}, \
                  attention {:.2}, ln2 alone {:.2}, ln2 and mlp {:.2} (composed {:.2}), block {:.2} MiB",
                 if autocast { "bf16 autocast" } else { "f32" },
                 mib(kept),
                 mib(parts.attention * layers),
+                mib(held),
+                mib(forward_peak),
                 mib(peak),
                 mib(parts.ln1),
                 mib(parts.attention),
