@@ -83,6 +83,23 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// The weight and bias, after checking that `x`'s last dim is the input features.
+    pub(crate) fn parameters_for(&self, x: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        check_last("Linear", x, 1, self.in_features)?;
+        Ok((self.weight.tensor(), self.bias.as_ref().map(Var::tensor)))
+    }
+
+    /// `activation(x)·Wᵀ + b`, recorded as one node that keeps `x` and recomputes the
+    /// activation in backward ([`Tensor::activation_linear`]): the activation's output is never
+    /// saved for the weight's gradient.
+    pub fn forward_activated(&self, x: &Tensor, activation: Epilogue) -> Result<Tensor> {
+        check_last("Linear", x, 1, self.in_features)?;
+        let b = self.bias.as_ref().map(Var::tensor);
+        x.activation_linear(&self.weight.tensor(), b.as_ref(), activation)
+    }
+}
+
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_with(x, Epilogue::Identity)

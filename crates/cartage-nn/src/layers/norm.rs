@@ -2,7 +2,7 @@
 
 use cartage::{DType, Result, Tensor, Var};
 
-use super::check_last;
+use super::{Linear, check_last};
 use crate::{Module, Scope};
 
 /// Layer normalisation over the last dimension, with a weight (ones) and, unless built
@@ -90,6 +90,22 @@ impl Module for LayerNorm {
         x.reshape(&flat)?
             .layer_norm(Some(&w), b.as_ref(), self.eps)?
             .reshape(x.shape())
+    }
+}
+
+impl LayerNorm {
+    /// `linear.forward(self.forward(x))`, the same values, recorded as one node that keeps
+    /// `x` and recomputes the normalised tensor in backward ([`Tensor::layer_norm_linear`]):
+    /// the norm's output is never saved for the linear layer's weight gradient. A norm over
+    /// several trailing dims is composed.
+    pub fn forward_linear(&self, x: &Tensor, linear: &Linear) -> Result<Tensor> {
+        let [dim] = self.shape[..] else {
+            return linear.forward(&self.forward(x)?);
+        };
+        check_last("LayerNorm", x, 1, dim)?;
+        let (w, b) = linear.parameters_for(x)?;
+        let (gamma, beta) = (self.weight.tensor(), self.bias.as_ref().map(Var::tensor));
+        x.layer_norm_linear(Some(&gamma), beta.as_ref(), self.eps, &w, b.as_ref())
     }
 }
 

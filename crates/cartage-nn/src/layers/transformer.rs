@@ -109,7 +109,17 @@ impl TransformerBlock {
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = x.add(&self.drop(self.attn.forward(&self.ln1.forward(x)?)?)?)?;
-        let hidden = self.up.forward_with(&self.ln2.forward(&x)?, self.activation)?;
-        x.add(&self.drop(self.down.forward(&hidden)?)?)
+        let mlp = if cartage::is_grad_enabled() {
+            // The norm is recomputed in the up projection's backward and the activation in the
+            // down projection's, so backward keeps their inputs alone: the residual stream and
+            // the hidden layer's pre-activation (`[.., 4·dim]`).
+            let hidden = self.ln2.forward_linear(&x, &self.up)?;
+            self.down.forward_activated(&hidden, self.activation)?
+        } else {
+            // Nothing is kept: the up projection fuses its activation where the backend can.
+            let normed = self.ln2.forward(&x)?;
+            self.down.forward(&self.up.forward_with(&normed, self.activation)?)?
+        };
+        x.add(&self.drop(mlp)?)
     }
 }

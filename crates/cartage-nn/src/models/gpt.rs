@@ -230,10 +230,14 @@ impl Module for Gpt {
         for block in &self.blocks {
             x = block.forward(&x)?;
         }
-        let x = self.norm.forward(&x)?;
         match &self.head {
-            Head::Own(linear) => linear.forward(&x),
-            Head::Tied => x.linear(&self.tokens.weight().tensor(), None, Epilogue::Identity),
+            // The norm recomputed in the head's backward: its output is not kept.
+            Head::Own(linear) if cartage::is_grad_enabled() => self.norm.forward_linear(&x, linear),
+            Head::Own(linear) => linear.forward(&self.norm.forward(&x)?),
+            Head::Tied => self
+                .norm
+                .forward(&x)?
+                .linear(&self.tokens.weight().tensor(), None, Epilogue::Identity),
         }
     }
 }

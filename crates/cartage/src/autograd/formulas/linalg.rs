@@ -83,3 +83,31 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> (BackwardFn,
         Ok(grads)
     })
 }
+
+/// The backward of `out = act(x)·Wᵀ + b` ([`Tensor::activation_linear`]), saving only `x` and
+/// `W`: `gW = gᵀ·act(x)` with `act(x)` recomputed (and dropped before the input's gradient is
+/// formed), `gx = (g·W) ∘ act'(x)`, `gb` the rows' sum of `g`.
+pub(crate) fn activation_linear(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    activation: cartage_core::Epilogue,
+) -> (BackwardFn, Saved) {
+    let (x, w) = (x.detach(), w.detach());
+    let has_bias = b.is_some();
+    saving(keep(&[&x, &w]), move |g, need| {
+        let (n, k) = (w.shape()[0], w.shape()[1]);
+        let rows: usize = x.shape()[..x.rank() - 1].iter().product();
+        let g_rows = || g.reshape(&[rows, n]);
+        let gw = when(need[1], || {
+            g_rows()?.t()?.matmul(&x.activate(activation)?.reshape(&[rows, k])?)
+        })?;
+        let gx = when(need[0], || x.activate_backward(&g.matmul(&w)?, activation))?;
+        let mut grads = vec![gx, gw];
+        if has_bias {
+            // In g's dtype even where a live autocast scope would sum in f32.
+            grads.push(when(need[2], || g_rows()?.sum(&[0], false)?.to_dtype(g.dtype()))?);
+        }
+        Ok(grads)
+    })
+}

@@ -290,3 +290,61 @@ fn attention_fused(
         gv.reshape(v.shape())?,
     ]))
 }
+
+/// The backward of `out = layer_norm(x, γ, β) · Wᵀ + b` ([`Tensor::layer_norm_linear`]). The
+/// node's inputs are `x`, then `γ` and `β` when given, then `W` and `b` when given; it saves
+/// `x`, `γ`, `β` and `W`. `gW = gᵀ·y` with `y` the norm recomputed (in `W`'s dtype, as the
+/// forward's linear layer read it), `gb` the rows' sum of `g`, and the norm's gradients from
+/// `g·W` as [`norm`]'s backward gives them.
+pub(crate) fn layer_norm_linear(
+    x: &Tensor,
+    norm_weight: Option<&Tensor>,
+    norm_bias: Option<&Tensor>,
+    eps: f64,
+    w: &Tensor,
+    has_bias: bool,
+) -> (BackwardFn, Saved) {
+    let (x, w) = (x.detach(), w.detach());
+    let (gamma, beta) = (norm_weight.map(Tensor::detach), norm_bias.map(Tensor::detach));
+    let saved: Vec<&Tensor> = [Some(&x), gamma.as_ref(), beta.as_ref(), Some(&w)]
+        .into_iter()
+        .flatten()
+        .collect();
+    saving(keep(&saved), move |g, need| {
+        let norm_slots = 1 + usize::from(gamma.is_some()) + usize::from(beta.is_some());
+        let (n, k) = (w.shape()[0], w.shape()[1]);
+        let rows = x.numel() / k.max(1);
+        let g_rows = || g.reshape(&[rows, n]);
+        let gw = when(need[norm_slots], || {
+            let y = x.layer_norm(gamma.as_ref(), beta.as_ref(), eps)?;
+            let y = if y.dtype() == w.dtype() {
+                y
+            } else {
+                y.to_dtype(w.dtype())?
+            };
+            g_rows()?.t()?.matmul(&y.reshape(&[rows, k])?)
+        })?;
+        let gb = when(has_bias && need[norm_slots + 1], || {
+            // In g's dtype even where a live autocast scope would sum in f32.
+            g_rows()?.sum(&[0], false)?.to_dtype(g.dtype())
+        })?;
+        let norm_need = &need[..norm_slots];
+        let mut grads = if norm_need.iter().any(|&n| n) {
+            let gy = g.matmul(&w)?;
+            let gy = if gy.dtype() == x.dtype() {
+                gy
+            } else {
+                gy.to_dtype(x.dtype())?
+            };
+            let (norm_backward, _) = norm(NormKind::Layer, &x, gamma.as_ref(), beta.is_some(), eps);
+            norm_backward(&gy, norm_need)?
+        } else {
+            vec![None; norm_slots]
+        };
+        grads.push(gw);
+        if has_bias {
+            grads.push(gb);
+        }
+        Ok(grads)
+    })
+}
