@@ -4,9 +4,11 @@
 //!
 //! - Each pass is an operation graph of one convolution operation over three non-virtual
 //!   tensors with unique ids, their real strides (NCHW or a channels-last view alike, no copies)
-//!   and their byte alignment (16 for a 16-byte aligned address, else the element size); the
-//!   alignment is baked into the plans, so it is part of the cache key ([`GraphKey`]) beside the
-//!   legacy path's [`PlanKey`] (`conv_graph`).
+//!   and their byte alignment; the alignment is baked into the plans, so it is part of the cache
+//!   key ([`GraphKey`]) beside the legacy path's [`PlanKey`] (`conv_graph`). Only operands that
+//!   all start on 16 bytes take the graph API: cuDNN's fused attention engines were seen making
+//!   16-byte reads of an operand they were told is 2-byte aligned, so an operand off 16 bytes
+//!   stays on the legacy API, whose algorithms have run every alignment.
 //! - cuDNN's heuristics (mode A, then the fallback mode) list engine configurations; those the
 //!   precision rule allows (f32 at precision `Highest` takes no tensor-core engine, as the legacy
 //!   path takes no tensor-op algorithm; no engine that down-converts inputs or reduces in
@@ -175,6 +177,12 @@ pub(super) fn attempt(
         key: key.clone(),
         alignment: [alignment(x), alignment(w), alignment(y)],
     };
+    if gkey.alignment.iter().any(|&a| a < 16) {
+        // cuDNN's fused attention engines were seen reading 16-byte vectors from an operand
+        // told to be 2-byte aligned (a misaligned-address fault); the legacy API, whose
+        // algorithms have run every alignment, keeps operands that do not start on 16 bytes.
+        return Ok(false);
+    }
     let handle = cudnn.handle;
     if !cudnn.graphs.contains_key(&gkey) {
         if backend.capture.active() {
