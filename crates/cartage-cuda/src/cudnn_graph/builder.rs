@@ -100,17 +100,7 @@ impl GraphBuilder {
         is_virtual: bool,
         by_value: bool,
     ) -> Outcome<Tensor> {
-        let t = Descriptor::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
-        t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dtype)?;
-        t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
-        t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
-        t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
-        t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[alignment])?;
-        t.set_bool(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, is_virtual)?;
-        if by_value {
-            t.set_bool(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
-        }
-        t.finalize()?;
+        let t = tensor_descriptor(dtype, uid, dims, strides, alignment, is_virtual, by_value)?;
         Ok(Tensor {
             index: self.keep(t),
             dims,
@@ -251,6 +241,32 @@ impl GraphBuilder {
             _kept: self.kept,
         })
     }
+}
+
+/// One finalized tensor descriptor: its dtype, unique id, dims, strides and byte alignment,
+/// virtual (an intermediate of the graph) or not, passed by value (a host scalar) or not.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tensor_descriptor(
+    dtype: sys::cudnnDataType_t,
+    uid: i64,
+    dims: [i64; 4],
+    strides: [i64; 4],
+    alignment: i64,
+    is_virtual: bool,
+    by_value: bool,
+) -> Outcome<Descriptor> {
+    let t = Descriptor::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+    t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dtype)?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
+    t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[alignment])?;
+    t.set_bool(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, is_virtual)?;
+    if by_value {
+        t.set_bool(A::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
+    }
+    t.finalize()?;
+    Ok(t)
 }
 
 #[cfg(test)]

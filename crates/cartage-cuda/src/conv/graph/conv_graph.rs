@@ -61,15 +61,7 @@ fn tensor(
     strides: [i64; 4],
     alignment: i64,
 ) -> Outcome<Descriptor> {
-    let t = Descriptor::new(D::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
-    t.set_data_type(A::CUDNN_ATTR_TENSOR_DATA_TYPE, dtype)?;
-    t.set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?;
-    t.set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?;
-    t.set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
-    t.set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[alignment])?;
-    t.set_bool(A::CUDNN_ATTR_TENSOR_IS_VIRTUAL, false)?;
-    t.finalize()?;
-    Ok(t)
+    crate::cudnn_graph::builder::tensor_descriptor(dtype, uid, dims, strides, alignment, false, false)
 }
 
 /// The attribute names of one pass's operation: (descriptor type, alpha, beta, conv, x, w, y).
