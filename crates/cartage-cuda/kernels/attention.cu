@@ -25,27 +25,6 @@
 #define ATT_BN 64  // keys per tile
 #endif
 
-// Mirrors `AttentionArgs` in src/launch/attention.rs.
-struct AttnArgs {
-    u64 q;
-    u64 k;
-    u64 v;
-    u64 out;
-    u64 lse;  // [B, L] f32, or 0 for none
-    i64 q_batch;
-    i64 q_row;
-    i64 k_batch;
-    i64 k_row;
-    i64 v_batch;
-    i64 v_row;
-    u32 batch;
-    u32 l;
-    u32 s;
-    u32 m_blocks;
-    f32 scale_log2;
-    i32 causal;
-};
-
 // BM query rows per block, MT tiles of 16 rows per warp: BM / (16 MT) warps.
 template <typename T, int D, int BM, int MT> __device__ __forceinline__ void attention_fwd(const AttnArgs& a) {
     typedef AttMma<T> M;

@@ -26,27 +26,6 @@
 #define AF_BN 64   // keys per tile
 #define AF_NT 128  // threads per block
 
-// Mirrors `AttentionArgs` in src/launch/attention.rs.
-struct AttnF32Args {
-    u64 q;
-    u64 k;
-    u64 v;
-    u64 out;
-    u64 lse;  // [B, L] f32, or 0 for none
-    i64 q_batch;
-    i64 q_row;
-    i64 k_batch;
-    i64 k_row;
-    i64 v_batch;
-    i64 v_row;
-    u32 batch;
-    u32 l;
-    u32 s;
-    u32 m_blocks;
-    f32 scale_log2;
-    i32 causal;
-};
-
 // The dynamic shared memory, byte offsets: Q [BM, D + 4], K and V [BN, D + 4], P [BM, BN + 4].
 // Mirrors `smem_bytes` in src/launch/attention_f32.rs.
 template <int D> struct AfSmem {
@@ -59,7 +38,7 @@ template <int D> struct AfSmem {
     static constexpr u32 BYTES = P + AF_BM * PP * 4;
 };
 
-template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnF32Args& a) {
+template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnArgs& a) {
     typedef AfSmem<D> SM;
     constexpr int BM = AF_BM, BN = AF_BN, NT = AF_NT;
     constexpr int DP = SM::DP, PP = SM::PP;
@@ -208,7 +187,7 @@ template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnF32
 // shared memory holds (68 KiB a block at head dim 64: three, 168 registers, no spills on sm_90;
 // 116 KiB at 128: one). The head dims mirror `HEAD_DIMS` in src/launch/attention_f32.rs.
 #define ATTENTION_F32(D, MINB)                                                                          \
-    extern "C" __global__ void __launch_bounds__(AF_NT, MINB) attention_f32_d##D(AttnF32Args a) { \
+    extern "C" __global__ void __launch_bounds__(AF_NT, MINB) attention_f32_d##D(AttnArgs a) { \
         attention_f32_fwd<D>(a);                                                                        \
     }
 

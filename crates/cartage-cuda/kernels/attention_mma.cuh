@@ -1,6 +1,7 @@
 // attention_mma.cuh: what the flash-attention kernels (attention.cu, the forward, and
-// attention_flash_backward.cu) share: cp.async tile copies into XOR-swizzled shared memory,
-// ldmatrix, and the mma.sync m16n8k16 product with f32 accumulation for bf16 and f16.
+// attention_flash_backward.cu, and the f32 pair attention_f32*.cu) share: the forward's argument
+// struct, cp.async tile copies into XOR-swizzled shared memory, ldmatrix, and the mma.sync
+// m16n8k16 product with f32 accumulation for bf16 and f16.
 // Prepended to those files after common.cuh by crates/cartage-cuda/src/modules.rs.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane t holds, of an A fragment (16 x 16, row-major),
@@ -8,6 +9,28 @@
 // 2(t%4) + {0, 1} and + 8 of column t/4; of the f32 accumulator (16 x 8), c0 c1 at row t/4 and
 // c2 c3 at row t/4 + 8, columns 2(t%4) + {0, 1}. An accumulator pair of n-tiles (2kk, 2kk + 1)
 // packed to 16 bits is thus the A fragment of k-step kk of the next product.
+
+// The forward kernels' argument (attention.cu and attention_f32.cu); mirrors `AttentionArgs`
+// in src/launch/attention.rs.
+struct AttnArgs {
+    u64 q;
+    u64 k;
+    u64 v;
+    u64 out;
+    u64 lse;  // [B, L] f32, or 0 for none
+    i64 q_batch;
+    i64 q_row;
+    i64 k_batch;
+    i64 k_row;
+    i64 v_batch;
+    i64 v_row;
+    u32 batch;
+    u32 l;
+    u32 s;
+    u32 m_blocks;
+    f32 scale_log2;
+    i32 causal;
+};
 
 __device__ __forceinline__ float att_neg_inf() { return __int_as_float(0xff800000); }
 

@@ -675,46 +675,13 @@ fn scratch_outputs(backend: &CudaBackend, call: &Call<'_>) -> Result<(Vec<Alloca
 fn search(backend: &CudaBackend, handle: sys::cudnnHandle_t, plan: &mut Plan, call: &Call<'_>) -> Result<()> {
     let device = backend.device;
     let (blocks, writes) = scratch_outputs(backend, call)?;
-    let mut outcome = Ok(());
-    let mut timed: Vec<ExecPlan> = Vec::new();
-    let mut untimed: Vec<ExecPlan> = Vec::new();
-    for mut candidate in std::mem::take(&mut plan.candidates) {
-        if outcome.is_err() {
-            untimed.push(candidate);
-            continue;
-        }
-        let mut refused = None;
-        let measured = timing::time_ms(backend, || {
-            run(backend, handle, &candidate, call, &writes)?.map_err(|failure| {
-                let e = failure.error(device, call.op());
-                refused = Some(failure);
-                e
-            })
-        });
-        match (measured, refused) {
-            (Ok(ms), _) => {
-                candidate.time_ms = Some(ms);
-                timed.push(candidate);
-            }
-            (Err(_), Some(failure)) => {
-                tracing::debug!(%device, key = ?call.key, %failure, "cuDNN refused this attention engine in the search; dropped");
-            }
-            (Err(e), None) => {
-                untimed.push(candidate);
-                outcome = Err(e);
-            }
-        }
-    }
+    let candidates = std::mem::take(&mut plan.candidates);
+    let (ranked, outcome) = timing::rank_engines(backend, candidates, "fused attention", call.op(), |candidate| {
+        run(backend, handle, candidate, call, &writes)
+    });
+    tracing::debug!(%device, key = ?call.key, "cuDNN fused attention search done");
     blocks.into_iter().for_each(|b| backend.allocator.free(b));
-    timed.sort_by(|a, b| a.time_ms.partial_cmp(&b.time_ms).unwrap_or(std::cmp::Ordering::Equal));
-    tracing::debug!(
-        %device,
-        key = ?call.key,
-        timed = ?timed.iter().map(|c| (c.engine.index, c.workspace, c.time_ms)).collect::<Vec<_>>(),
-        "cuDNN fused attention search"
-    );
-    timed.extend(untimed);
-    plan.candidates = timed;
+    plan.candidates = ranked;
     outcome
 }
 

@@ -27,7 +27,7 @@ const fn config(head: usize) -> (u64, u32) {
 /// The element types the kernels (this one and the f32 one) are built for.
 pub(crate) const DTYPES: [DType; 3] = [DType::BF16, DType::F16, DType::F32];
 
-/// `struct AttnArgs` of attention.cu (and `AttnF32Args` of attention_f32.cu).
+/// `struct AttnArgs` of attention_mma.cuh, taken by attention.cu and attention_f32.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct AttentionArgs {
@@ -106,23 +106,7 @@ fn flash(
     if batch == 0 || l == 0 {
         return Ok(());
     }
-    for (name, arg) in [("q", q), ("k", k), ("v", v)] {
-        let strides = arg.layout.strides();
-        let rows_16 = strides[..2].iter().all(|st| st.is_multiple_of(8));
-        if strides[2] != 1 || !rows_16 || !device_ptr(arg).is_multiple_of(16) {
-            return Err(refuse(format!(
-                "the fused attention kernel reads {name} with a dense last dimension and rows on \
-                 16 bytes; {name} has strides {strides:?} at byte offset {}",
-                arg.byte_offset()
-            )));
-        }
-    }
-    if !device_ptr(out).is_multiple_of(16) {
-        return Err(refuse(format!(
-            "the fused attention kernel writes an output starting on 16 bytes; it is at byte offset {}",
-            out.byte_offset()
-        )));
-    }
+    super::attention_operands::forward_operands("fused attention kernel", [q, k, v], out, refuse)?;
     let (block_rows, block_threads) = config(e);
     let m_blocks = (l as u64).div_ceil(block_rows);
     let blocks = m_blocks * batch as u64;

@@ -70,23 +70,7 @@ pub(super) fn attention_f32(
     if batch == 0 || l == 0 {
         return Ok(());
     }
-    for (name, arg) in [("q", q), ("k", k), ("v", v)] {
-        let strides = arg.layout.strides();
-        let rows_16 = strides[..2].iter().all(|st| st.is_multiple_of(4));
-        if strides[2] != 1 || !rows_16 || !device_ptr(arg).is_multiple_of(16) {
-            return Err(refuse(format!(
-                "the fused f32 attention kernel reads {name} with a dense last dimension and rows \
-                 on 16 bytes; {name} has strides {strides:?} at byte offset {}",
-                arg.byte_offset()
-            )));
-        }
-    }
-    if !device_ptr(out).is_multiple_of(16) {
-        return Err(refuse(format!(
-            "the fused f32 attention kernel writes an output starting on 16 bytes; it is at byte offset {}",
-            out.byte_offset()
-        )));
-    }
+    super::attention_operands::forward_operands("fused f32 attention kernel", [q, k, v], out, refuse)?;
     let m_blocks = (l as u64).div_ceil(BLOCK_ROWS);
     let blocks = m_blocks * batch as u64;
     let fits = |n: usize| u32::try_from(n).is_ok_and(|n| n < i32::MAX as u32);

@@ -72,7 +72,7 @@ unsafe impl DeviceRepr for F32BwdArgs {}
 /// dimension, row and batch strides that are multiples of 4 elements and 16-byte aligned starts,
 /// 16-byte aligned gradients, sizes within 31 bits and a scale within f32.
 pub(super) fn eligible(a: &AttentionBackwardArgs) -> Option<&AttentionSaved> {
-    let saved = a.saved.as_ref()?;
+    a.saved.as_ref()?;
     if a.q.dtype != DType::F32 {
         return None;
     }
@@ -85,15 +85,7 @@ pub(super) fn eligible(a: &AttentionBackwardArgs) -> Option<&AttentionSaved> {
     if !fits(batch) || !fits(l) || !fits(s) || !fits(s.div_ceil(BLOCK_KEYS).saturating_mul(batch)) {
         return None;
     }
-    let strided = [&a.q, &a.k, &a.v, &a.grad, &saved.out].into_iter().all(|arg| {
-        let st = arg.layout.strides();
-        st[2] == 1 && st[..2].iter().all(|x| x.is_multiple_of(4)) && device_ptr(arg).is_multiple_of(16)
-    });
-    let outputs = [&a.grad_q, &a.grad_k, &a.grad_v]
-        .into_iter()
-        .all(|arg| device_ptr(arg).is_multiple_of(16));
-    let scale_fits = ((a.scale * std::f64::consts::LOG2_E) as f32).is_finite();
-    (strided && outputs && scale_fits).then_some(saved)
+    super::attention_operands::backward_operands(a)
 }
 
 /// Queue the tiled f32 backward (the caller checked [`eligible`]).

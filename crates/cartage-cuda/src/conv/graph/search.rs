@@ -14,7 +14,6 @@ use super::{GraphPlan, Operands};
 use crate::backend::CudaBackend;
 use crate::conv::plan::{Cudnn, Pass, PlanKey, execute as legacy_execute};
 use crate::conv::search::SEARCH_WORKSPACE_LIMIT;
-use crate::cudnn_graph::engines::ExecPlan;
 use crate::cudnn_graph::{execute, timing};
 use crate::launch::device_ptr;
 
@@ -69,58 +68,30 @@ pub(super) fn search(
     let (x, w, y) = operands;
     let mut slices = vec![x.buffer, w.buffer, y.buffer, target_block.slice()];
     slices.extend(scratch.iter().chain(space.iter()).map(|b| b.slice()));
-    let mut outcome = backend.order.before_compute(&backend.compute, &slices);
+    let outcome = backend.order.before_compute(&backend.compute, &slices);
     let mut pointers = [x, w, y].map(|a| device_ptr(a) as *mut c_void);
     pointers[written] = device_ptr(&target) as *mut c_void;
     let space_ptr = space
         .as_ref()
         .map_or(std::ptr::null_mut(), |b| b.slice().addr() as *mut c_void);
-    let mut timed: Vec<ExecPlan> = Vec::new();
-    let mut untimed: Vec<ExecPlan> = Vec::new();
-    for mut candidate in std::mem::take(&mut plan.candidates) {
-        if outcome.is_err() {
-            untimed.push(candidate);
-            continue;
-        }
-        let mut refused = None;
-        let measured = timing::time_ms(backend, || {
+    let candidates = std::mem::take(&mut plan.candidates);
+    let search = "convolution";
+    let (ranked, timing_outcome) = match outcome {
+        Ok(()) => timing::rank_engines(backend, candidates, search, key.pass.op(), |candidate| {
             // SAFETY: as in `run`, with the written operand replaced by a scratch block of its
             // layout and a workspace at least as large as any engine here asks for; both are
             // given back in stream order after the search.
-            unsafe { execute::execute(handle, &candidate, &UIDS, &pointers, space_ptr) }.map_err(|failure| {
-                let e = failure.error(device, key.pass.op());
-                refused = Some(failure);
-                e
-            })
-        });
-        match (measured, refused) {
-            (Ok(ms), _) => {
-                candidate.time_ms = Some(ms);
-                timed.push(candidate);
-            }
-            (Err(_), Some(failure)) => {
-                tracing::debug!(%device, ?key, %failure, "cuDNN refused this graph engine in the search; dropped");
-            }
-            (Err(e), None) => {
-                untimed.push(candidate);
-                outcome = Err(e);
-            }
-        }
-    }
+            Ok(unsafe { execute::execute(handle, candidate, &UIDS, &pointers, space_ptr) })
+        }),
+        Err(e) => (candidates, Err(e)),
+    };
+    tracing::debug!(%device, ?key, "cuDNN graph convolution search done");
     backend.allocator.free(target_block);
     if let Some(block) = space {
         backend.allocator.free(block);
     }
-    timed.sort_by(|a, b| a.time_ms.partial_cmp(&b.time_ms).unwrap_or(std::cmp::Ordering::Equal));
-    tracing::debug!(
-        %device,
-        ?key,
-        timed = ?timed.iter().map(|c| (c.engine.index, c.workspace, c.time_ms)).collect::<Vec<_>>(),
-        "cuDNN graph engine search"
-    );
-    timed.extend(untimed);
-    plan.candidates = timed;
-    outcome
+    plan.candidates = ranked;
+    timing_outcome
 }
 
 /// The legacy path's best algorithm for `key`, timed with the graph search's clock on the same

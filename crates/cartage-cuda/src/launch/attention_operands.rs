@@ -1,0 +1,60 @@
+//! The operand checks the fused attention kernels share (`attention.rs`, `attention_f32.rs` and
+//! their tiled backward passes): each tile is copied with 16-byte `cp.async`, so every operand
+//! needs a dense last dimension, batch and row strides that keep rows on 16 bytes, and a start
+//! on 16 bytes.
+
+use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
+use cartage_core::{Error, TensorArg};
+
+use super::device_ptr;
+
+/// Whether `arg` (`[batch, rows, dim]`) has a dense last dimension, rows and batch entries on
+/// 16 bytes, and a 16-byte aligned start.
+pub(super) fn rows_on_16(arg: &TensorArg) -> bool {
+    let st = arg.layout.strides();
+    let per_16 = (16 / arg.dtype.size_in_bytes()).max(1);
+    st.len() == 3
+        && st[2] == 1
+        && st[..2].iter().all(|x| x.is_multiple_of(per_16))
+        && device_ptr(arg).is_multiple_of(16)
+}
+
+/// `Ok` when q, k, v (read) and out (written) suit a forward kernel, else the refusal naming the
+/// operand, built by `refuse` from the reason (`kernel` names the kernel in the message).
+pub(super) fn forward_operands(
+    kernel: &str,
+    [q, k, v]: [&TensorArg; 3],
+    out: &TensorArg,
+    refuse: impl Fn(String) -> Error,
+) -> Result<(), Error> {
+    for (name, arg) in [("q", q), ("k", k), ("v", v)] {
+        if !rows_on_16(arg) {
+            return Err(refuse(format!(
+                "the {kernel} reads {name} with a dense last dimension and rows on 16 bytes; \
+                 {name} has strides {:?} at byte offset {}",
+                arg.layout.strides(),
+                arg.byte_offset()
+            )));
+        }
+    }
+    if !device_ptr(out).is_multiple_of(16) {
+        return Err(refuse(format!(
+            "the {kernel} writes an output starting on 16 bytes; it is at byte offset {}",
+            out.byte_offset()
+        )));
+    }
+    Ok(())
+}
+
+/// The saved forward values when a tiled backward can take `a`'s operands: q, k, v, the incoming
+/// gradient and the saved output as [`rows_on_16`], the three gradients starting on 16 bytes,
+/// and a scale that stays finite in f32 once multiplied by log2(e).
+pub(super) fn backward_operands(a: &AttentionBackwardArgs) -> Option<&AttentionSaved> {
+    let saved = a.saved.as_ref()?;
+    let read = [&a.q, &a.k, &a.v, &a.grad, &saved.out].into_iter().all(rows_on_16);
+    let written = [&a.grad_q, &a.grad_k, &a.grad_v]
+        .into_iter()
+        .all(|arg| device_ptr(arg).is_multiple_of(16));
+    let scale_fits = ((a.scale * std::f64::consts::LOG2_E) as f32).is_finite();
+    (read && written && scale_fits).then_some(saved)
+}
