@@ -15,16 +15,18 @@ const NAME: &str = "scaled_dot_product_attention_packed";
 impl Tensor {
     /// Self-attention on a packed projection: `qkv` `[B, T, 3·H·E]` holds the queries (features
     /// `0..H·E`), keys (`H·E..2·H·E`) and values (`2·H·E..3·H·E`), each head-major (head `h` takes
-    /// the `E` features from `h·E`), as PyTorch's and GPT-2's fused `c_attn` lay them out.
-    /// Gives `[B, T, H·E]`: every head's
-    /// [`Tensor::scaled_dot_product_attention`] (`causal` as there, `scale` defaulting to
-    /// `1 / sqrt(E)`), the heads side by side again.
+    /// the `E` features from `h·E`), as GPT-2's fused `c_attn` lays them out. Gives
+    /// `[B, T, H·E]`: every head's [`Tensor::scaled_dot_product_attention`] (`causal` as there,
+    /// `scale` defaulting to `1 / sqrt(E)`), the heads side by side again.
     ///
     /// The same result and gradients as the three views through
     /// [`Tensor::scaled_dot_product_attention`], with the fused kernels where the backend has
     /// them; recorded as one node whose backward writes the q, k and v gradients into one fresh
     /// gradient of `qkv`, where three views would each build one of `qkv`'s size from zeros and
-    /// add them. Under [`crate::autocast`] an f32 `qkv` is cast to the autocast dtype on entry.
+    /// add them. Where the backend has no fused kernel the forward is composed and the backward
+    /// recomputes the probabilities from the saved `qkv` (no `[B, H, T, T]` matrix is kept
+    /// between the passes). Under [`crate::autocast`] an f32 `qkv` is cast to the autocast dtype
+    /// on entry.
     ///
     /// ```
     /// use cartage::{Device, Tensor};
