@@ -2,9 +2,10 @@
 //! (the GELU input, `[.., 4·dim]`), not its output as well: the down projection recomputes the
 //! activation in its backward. An ignored report lists, per part of a block and for the whole
 //! model, the bytes autograd saves and the allocator's peak over one step, at the benchmark's
-//! two GPT shapes (batch scaled down for the CPU). The CPU composes attention, which saves the
-//! probabilities (`[B, H, T, T]`); the fused GPU attention saves q, k, v, the output and the
-//! log-sum-exp instead, so the report lists attention apart. One test function per concern that
+//! two GPT shapes (batch scaled down for the CPU). Attention is one node over the packed q/k/v
+//! projection: on the CPU it saves that projection alone and recomputes the probabilities
+//! (`[B, H, T, T]`) in its backward; the fused GPU attention saves the output and the
+//! log-sum-exp as well. The report lists attention apart. One test function per concern that
 //! reads the CPU's counters: they are per device, and tests run on parallel threads.
 
 use cartage::prelude::*;

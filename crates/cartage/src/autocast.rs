@@ -3,7 +3,8 @@
 //!
 //! While the guard lives, on its thread:
 //! - **in the autocast dtype** (f16 or bf16): `matmul`, `linear` (its bias too, as in
-//!   PyTorch), `conv2d` and `scaled_dot_product_attention`. Their f32 operands are cast on entry.
+//!   PyTorch), `conv2d`, `scaled_dot_product_attention` and
+//!   `scaled_dot_product_attention_packed`. Their f32 operands are cast on entry.
 //! - **in f32**: `softmax`, `log_softmax`, `logsumexp`, `sum`, `mean`, `prod`, `cumsum`,
 //!   `cumprod` (and what is built from them: `var`, `std`, `norm`), `layer_norm`, `rms_norm`,
 //!   `cross_entropy` and `nll_loss`. Their half-precision operands are cast on entry.

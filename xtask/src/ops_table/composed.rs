@@ -434,6 +434,26 @@ pub fn all() -> Vec<Composed> {
                 )
             },
         ),
+        op(
+            NN,
+            "Tensor::scaled_dot_product_attention_packed",
+            "`scaled_dot_product_attention` (fused or composed) on the three `[B, H, T, E]` views of the packed `[B, T, 3·H·E]` input, the heads put back side by side (one copy); one node, whose backward copies the three parts' gradients into one",
+            |d| {
+                when(
+                    float(d),
+                    vec![
+                        (Op::Matmul, d),
+                        (Op::Fill, d),
+                        (Op::Binary(Mul), d),
+                        (Op::Arange, DType::I32),
+                        (Op::Compare(Le), DType::I32),
+                        (Op::Where, d),
+                        (Op::Softmax, d),
+                        (Op::Copy, d),
+                    ],
+                )
+            },
+        ),
         op(CONSTRUCTORS, "linspace", "arange, and a fill of the last entry", |d| {
             Some(vec![(Op::Arange, d), (Op::Fill, d)])
         }),

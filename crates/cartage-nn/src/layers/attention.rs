@@ -5,8 +5,9 @@ use cartage::{Generator, Result, Tensor};
 use super::{Linear, check_last};
 use crate::{Module, Scope};
 
-/// Multi-head self-attention: one projection to queries, keys and values (`[D, 3D]`), `heads`
-/// heads of `D / heads` each through `Tensor::scaled_dot_product_attention` (fused where the
+/// Multi-head self-attention: one projection to queries, keys and values (weight `[3D, D]`:
+/// queries, then keys, then values, each head-major), `heads` heads of `D / heads` each through
+/// `Tensor::scaled_dot_product_attention_packed` on that one `[B, T, 3D]` output (fused where the
 /// backend has it), and an output projection.
 pub struct MultiHeadAttention {
     qkv: Linear,
@@ -50,21 +51,11 @@ impl MultiHeadAttention {
 impl Module for MultiHeadAttention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         check_last("MultiHeadAttention", x, 3, self.dim)?;
-        let (b, t) = (x.shape()[0], x.shape()[1]);
-        let head = self.dim / self.heads;
-        // Each of q, k, v from its third of the projection ([B, T, D] → [B, H, T, hd], a view):
-        // selecting from one [B, T, 3D] output would make each backward build a gradient of
-        // the whole [B, T, 3D] from zeros and add the three.
-        let part = |i: usize| -> Result<Tensor> {
-            self.qkv
-                .forward_features(x, i * self.dim, self.dim)?
-                .reshape(&[b, t, self.heads, head])?
-                .transpose(1, 2)
-        };
-        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
-        let y = Tensor::scaled_dot_product_attention(&q, &k, &v, None, self.causal, None)?;
-        // [B, H, T, hd] → [B, T, D]
-        let y = y.transpose(1, 2)?.reshape(&[b, t, self.dim])?;
+        // One product for q, k and v ([B, T, 3D]), attention over it as one node whose backward
+        // builds the [B, T, 3D] gradient once, so the projection's backward is one product each
+        // for the input and the weight.
+        let qkv = self.qkv.forward(x)?;
+        let y = Tensor::scaled_dot_product_attention_packed(&qkv, self.heads, self.causal, None)?;
         self.out.forward(&y)
     }
 }

@@ -15,21 +15,6 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// The output features `start..start + len` alone: `x · W[start..start + len]ᵀ + b[start..]`,
-    /// through views of the weight and bias. A layer that projects to several things at once
-    /// (queries, keys and values) takes each part this way, so each comes out contiguous and
-    /// the backward never builds a gradient of the whole output from zeros.
-    pub(crate) fn forward_features(&self, x: &Tensor, start: usize, len: usize) -> Result<Tensor> {
-        check_last("Linear", x, 1, self.in_features)?;
-        let w = self.weight.tensor().narrow(0, start, len)?;
-        let b = self
-            .bias
-            .as_ref()
-            .map(|b| b.tensor().narrow(0, start, len))
-            .transpose()?;
-        x.linear(&w, b.as_ref(), Epilogue::Identity)
-    }
-
     /// A layer whose parameters are `scope.weight` and `scope.bias`, in f32.
     pub fn new(
         scope: &Scope,

@@ -398,6 +398,12 @@ fn nn() -> Vec<Case> {
             true,
             |x| { Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, true, None) }
         ),
+        case!("sdpa packed causal", [([2, 4, 12], Normal)], true, |x| {
+            Tensor::scaled_dot_product_attention_packed(&x[0], 2, true, None)
+        }),
+        case!("sdpa packed", [([1, 3, 18], Normal)], true, |x| {
+            Tensor::scaled_dot_product_attention_packed(&x[0], 3, false, Some(0.7))
+        }),
         case!(
             "sdpa masked",
             [([3, 4], Normal), ([5, 4], Normal), ([5, 2], Normal)],

@@ -162,46 +162,103 @@ pub(crate) fn attention(
     let mut kept = vec![&q, &k, &v];
     kept.extend(saved.iter().flat_map(|(out, lse)| [out, lse]));
     saving(keep(&kept), move |g, need| {
-        let fused = attention_fused(&q, &k, &v, g, causal, scale, saved.as_ref())?;
-        if let Some([gq, gk, gv]) = fused {
-            let keep = |t: Tensor, i: usize| need[i].then_some(t);
-            return Ok(vec![keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
-        }
-        // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
-        let scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
-        let p = if causal {
-            match scores.causal_softmax()? {
-                Some(p) => p,
-                None => {
-                    let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
-                    let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
-                    let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
-                    let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
-                    Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?.softmax(-1)?
-                }
-            }
-        } else {
-            scores.softmax(-1)?
-        };
-        let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
-        let (gq, gk) = if need[0] || need[1] {
-            let dp = g.matmul(&v.transpose(-2, -1)?)?;
-            // The softmax's input gradient, `p·(dp − Σ dp·p)`: one fused kernel where the
-            // backend has it. The scale goes on the two [.., L|S, E] products, not on ds.
-            let last = p.rank() - 1;
-            let ds = match p.softmax_backward_fused(&dp, last, false)? {
-                Some(ds) => ds,
-                None => p.mul(&dp.sub(&dp.mul(&p)?.sum(&[-1], true)?)?)?,
-            };
-            (
-                when(need[0], || ds.matmul(&k)?.mul_scalar(scale))?,
-                when(need[1], || ds.transpose(-2, -1)?.matmul(&q)?.mul_scalar(scale))?,
-            )
-        } else {
-            (None, None)
-        };
-        Ok(vec![gq, gk, gv])
+        Ok(attention_grads([&q, &k, &v], g, causal, scale, saved.as_ref(), need)?.to_vec())
     })
+}
+
+/// The backward of [`Tensor::scaled_dot_product_attention_packed`]: the node's one input is
+/// `qkv` `[B, T, 3·H·E]`, saved with the forward's `[B, H, T, E]` output and log-sum-exp where the
+/// fused forward wrote one. The gradients of q, k and v come from [`attention`]'s formula on
+/// views of `qkv` (fused where the backend has it), and go into one fresh `[B, T, 3, H, E]`
+/// tensor, one strided copy each (`Tensor::stack`): no zero-filled gradient of the whole `qkv`
+/// per part, no sum of three.
+pub(crate) fn attention_packed(
+    qkv: &Tensor,
+    heads: usize,
+    causal: bool,
+    scale: f64,
+    saved: Option<(Tensor, Tensor)>,
+) -> (BackwardFn, Saved) {
+    let qkv = qkv.detach();
+    let saved = saved.map(|(out, lse)| (out.detach(), lse.detach()));
+    let mut kept = vec![&qkv];
+    kept.extend(saved.iter().flat_map(|(out, lse)| [out, lse]));
+    saving(keep(&kept), move |g, need| {
+        if !need[0] {
+            return Ok(vec![None]);
+        }
+        let [q, k, v] = qkv.packed_attention_parts(heads)?;
+        let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
+        let head = q.shape()[3];
+        let g = g.reshape(&[b, t, heads, head])?.transpose(1, 2)?;
+        let grads = attention_grads([&q, &k, &v], &g, causal, scale, saved.as_ref(), &[true; 3])?;
+        let parts = grads
+            .into_iter()
+            .map(|part| {
+                let part = part.ok_or_else(|| {
+                    Error::invalid(
+                        "scaled_dot_product_attention_packed",
+                        "a part's gradient was not computed",
+                    )
+                })?;
+                part.transpose(1, 2)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Ok(vec![Some(Tensor::stack(&refs, 2)?.reshape(qkv.shape())?)])
+    })
+}
+
+/// The gradients of q, k and v (those `need` asks for) of the attention whose output gradient
+/// is `g`: one fused kernel where [`attention_fused`] runs, else composed from matmuls and a
+/// softmax over the `[.., L, S]` scores.
+fn attention_grads(
+    [q, k, v]: [&Tensor; 3],
+    g: &Tensor,
+    causal: bool,
+    scale: f64,
+    saved: Option<&(Tensor, Tensor)>,
+    need: &[bool],
+) -> Result<[Option<Tensor>; 3]> {
+    let fused = attention_fused(q, k, v, g, causal, scale, saved)?;
+    if let Some([gq, gk, gv]) = fused {
+        let keep = |t: Tensor, i: usize| need[i].then_some(t);
+        return Ok([keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
+    }
+    // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
+    let scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
+    let p = if causal {
+        match scores.causal_softmax()? {
+            Some(p) => p,
+            None => {
+                let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
+                let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
+                let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
+                let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
+                Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?.softmax(-1)?
+            }
+        }
+    } else {
+        scores.softmax(-1)?
+    };
+    let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
+    let (gq, gk) = if need[0] || need[1] {
+        let dp = g.matmul(&v.transpose(-2, -1)?)?;
+        // The softmax's input gradient, `p·(dp − Σ dp·p)`: one fused kernel where the
+        // backend has it. The scale goes on the two [.., L|S, E] products, not on ds.
+        let last = p.rank() - 1;
+        let ds = match p.softmax_backward_fused(&dp, last, false)? {
+            Some(ds) => ds,
+            None => p.mul(&dp.sub(&dp.mul(&p)?.sum(&[-1], true)?)?)?,
+        };
+        (
+            when(need[0], || ds.matmul(k)?.mul_scalar(scale))?,
+            when(need[1], || ds.transpose(-2, -1)?.matmul(q)?.mul_scalar(scale))?,
+        )
+    } else {
+        (None, None)
+    };
+    Ok([gq, gk, gv])
 }
 
 /// The size of one f32 `[.., L, S]` score matrix from which the attention backward runs fused.

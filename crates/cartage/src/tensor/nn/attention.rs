@@ -74,7 +74,7 @@ impl Tensor {
                 ),
             ));
         }
-        let (l, e) = (q.shape()[q.rank() - 2], q.shape()[q.rank() - 1]);
+        let e = q.shape()[q.rank() - 1];
         let (s, ek) = (k.shape()[k.rank() - 2], k.shape()[k.rank() - 1]);
         let sv = v.shape()[v.rank() - 2];
         if e != ek {
@@ -108,39 +108,62 @@ impl Tensor {
                 }));
             }
         }
-        // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
-        let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
-        if let Some(mask) = mask {
-            check::same_device(NAME, q, mask)?;
-            let fits = broadcast_shapes(mask.shape(), scores.shape()).is_ok_and(|b| b.as_slice() == scores.shape());
-            if !fits {
-                return Err(mismatch(
-                    mask,
-                    &scores,
-                    "the mask must broadcast to the attention scores [.., L, S] (the right-hand shape)".into(),
-                ));
-            }
-            scores = if mask.dtype == DType::Bool {
-                let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
-                Tensor::where_cond(mask, &scores, &neg_inf)?
-            } else {
-                check::same_dtype(NAME, q, mask)?;
-                scores.add(mask)?
-            };
-        }
-        if causal {
-            if let Some(p) = scores.causal_softmax()? {
-                return p.matmul(v);
-            }
-            let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device)?;
-            let rows = rows.with_layout(rows.layout.unsqueeze(1)?);
-            let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device)?;
-            let keep = cols.le(&rows)?;
-            let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
-            scores = Tensor::where_cond(&keep, &scores, &neg_inf)?;
-        }
-        scores.softmax(-1)?.matmul(v)
+        composed(q, k, v, mask, causal, scale, site)
     }
+}
+
+/// The attention composed from other ops: `q·scale` times `kᵀ`, the mask applied, the causal
+/// mask (in the softmax kernel where the backend has it, else a `where` over two i32 aranges),
+/// softmax, times `v`. Recorded op by op where autograd is on. `q`, `k` and `v` have passed the
+/// checks of [`Tensor::scaled_dot_product_attention`].
+pub(super) fn composed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    scale: f64,
+    site: Site,
+) -> Result<Tensor> {
+    let mismatch = |lhs: &Tensor, rhs: &Tensor, reason: String| Error::ShapeMismatch {
+        op: NAME,
+        lhs: lhs.shape().to_vec(),
+        rhs: rhs.shape().to_vec(),
+        reason,
+    };
+    let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
+    // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
+    let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
+    if let Some(mask) = mask {
+        check::same_device(NAME, q, mask)?;
+        let fits = broadcast_shapes(mask.shape(), scores.shape()).is_ok_and(|b| b.as_slice() == scores.shape());
+        if !fits {
+            return Err(mismatch(
+                mask,
+                &scores,
+                "the mask must broadcast to the attention scores [.., L, S] (the right-hand shape)".into(),
+            ));
+        }
+        scores = if mask.dtype == DType::Bool {
+            let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
+            Tensor::where_cond(mask, &scores, &neg_inf)?
+        } else {
+            check::same_dtype(NAME, q, mask)?;
+            scores.add(mask)?
+        };
+    }
+    if causal {
+        if let Some(p) = scores.causal_softmax()? {
+            return p.matmul(v);
+        }
+        let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device)?;
+        let rows = rows.with_layout(rows.layout.unsqueeze(1)?);
+        let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device)?;
+        let keep = cols.le(&rows)?;
+        let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
+        scores = Tensor::where_cond(&keep, &scores, &neg_inf)?;
+    }
+    scores.softmax(-1)?.matmul(v)
 }
 
 /// `Kernel::Attention` into a fresh contiguous output, with the batch dimensions merged into one
@@ -150,7 +173,7 @@ impl Tensor {
 /// With `want_lse` (a backward will follow) the kernel also writes each query row's log-sum-exp
 /// ([B, L] f32, B the merged batch), returned beside the output for the fused backward; a
 /// backend that cannot write it runs the plain kernel and the second value is `None`.
-fn fused(
+pub(super) fn fused(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,

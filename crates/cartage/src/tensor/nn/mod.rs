@@ -6,13 +6,15 @@
 //! by convolution and pooling), `conv` (2-D convolution as im2col plus one batched matmul),
 //! `pool` (max and average pooling: one fused `Kernel::Pool2d`, or one reduction over the window
 //! view), `pool_grad` (their backward: one fused `Kernel::Pool2dBackward`, or composed), `attention`
-//! (scaled dot-product attention, composed), `linear` (a linear layer with its activation: one
+//! (scaled dot-product attention: fused, else composed), `attention_packed` (the same over one
+//! packed q/k/v projection, one node whose backward builds the packed gradient once), `linear` (a linear layer with its activation: one
 //! fused `Kernel::Linear`, or composed) `activation_linear` (an activation then a linear
 //! layer, recorded as one node that recomputes the activation in backward) and `norm_linear`
 //! (layer norm then a linear layer, recorded as one node that recomputes the norm). The option types live here, in `tensor::nn`.
 
 mod activation_linear;
 mod attention;
+mod attention_packed;
 mod class_loss;
 mod conv;
 mod dropout;
