@@ -61,7 +61,7 @@ pub use conv::{
     CUDNN_API_VAR, CUDNN_BENCHMARK_VAR, ConvAlgorithmChoice, ConvApi, ConvPass, GRAPH_NO_TENSOR_CORES,
     GRAPH_TENSOR_CORES,
 };
-pub use lt_route::{MatmulCounters, MatmulLibrary, SEARCH_CANDIDATES, SEARCH_REPEATS};
+pub use lt_route::{MATMUL_SEARCH_VAR, MatmulCounters, MatmulLibrary, SEARCH_CANDIDATES, SEARCH_REPEATS};
 pub use staging::TransferStats;
 
 /// The number of CUDA devices on this machine: 0 when there is no driver or no device.

@@ -13,7 +13,8 @@
 //! - when cuBLASLt refuses a problem (no algorithm, an error), GemmEx runs it, and the refusal
 //!   is remembered for that problem.
 //!
-//! With the search on ([`cartage_core::Backend::set_matmul_algo_search`]) the first product of
+//! With the search on ([`cartage_core::Backend::set_matmul_algo_search`], or
+//! `CARTAGE_MATMUL_SEARCH=1` in the environment from the start) the first product of
 //! each problem times the heuristic's best [`SEARCH_CANDIDATES`] algorithms, and GemmEx for a
 //! plain product, with device events ([`SEARCH_REPEATS`] runs each after one warm-up) and keeps
 //! the fastest for every later product of that problem. A problem is its sizes, transposes,
@@ -84,6 +85,26 @@ struct LtState {
     plans: HashMap<LtProblem, Cached>,
 }
 
+/// The environment variable that turns the search on from the start: `1`, `on` or `true` (off
+/// when unset, empty, `0`, `off` or `false`), as `set_matmul_algo_search(&device, true)` would.
+pub const MATMUL_SEARCH_VAR: &str = "CARTAGE_MATMUL_SEARCH";
+
+/// The initial search setting from [`MATMUL_SEARCH_VAR`].
+fn search_from_env() -> bool {
+    let Some(value) = std::env::var_os(MATMUL_SEARCH_VAR) else {
+        return false;
+    };
+    let text = value.to_string_lossy();
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "true" => true,
+        "" | "0" | "off" | "false" => false,
+        _ => {
+            tracing::warn!(value = %text, "{MATMUL_SEARCH_VAR} is none of 1, on, true, 0, off, false; the search stays off");
+            false
+        }
+    }
+}
+
 /// The per-device routing state.
 pub(crate) struct MatmulRouting {
     lt: Mutex<Option<LtState>>,
@@ -99,7 +120,7 @@ impl Default for MatmulRouting {
     fn default() -> Self {
         MatmulRouting {
             lt: Mutex::new(None),
-            search: AtomicBool::new(false),
+            search: AtomicBool::new(search_from_env()),
             library: AtomicU8::new(0),
             searches: AtomicU64::new(0),
             lt_products: AtomicU64::new(0),

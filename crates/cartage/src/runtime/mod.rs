@@ -60,7 +60,8 @@ pub fn set_matmul_precision(device: &Device, precision: MatmulPrecision) -> Resu
 /// the first product of each shape, layout, dtype and precision times the library's best few
 /// algorithms on the device (a one-off cost of a few products) and every later product of that
 /// kind runs the fastest. `Ok(false)` when the device has no choice of algorithms (the CPU,
-/// wgpu) and keeps the search off. The choice is logged.
+/// wgpu) and keeps the search off. The choice is logged. On CUDA, `CARTAGE_MATMUL_SEARCH=1` in
+/// the environment turns it on from the start.
 ///
 /// ```
 /// let cpu = cartage::Device::cpu();
