@@ -134,28 +134,12 @@ pub fn load_checkpoint_with(
             .transpose()
     };
     // Check every parameter before changing any.
-    let mut diff = StateDiff::default();
-    let mut values = Vec::new();
-    let mut known = std::collections::HashSet::new();
-    for (name, var) in store.named_vars() {
-        let key = format!("model/{name}");
-        let Some(t) = loaded.get(&key) else {
-            diff.missing.push(key);
-            continue;
-        };
-        if t.shape() != var.shape().as_slice() || t.dtype() != var.dtype() {
-            diff.mismatched.push(format!(
-                "{key}: expected {:?} {}, found {:?} {}",
-                var.shape(),
-                var.dtype(),
-                t.shape(),
-                t.dtype()
-            ));
-        } else {
-            values.push((var, t.clone()));
-        }
-        known.insert(key);
-    }
+    let (values, mut diff) = store.match_params("model/", |key| loaded.get(key));
+    let known: std::collections::HashSet<String> = store
+        .named_vars()
+        .into_iter()
+        .map(|(name, _)| format!("model/{name}"))
+        .collect();
     let mut state = OptimizerState::default();
     for (name, t) in &loaded {
         if let Some(rest) = name.strip_prefix("optim/") {

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use cartage::{Result, SafetensorsFile, Tensor, save_safetensors};
+use cartage::{Result, SafetensorsFile, Tensor, Var, save_safetensors};
 
 use crate::optim::StateDiff;
 use crate::{LoadOptions, ParamStore};
@@ -65,26 +65,8 @@ impl ParamStore {
     /// ```
     pub fn load_state_dict(&self, state: &StateDict, options: LoadOptions) -> Result<StateDiff> {
         let device = self.device();
-        let mut diff = StateDiff::default();
-        let mut writes = Vec::new();
         let params = self.named_vars();
-        for (name, var) in &params {
-            let Some(value) = state.get(name) else {
-                diff.missing.push(name.clone());
-                continue;
-            };
-            if value.shape() != var.shape().as_slice() || value.dtype() != var.dtype() {
-                diff.mismatched.push(format!(
-                    "{name}: expected {:?} {}, found {:?} {}",
-                    var.shape(),
-                    var.dtype(),
-                    value.shape(),
-                    value.dtype()
-                ));
-                continue;
-            }
-            writes.push((var.clone(), value));
-        }
+        let (writes, mut diff) = self.match_params("", |key| state.get(key));
         diff.unexpected = state
             .keys()
             .filter(|key| !params.iter().any(|(name, _)| name == *key))
@@ -109,6 +91,37 @@ impl ParamStore {
             var.set(value)?;
         }
         Ok(diff)
+    }
+
+    /// Each parameter matched with the value `get` finds under its key (`prefix` + its name):
+    /// those of the parameter's shape and dtype, ready to write, and the keys that were missing or
+    /// mismatched (`unexpected` is left to the caller, which knows what else its source holds).
+    pub(crate) fn match_params<'a>(
+        &self,
+        prefix: &str,
+        get: impl Fn(&str) -> Option<&'a Tensor>,
+    ) -> (Vec<(Var, &'a Tensor)>, StateDiff) {
+        let mut diff = StateDiff::default();
+        let mut matched = Vec::new();
+        for (name, var) in self.named_vars() {
+            let key = format!("{prefix}{name}");
+            let Some(value) = get(&key) else {
+                diff.missing.push(key);
+                continue;
+            };
+            if value.shape() != var.shape().as_slice() || value.dtype() != var.dtype() {
+                diff.mismatched.push(format!(
+                    "{key}: expected {:?} {}, found {:?} {}",
+                    var.shape(),
+                    var.dtype(),
+                    value.shape(),
+                    value.dtype()
+                ));
+                continue;
+            }
+            matched.push((var, value));
+        }
+        (matched, diff)
     }
 
     /// Write [`ParamStore::state_dict`] to a safetensors file (PyTorch's
