@@ -1,9 +1,8 @@
 // norm.cu: layer norm and RMS norm over the last dimension (Kernel::Norm), and per-row
 // cross-entropy (Kernel::CrossEntropy); in f32 for f16/bf16, f64 for f64.
 // `norm_<layer|rms>_<dtype>_v<V>`: dense rows, 16-byte aligned, weight and bias dense: the row is
-// held in registers (rows_common.cuh), read once, written once; layer norm's statistics are each
-// thread's mean and squared deviations from it (two passes over registers, not E[x²] - E[x]²),
-// merged exactly in one all-reduction (MeanM2Op).
+// held in registers (rows_common.cuh), read once, written once; layer norm's variance is the
+// mean of squared deviations from the mean (two passes over registers, not E[x²] - E[x]²).
 // `norm_<layer|rms>_<dtype>_strided`: any strides, a block per row, three passes over memory.
 // `cross_entropy_<dtype>_<index dtype>`: one streaming pass per row, (max, sum of exp, sum of x)
 // kept online; a target outside [0, C) that is not `ignore_index` is recorded in `fault`.
@@ -14,10 +13,8 @@ __device__ void norm_fast(const T* in, T* out, const T* w, const T* b, const Row
     typedef RegRow<T, V> Row;
     const int N = Row::N;
     typedef Pack<T, N> P;
-    const bool PRELOAD = sizeof(T) == 2;
     __shared__ RowGeom g;
     __shared__ C scratch[32];
-    __shared__ MeanM2<C> stats[32];
     if (threadIdx.x == 0) g = param;
     __syncthreads();
     const GroupLayout L(g.group);
@@ -29,54 +26,26 @@ __device__ void norm_fast(const T* in, T* out, const T* w, const T* b, const Row
         const bool active = row < g.rows;
         Row r;
         r.load(in + (active ? row_offset(row, &g.rows_shape, &g.rows_in) : 0), active ? nv : 0, L.lane, L.group);
-        // 2-byte types load the weight and bias before the reductions, so that their latency
-        // hides behind them (16 registers each at V4; f32 and f64 would spill).
-        P wk[PRELOAD ? V : 1], bk[PRELOAD ? V : 1];
-        if (PRELOAD) {
+        C mean = 0;
+        if (!RMS) {
+            C s = 0;
 #pragma unroll
             for (int v = 0; v < V; ++v) {
-                if (r.ok[v]) {
-                    u64 i = (u64)L.lane + (u64)v * L.group;
-                    if (has_w) wk[PRELOAD ? v : 0] = ((const P*)w)[i];
-                    if (has_b) bk[PRELOAD ? v : 0] = ((const P*)b)[i];
-                }
-            }
-        }
-        C mean = 0, rstd;
-        if (RMS) {
-            C q = 0;
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-#pragma unroll
-                for (int k = 0; k < N; ++k) q += r.x[v][k] * r.x[v][k];
-            }
-            rstd = rsqrt_r(group_allreduce<SumOp<C> >(q, L.group, scratch) * inv_cols + eps);
-        } else {
-            // This thread's count, mean and squared deviations from its own mean (two passes
-            // over registers), then one all-reduction that merges them exactly (MeanM2Op).
-            C s = 0, n = 0;
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-                if (r.ok[v]) n += (C)N;
 #pragma unroll
                 for (int k = 0; k < N; ++k) s += r.x[v][k];
             }
-            MeanM2<C> a;
-            a.n = n;
-            a.mean = n > (C)0 ? s / n : (C)0;
-            a.m2 = 0;
-#pragma unroll
-            for (int v = 0; v < V; ++v) {
-#pragma unroll
-                for (int k = 0; k < N; ++k) {
-                    C d = r.ok[v] ? r.x[v][k] - a.mean : (C)0;
-                    a.m2 += d * d;
-                }
-            }
-            a = group_allreduce<MeanM2Op<C> >(a, L.group, stats);
-            mean = a.mean;
-            rstd = rsqrt_r(a.m2 * inv_cols + eps);
+            mean = group_allreduce<SumOp<C> >(s, L.group, scratch) * inv_cols;
         }
+        C q = 0;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+#pragma unroll
+            for (int k = 0; k < N; ++k) {
+                C d = r.ok[v] ? r.x[v][k] - mean : (C)0;
+                q += d * d;
+            }
+        }
+        const C rstd = rsqrt_r(group_allreduce<SumOp<C> >(q, L.group, scratch) * inv_cols + eps);
         if (!active) continue;
         P* orow = (P*)(out + row_offset(row, &g.rows_shape, &g.rows_out));
 #pragma unroll
@@ -84,13 +53,8 @@ __device__ void norm_fast(const T* in, T* out, const T* w, const T* b, const Row
             if (r.ok[v]) {
                 u64 i = (u64)L.lane + (u64)v * L.group;
                 P pw, pb, o;
-                if (PRELOAD) {
-                    pw = wk[PRELOAD ? v : 0];
-                    pb = bk[PRELOAD ? v : 0];
-                } else {
-                    if (has_w) pw = ((const P*)w)[i];
-                    if (has_b) pb = ((const P*)b)[i];
-                }
+                if (has_w) pw = ((const P*)w)[i];
+                if (has_b) pb = ((const P*)b)[i];
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
                     C y = (r.x[v][k] - mean) * rstd;

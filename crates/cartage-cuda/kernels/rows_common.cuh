@@ -95,33 +95,6 @@ template <typename C> struct MaxSumOp {
     }
 };
 
-// (count, mean, sum of squared deviations from the mean) of a part of a row, merged exactly
-// (Chan et al.'s pairwise update): layer norm's statistics in one all-reduction, as stable as
-// two passes over the row.
-template <typename C> struct MeanM2 {
-    C n;
-    C mean;
-    C m2;
-};
-template <typename C> struct MeanM2Op {
-    __device__ static MeanM2<C> ident() {
-        MeanM2<C> a;
-        a.n = 0;
-        a.mean = 0;
-        a.m2 = 0;
-        return a;
-    }
-    __device__ static MeanM2<C> comb(MeanM2<C> a, MeanM2<C> b) {
-        MeanM2<C> r;
-        r.n = a.n + b.n;
-        if (r.n == (C)0) return a;
-        const C d = b.mean - a.mean, f = b.n / r.n;
-        r.mean = a.mean + d * f;
-        r.m2 = a.m2 + b.m2 + d * d * a.n * f;
-        return r;
-    }
-};
-
 template <typename A> __device__ __forceinline__ A shfl_xor_any(A a, int mask) {
     const int W = sizeof(A) / 4;
     union {
