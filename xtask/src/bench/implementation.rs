@@ -76,7 +76,14 @@ pub fn cartage(
         ),
         ModelOp::CrossEntropy { .. } => (
             "fused `cross_entropy` + mean".into(),
-            fused_or(Op::CrossEntropyBackward, "composed: softmax, scatter_add, mul"),
+            if listed(Op::CrossEntropyBackward) {
+                format!(
+                    "fused `{}`, run in the forward pass and handed over by `backward()`",
+                    Op::CrossEntropyBackward.name()
+                )
+            } else {
+                "composed: softmax, scatter_add, mul".into()
+            },
         ),
         ModelOp::Exp { .. } => ("`exp`".into(), "`mul` by the saved output".into()),
         ModelOp::Cat { .. } => (

@@ -24,8 +24,12 @@ use super::var::{Var, VarCell};
 use crate::Tensor;
 
 /// Run backward from `root` with output gradient `grad` (already checked against `root`).
-pub(crate) fn run(root: &Tensor, grad: Tensor, retain_graph: bool) -> Result<Gradients> {
+/// `unit_seed`: `grad` is the ones this engine made for [`Tensor::backward`] (see
+/// [`is_unit_seed`]).
+pub(crate) fn run(root: &Tensor, grad: Tensor, retain_graph: bool, unit_seed: bool) -> Result<Gradients> {
     let _running = Running::enter()?;
+    // Held to the end of the pass, so no other storage can take the seed's address meanwhile.
+    let _seed = (unit_seed && !retain_graph).then(|| UnitSeed::mark(&grad));
     let _guard = super::no_grad();
     let mut out = Gradients::default();
     match root.link() {
@@ -268,6 +272,40 @@ fn freed(node: &Node) -> Error {
 thread_local! {
     /// Set while this thread runs a backward pass (a hook that starts another is refused).
     static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The storage of the unit seed of the backward pass this thread runs, while it runs (0:
+    /// none, or the pass keeps its graph).
+    static UNIT_SEED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether `g`, the output gradient a backward function received, is the engine's own unit
+/// seed (or a view of it: every element 1) in a pass that releases the graph as it goes. A
+/// loss node whose forward already computed its input's gradient for a unit seed (the fused
+/// `cross_entropy`) then hands that over as it is, with no pass over it: the node is released
+/// after it runs, so the gradient has no other owner. Any other `g` (a scaled loss, a loss used
+/// twice, a seed passed by the caller, a retained graph) takes the general path.
+pub(crate) fn is_unit_seed(g: &Tensor) -> bool {
+    let seed = UNIT_SEED.with(std::cell::Cell::get);
+    seed != 0 && Arc::as_ptr(g.storage()) as usize == seed
+}
+
+/// Marks a backward pass's unit seed for [`is_unit_seed`] until dropped; holds the seed's
+/// storage so that its address names no other storage while marked.
+struct UnitSeed {
+    _storage: Arc<crate::Storage>,
+}
+
+impl UnitSeed {
+    fn mark(seed: &Tensor) -> UnitSeed {
+        let storage = Arc::clone(seed.storage());
+        UNIT_SEED.with(|s| s.set(Arc::as_ptr(&storage) as usize));
+        UnitSeed { _storage: storage }
+    }
+}
+
+impl Drop for UnitSeed {
+    fn drop(&mut self) {
+        UNIT_SEED.with(|s| s.set(0));
+    }
 }
 
 /// Marks this thread as running a backward pass until dropped.

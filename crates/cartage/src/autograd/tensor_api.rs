@@ -132,6 +132,7 @@ impl Tensor {
     /// # Ok::<(), cartage::Error>(())
     /// ```
     pub fn backward_with(&self, grad: Option<&Tensor>, retain_graph: bool) -> Result<Gradients> {
+        let unit_seed = grad.is_none();
         let seed = match grad {
             Some(g) => {
                 check_seed(self, g)?;
@@ -153,7 +154,7 @@ impl Tensor {
                 Tensor::ones(self.shape(), self.dtype(), &self.device())?
             }
         };
-        engine::run(self, seed, retain_graph)
+        engine::run(self, seed, retain_graph, unit_seed)
     }
 }
 

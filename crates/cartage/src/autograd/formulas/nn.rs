@@ -139,6 +139,19 @@ pub(crate) fn cross_entropy(
     })
 }
 
+/// The backward of the reduced `cross_entropy` whose forward wrote `grad`, the logits'
+/// gradient for a unit output gradient: that gradient as it is when `g` is the engine's unit
+/// seed (the node is released once it has run, so nothing else holds the gradient), else
+/// scaled by `g`.
+pub(crate) fn cross_entropy_grad_ahead(grad: Tensor) -> (BackwardFn, Saved) {
+    saving(keep(&[&grad]), move |g, _| {
+        if crate::autograd::engine::is_unit_seed(g) {
+            return Ok(vec![Some(grad.clone())]);
+        }
+        Ok(vec![Some(grad.mul(&g.to_dtype(grad.dtype())?)?)])
+    })
+}
+
 /// The backward of the fused `scaled_dot_product_attention(q, k, v, None, causal)`, with the
 /// probabilities recomputed from the saved inputs:
 /// `dV = Pᵀ·dO`, `dS = P ∘ (dO·Vᵀ - rowsum(dO·Vᵀ ∘ P))`, `dQ = s·dS·K`, `dK = s·dSᵀ·Q`.

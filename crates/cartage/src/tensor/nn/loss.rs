@@ -52,6 +52,11 @@ impl Tensor {
     /// target outside `[0, C)` other than `ignore_index` is [`Error::IndexOutOfRange`],
     /// reported by the device. See [`CrossEntropy`] and [`Reduction`].
     ///
+    /// With a mean or sum over logits that need a gradient, the forward pass also writes the
+    /// logits' gradient (the fused gradient kernel, for an output gradient of 1) and the
+    /// recorded node keeps it instead of the logits; `loss.backward()` hands it over with no
+    /// kernel, and any other output gradient scales it.
+    ///
     /// ```
     /// use cartage::tensor::nn::{CrossEntropy, Reduction};
     /// use cartage::{Device, Tensor};
@@ -84,6 +89,9 @@ impl Tensor {
             out: per_row.as_arg(),
         };
         per_row.launch_indexed(&kernel, &[&logits, &rows], &rows, n)?;
+        if let Some(loss) = Tensor::cross_entropy_with_grad_ahead(&logits, &rows, &per_row, &opts, site)? {
+            return Ok(loss);
+        }
         let per_row = graph::record(per_row, name, &[&logits], |_| {
             formulas::nn::cross_entropy(&logits, &rows, opts.ignore_index, opts.label_smoothing)
         });
@@ -171,7 +179,7 @@ impl Tensor {
     }
 
     /// Bool `[N]`: true where this target (i32/i64) is not `ignore_index`.
-    fn kept_rows(&self, ignore_index: i64, site: Site) -> Result<Tensor> {
+    pub(super) fn kept_rows(&self, ignore_index: i64, site: Site) -> Result<Tensor> {
         if self.dtype != DType::I64 && i32::try_from(ignore_index).is_err() {
             // No i32 target can equal it: every row counts.
             return self.fill_new_like(self.shape(), DType::Bool, Scalar::Bool(true), site);

@@ -22,6 +22,7 @@ mod fused_backward;
 mod grad;
 mod linear;
 mod loss;
+mod loss_grad_ahead;
 mod norm;
 mod norm_linear;
 mod pool;
