@@ -203,6 +203,10 @@ pub struct AttentionBackwardArgs {
     pub scale: f64,
     /// The forward's causal mask.
     pub causal: bool,
+    /// The forward's additive mask, if it had one (a backend that cannot apply it refuses with
+    /// `Unsupported`). Its own gradient is not computed here: the frontend composes the
+    /// backward when the mask needs one.
+    pub mask: Option<AttentionMask>,
     /// The query gradient [B, L, E], contiguous.
     pub grad_q: TensorArg,
     /// The key gradient [B, S, E], contiguous.
@@ -215,6 +219,26 @@ pub struct AttentionBackwardArgs {
     /// from scratch. A backend may ignore them; it may refuse with `Unsupported` only where it
     /// would refuse without them too.
     pub saved: Option<AttentionSaved>,
+}
+
+/// An additive mask on attention scores: `score_ij = scale · q_i·k_j + mask[b / inner, b % inner,
+/// i, j]` for batch entry `b` of q's merged batch `[B, L, E]`. `values` is `[outer, inner, L, S]`
+/// with `outer · inner = B`, in q's dtype, any strides (0 along a broadcast dimension: a
+/// `[batch, 1, 1, S]` padding mask over `[batch, heads, L, S]` scores has inner = heads and
+/// strides `(S, 0, 0, 1)`). −inf removes a key (a boolean mask is turned into 0 / −inf by the
+/// frontend); a row whose scores are all −inf sees no key. Applied together with `causal`.
+#[derive(Clone, Debug)]
+pub struct AttentionMask {
+    /// The mask `[outer, inner, L, S]`.
+    pub values: TensorArg,
+}
+
+impl AttentionMask {
+    /// `(outer, inner)`: how the batch entry `b` splits to index the mask.
+    pub fn batch_split(&self) -> (usize, usize) {
+        let shape = self.values.layout.shape();
+        (shape[0], shape[1])
+    }
 }
 
 /// What a [`Kernel::Attention`] run leaves for its backward ([`AttentionBackwardArgs::saved`]).
@@ -845,12 +869,15 @@ pub enum Kernel {
         scale: f64,
         /// Mask out keys after the query's position.
         causal: bool,
-        /// Destination [B, L, Ev], contiguous.
+        /// Optional additive mask on the scaled scores (see [`AttentionMask`]). A backend that
+        /// cannot apply it refuses the kernel with `Unsupported`.
+        mask: Option<AttentionMask>,
+        /// Destination [B, L, Ev], contiguous. A row that sees no key (every score −inf) is 0.
         out: TensorArg,
         /// Optional destination [B, L] (f32, contiguous) for each query row's natural
-        /// log-sum-exp `ln Σ_j exp(scale · q_i·k_j)` over its unmasked keys (−inf for a row
-        /// that sees none), for the backward ([`AttentionSaved`]). A backend that cannot write
-        /// it refuses the kernel with `Unsupported`.
+        /// log-sum-exp `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for
+        /// a row that sees none), for the backward ([`AttentionSaved`]). A backend that cannot
+        /// write it refuses the kernel with `Unsupported`.
         lse: Option<TensorArg>,
     },
     /// `act(input · weightᵀ + bias)`: a matmul with its epilogue (an optional fused kernel; see

@@ -17,7 +17,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, ReduceOp, TensorArg};
+use crate::kernel::{AttentionMask, Kernel, ReduceOp, TensorArg};
 use crate::validate_backward as backward;
 use conv_backward::Window;
 
@@ -182,10 +182,11 @@ impl Kernel {
                 k,
                 v,
                 scale,
+                mask,
                 out,
                 lse,
                 ..
-            } => attention(q, k, v, *scale, out, lse.as_ref()),
+            } => attention(q, k, v, *scale, mask.as_ref(), out, lse.as_ref()),
             Kernel::Linear {
                 input,
                 weight,
@@ -823,6 +824,7 @@ fn attention(
     k: &TensorArg,
     v: &TensorArg,
     scale: f64,
+    mask: Option<&AttentionMask>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
@@ -852,9 +854,13 @@ fn attention(
     apart(name, q, out)?;
     apart(name, k, out)?;
     apart(name, v, out)?;
+    if let Some(mask) = mask {
+        attention_backward::mask(name, mask, q, [qs[0], qs[1], ks[1]])?;
+        apart(name, &mask.values, out)?;
+    }
     if let Some(lse) = lse {
         attention_backward::lse_rows(name, lse, [qs[0], qs[1]])?;
-        for input in [q, k, v, out] {
+        for input in [q, k, v, out].into_iter().chain(mask.map(|m| &m.values)) {
             apart(name, input, lse)?;
         }
     }

@@ -250,6 +250,7 @@ fn run_forward(
         v: operand(&x.bufs[2], shapes[2], c.heads, dtype),
         scale: c.scale(),
         causal: c.causal,
+        mask: None,
         out: common::arg(&out, &shapes[3], dtype),
         lse: Some(common::arg(&lse, &[c.b, c.l], DType::F32)),
     }
@@ -285,6 +286,7 @@ fn run_backward(
         grad: operand(&x.bufs[3], shapes[3], c.heads, dtype),
         scale: c.scale(),
         causal: c.causal,
+        mask: None,
         grad_q: common::arg(&outs[0], &shapes[0], dtype),
         grad_k: common::arg(&outs[1], &shapes[1], dtype),
         grad_v: common::arg(&outs[2], &shapes[2], dtype),

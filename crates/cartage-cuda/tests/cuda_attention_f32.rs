@@ -188,6 +188,7 @@ fn check_case(b: &Arc<dyn Backend>, c: Case, seed: u64) {
         v: operand(&bufs[2], shapes[2], c.heads),
         scale: c.scale(),
         causal: c.causal,
+        mask: None,
         out: common::arg(&out, &shapes[3], DType::F32),
         lse: Some(common::arg(&lse, &[c.b, c.l], DType::F32)),
     }
@@ -218,6 +219,7 @@ fn check_case(b: &Arc<dyn Backend>, c: Case, seed: u64) {
         grad: operand(&bufs[3], shapes[3], c.heads),
         scale: c.scale(),
         causal: c.causal,
+        mask: None,
         grad_q: common::arg(&grads[0], &shapes[0], DType::F32),
         grad_k: common::arg(&grads[1], &shapes[1], DType::F32),
         grad_v: common::arg(&grads[2], &shapes[2], DType::F32),
@@ -311,6 +313,7 @@ fn no_keys_and_no_queries() {
             v: arg(&bufs[2], &shapes[2]),
             scale: 0.125,
             causal: true,
+            mask: None,
             out: arg(&out, &shapes[3]),
             lse: Some(arg(&lse, &[batch, l])),
         }
@@ -337,6 +340,7 @@ fn no_keys_and_no_queries() {
             grad: arg(&bufs[3], &shapes[3]),
             scale: 0.125,
             causal: true,
+            mask: None,
             grad_q: arg(&grads[0], &shapes[0]),
             grad_k: arg(&grads[1], &shapes[1]),
             grad_v: arg(&grads[2], &shapes[2]),
@@ -375,6 +379,7 @@ fn refuses_what_it_does_not_take() {
             v,
             scale: 0.1,
             causal: false,
+            mask: None,
             out: dst,
             lse: None,
         }
@@ -454,6 +459,7 @@ fn refuses_what_it_does_not_take() {
         grad: arg(&bufs[3], &shapes[3]),
         scale: c.scale(),
         causal: c.causal,
+        mask: None,
         grad_q: arg(&grads[0], &shapes[0]),
         grad_k: arg(&grads[1], &shapes[1]),
         grad_v: arg(&grads[2], &shapes[2]),
@@ -500,6 +506,7 @@ fn long_sequences_keep_no_score_matrix() {
         v: arg(&ins[2]),
         scale: 0.125,
         causal: true,
+        mask: None,
         out: arg(&out),
         lse: Some(common::arg(&lse, &[heads, n], DType::F32)),
     }
@@ -512,6 +519,7 @@ fn long_sequences_keep_no_score_matrix() {
         grad: arg(&ins[3]),
         scale: 0.125,
         causal: true,
+        mask: None,
         grad_q: arg(&grads[0]),
         grad_k: arg(&grads[1]),
         grad_v: arg(&grads[2]),

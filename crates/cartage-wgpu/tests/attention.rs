@@ -233,6 +233,7 @@ fn check_case(b: &Arc<WgpuBackend>, dtype: DType, c: Case, seed: u64) {
         v: dev[2].1.clone(),
         scale: c.scale(),
         causal: c.causal,
+        mask: None,
         out: out.clone(),
         lse: Some(lse.clone()),
     }
@@ -271,6 +272,7 @@ fn check_case(b: &Arc<WgpuBackend>, dtype: DType, c: Case, seed: u64) {
             grad: dev[3].1.clone(),
             scale: c.scale(),
             causal: c.causal,
+            mask: None,
             grad_q: grads[0].1.clone(),
             grad_k: grads[1].1.clone(),
             grad_v: grads[2].1.clone(),
@@ -373,6 +375,7 @@ fn listed_for_f32_and_half_types_and_refuses_wide_heads() {
         v: input.clone(),
         scale: 0.1,
         causal: false,
+        mask: None,
         out: outs[0].1.clone(),
         lse: None,
     }
@@ -388,6 +391,7 @@ fn listed_for_f32_and_half_types_and_refuses_wide_heads() {
         grad: input,
         scale: 0.1,
         causal: false,
+        mask: None,
         grad_q: outs[0].1.clone(),
         grad_k: outs[1].1.clone(),
         grad_v: outs[2].1.clone(),

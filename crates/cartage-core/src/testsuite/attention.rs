@@ -176,6 +176,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
         v: v.arg(),
         scale,
         causal: c.causal,
+        mask: None,
         out: out.arg(&out_layout),
         lse: with_lse.then(|| lse.arg(&lse_layout)),
     };
@@ -273,6 +274,7 @@ pub fn attention(h: &Harness) {
                 v: arg,
                 scale: 0.5,
                 causal: false,
+                mask: None,
                 out: out.contiguous(&[1, 2, 4]),
                 lse: None,
             };

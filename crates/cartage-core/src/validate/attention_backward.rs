@@ -4,13 +4,14 @@
 //! shaped like q, k and v, apart from every input and from each other. The optional saved
 //! forward output is shaped like the incoming gradient (same dtype, any strides) and the saved
 //! log-sum-exp is a contiguous f32 [B, L] (the forward's `lse` operand obeys the same rule). The
-//! causal mask is top-left aligned as the forward's, so it is defined for every L and S.
+//! causal mask is top-left aligned as the forward's, so it is defined for every L and S. The
+//! optional additive mask is `[outer, inner, L, S]` in q's dtype, `outer · inner = B`, any strides.
 
 use super::{aligned, apart, dtype_is, mismatch, same_dtype, writable};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::AttentionBackwardArgs;
 use crate::kernel::TensorArg;
+use crate::kernel::{AttentionBackwardArgs, AttentionMask};
 
 /// The log-sum-exp rows of attention: contiguous f32 [B, L], writable.
 pub(super) fn lse_rows(op: &'static str, lse: &TensorArg, [b, l]: [usize; 2]) -> Result<()> {
@@ -36,6 +37,25 @@ pub(super) fn lse_rows(op: &'static str, lse: &TensorArg, [b, l]: [usize; 2]) ->
     }
     aligned(op, lse)?;
     writable(op, lse)
+}
+
+/// An attention mask over scores `[B, L, S]`: `[outer, inner, L, S]` with `outer · inner = B`, in
+/// q's dtype, aligned (any strides).
+pub(super) fn mask(op: &'static str, mask: &AttentionMask, q: &TensorArg, [b, l, s]: [usize; 3]) -> Result<()> {
+    let values = &mask.values;
+    let shape = values.layout.shape();
+    let fits = shape.len() == 4 && shape[0].checked_mul(shape[1]) == Some(b) && shape[2..] == [l, s];
+    if !fits {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "the attention mask must be [outer, inner, L, S] with outer · inner = B over scores                  [B, L, S] = {:?}; got {shape:?}",
+                [b, l, s]
+            ),
+        ));
+    }
+    same_dtype(op, q, values)?;
+    aligned(op, values)
 }
 
 const NAME: &str = "attention_backward";
@@ -128,7 +148,11 @@ pub(super) fn attention_backward(a: &AttentionBackwardArgs) -> Result<()> {
         aligned(NAME, &saved.out)?;
         lse_rows(NAME, &saved.lse, [qs[0], qs[1]])?;
     }
-    let saved = a.saved.iter().flat_map(|s| [&s.out, &s.lse]);
+    if let Some(m) = &a.mask {
+        mask(NAME, m, q, [qs[0], qs[1], ks[1]])?;
+    }
+    let masks = a.mask.iter().map(|m| &m.values);
+    let saved = a.saved.iter().flat_map(|s| [&s.out, &s.lse]).chain(masks);
     for (i, (_, out, _)) in outputs.iter().enumerate() {
         for input in inputs.into_iter().chain(saved.clone()) {
             apart(NAME, input, out)?;

@@ -90,6 +90,14 @@ fn compute_bytes(dtype: DType) -> usize {
 /// Queue the gradients of `softmax(scale · q kᵀ) v` (validated operands): through cuDNN's fused
 /// attention where `attention_cudnn` takes the call, else through cartage's kernels.
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
+    if a.mask.is_some() {
+        return Err(Error::unsupported(
+            "attention_backward",
+            a.q.dtype,
+            backend.device,
+            "the fused attention backward takes no additive mask here; the frontend composes it",
+        ));
+    }
     if crate::attention_cudnn::backward(backend, a, &|other| kernels(backend, other))? {
         return Ok(());
     }

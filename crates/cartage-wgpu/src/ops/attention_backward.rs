@@ -77,6 +77,14 @@ fn tilings(limits: &wgpu::Limits, d: &Dims) -> Option<(Tiles, Tiles, Tiles)> {
 /// Queue the three gradients of `softmax(scale · q kᵀ) v` (validated operands).
 pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArgs) -> Result<()> {
     let dtype = a.q.dtype;
+    if a.mask.is_some() {
+        return Err(Error::unsupported(
+            OP,
+            dtype,
+            backend.ctx.cartage_device,
+            "the fused attention backward takes no additive mask here; the frontend composes it",
+        ));
+    }
     let d = Dims::of(&a.q, &a.k, &a.v);
     check_supported(backend, OP, dtype, &d)?;
     let ctx = &backend.ctx;

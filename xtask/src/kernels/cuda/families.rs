@@ -155,6 +155,7 @@ pub(super) fn attention(b: &Dyn) -> Result<()> {
                     v: tensor(&v, &shape, dtype),
                     scale: 1.0 / (head as f64).sqrt(),
                     causal,
+                    mask: None,
                     out: tensor(&out, &shape, dtype),
                     lse: None,
                 };

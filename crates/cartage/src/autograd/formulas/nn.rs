@@ -337,6 +337,7 @@ fn attention_fused(
         grad: inputs[3].as_arg(),
         scale,
         causal,
+        mask: None,
         grad_q: grads[0].as_arg(),
         grad_k: grads[1].as_arg(),
         grad_v: grads[2].as_arg(),

@@ -215,6 +215,7 @@ pub(super) fn fused(
         v: v3.as_arg(),
         scale,
         causal,
+        mask: None,
         out: out.as_arg(),
         lse: lse.map(Tensor::as_arg),
     };
