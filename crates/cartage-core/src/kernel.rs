@@ -73,9 +73,12 @@
 //!   cross-correlation as PyTorch; f32 may use TF32 under [`crate::MatmulPrecision`]'s setting.
 //!   `Attention`: q [B, L, E], k [B, S, E], v [B, S, Ev] give the contiguous `out` [B, L, Ev] =
 //!   `softmax(scale · q kᵀ) v`, with position (i, j) masked out when `causal` and `j > i`
-//!   (top-left aligned, as PyTorch's `is_causal`); a fully masked row is NaN. The optional `lse`
-//!   [B, L] (f32, contiguous) receives each row's `ln Σ_j exp(scale · q_i·k_j)` over its unmasked
-//!   keys (−inf for none); a backend that cannot write it refuses the kernel.
+//!   (top-left aligned, as PyTorch's `is_causal`), and the optional additive `mask`
+//!   ([`AttentionMask`]) added to the scaled scores. A row whose keys the mask (with `causal`)
+//!   removes is 0; with no key at all (S = 0) a row is NaN (0 / 0; the frontend composes that
+//!   case, where PyTorch gives 0). The optional `lse` [B, L] (f32, contiguous) receives each
+//!   row's `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for none); a
+//!   backend that cannot write it refuses the kernel.
 //!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
 //!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, and
 //!   every window must have a tap inside the input, which dilation can break; average pooling
@@ -869,10 +872,11 @@ pub enum Kernel {
         scale: f64,
         /// Mask out keys after the query's position.
         causal: bool,
-        /// Optional additive mask on the scaled scores (see [`AttentionMask`]). A backend that
-        /// cannot apply it refuses the kernel with `Unsupported`.
-        mask: Option<AttentionMask>,
-        /// Destination [B, L, Ev], contiguous. A row that sees no key (every score −inf) is 0.
+        /// Optional additive mask on the scaled scores (see [`AttentionMask`]; boxed, so that
+        /// every kernel stays small). A backend that cannot apply it refuses the kernel with
+        /// `Unsupported`.
+        mask: Option<Box<AttentionMask>>,
+        /// Destination [B, L, Ev], contiguous. A row whose keys the mask removes is 0.
         out: TensorArg,
         /// Optional destination [B, L] (f32, contiguous) for each query row's natural
         /// log-sum-exp `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for

@@ -186,7 +186,7 @@ impl Kernel {
                 out,
                 lse,
                 ..
-            } => attention(q, k, v, *scale, mask.as_ref(), out, lse.as_ref()),
+            } => attention(q, k, v, *scale, mask.as_deref(), out, lse.as_ref()),
             Kernel::Linear {
                 input,
                 weight,

@@ -70,14 +70,15 @@ fn gradients(c: Case, dtype: DType, compute: DType, device: &Device, composed: b
         let parts = [vars[0].tensor(), vars[1].tensor(), vars[2].tensor()];
         (vars, parts)
     };
-    // Scores of a few units: the softmax neither flat nor one-hot.
-    let all = if composed {
-        Some(Tensor::full(&[l, s], true, DType::Bool, device)?)
+    // A zero mask that needs its own gradient: the composed path, which records the mask's add.
+    let zero_mask = if composed {
+        Some(Var::new(Tensor::zeros(&[l, s], q.dtype(), device)?)?.tensor())
     } else {
         None
     };
+    // Scores of a few units: the softmax neither flat nor one-hot.
     let scale = Some(2.0 / (e as f64).sqrt());
-    let y = Tensor::scaled_dot_product_attention(&q, &k, &v, all.as_ref(), c.causal, scale)?;
+    let y = Tensor::scaled_dot_product_attention(&q, &k, &v, zero_mask.as_ref(), c.causal, scale)?;
     let r = operand(y.shape(), 4, dtype, compute, device)?;
     y.mul(&r)?.sum_all()?.backward()?;
     vars.iter()

@@ -71,9 +71,11 @@ fn run(c: Case, dtype: DType, compute: DType, device: &Device, composed: bool) -
         let parts = [vars[0].tensor(), vars[1].tensor(), vars[2].tensor()];
         (vars, parts)
     };
-    let mask = composed
-        .then(|| Tensor::full(&[l, s], true, DType::Bool, device))
-        .transpose()?;
+    // A zero mask that needs its own gradient: the composed path, which records the mask's add.
+    let mask = match composed {
+        true => Some(Var::new(Tensor::zeros(&[l, s], q.dtype(), device)?)?.tensor()),
+        false => None,
+    };
     // Scores of a few units: the softmax neither flat nor one-hot.
     let scale = Some(2.0 / (e as f64).sqrt());
     let y = Tensor::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), c.causal, scale)?;
@@ -293,7 +295,8 @@ fn report_fused_and_composed_attention_times() -> Result<()> {
         let make = |seed| operand(&shape, seed, dtype, dtype, &device);
         let (q, k, v) = (make(1)?, make(2)?, make(3)?);
         let grad = Tensor::ones(&shape, dtype, &device)?;
-        let all = Tensor::full(&[l, l], true, DType::Bool, &device)?;
+        // A zero mask that needs its own gradient: the composed path.
+        let all = Var::new(Tensor::zeros(&[l, l], dtype, &device)?)?.tensor();
         let flops = 4.0 * (b * h * l * l * e) as f64 / 2.0;
         for (path, mask) in [("fused", None), ("composed", Some(&all))] {
             let forward = time_ms(&device, 10, || {

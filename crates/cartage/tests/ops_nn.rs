@@ -8,7 +8,7 @@ mod common;
 mod nn_reference;
 
 use cartage::tensor::nn::{Conv2dOptions, CrossEntropy, Reduction};
-use cartage::{DType, Device, Error, Generator, Result, Tensor, backend};
+use cartage::{DType, Device, Error, Generator, Result, Tensor, Var, backend};
 use nn_reference::*;
 
 /// The CPU, then every other device that opens (a loud SKIP line for those that do not; a
@@ -808,10 +808,22 @@ fn attention_matches_the_reference() -> Result<()> {
         let want = attention_reference(&qd, &kr, &vr, dims, default_scale, |_, _, _| Some(0.0));
         assert_close(&format!("{device} broadcast batch"), &got.to_vec()?, &want, 1e-5);
 
-        // A fully masked row gives NaN (as PyTorch's math path does).
-        let none = Tensor::zeros(&[l, s], DType::Bool, &device)?;
-        let got = sdpa(&q, &k, &v, Some(&none), false, None)?.to_vec::<f32>()?;
-        assert!(got.iter().all(|x| x.is_nan()), "{device}");
+        // Rows that see no key give 0 (as PyTorch's do from 2.5 on), the others their
+        // attention: here every second query row is fully masked, alone and with causal.
+        let alternate: Vec<bool> = (0..l * s).map(|i| (i / s) % 2 == 0).collect();
+        let alternate = Tensor::from_slice(&alternate, &[l, s], &device)?;
+        for causal in [false, true] {
+            let got = sdpa(&q, &k, &v, Some(&alternate), causal, None)?.to_vec::<f32>()?;
+            let want = attention_reference(&qd, &kd, &vd, dims, default_scale, |_, i, j| {
+                (i % 2 == 0 && (!causal || j <= i)).then_some(0.0)
+            });
+            assert_close(
+                &format!("{device} rows that see no key, causal {causal}"),
+                &got,
+                &want,
+                1e-5,
+            );
+        }
     }
     Ok(())
 }
@@ -834,7 +846,8 @@ fn fused_attention_matches_the_composed_path() -> Result<()> {
                 let q = tensor(&values(b0 * b1 * l * e, 80), &[b0, b1, l, e], &device)?.to_dtype(dtype)?;
                 let k = tensor(&values(b0 * b1 * s * e, 81), &[b0, b1, s, e], &device)?.to_dtype(dtype)?;
                 let v = tensor(&values(b0 * b1 * s * e, 82), &[b0, b1, s, e], &device)?.to_dtype(dtype)?;
-                let all = Tensor::full(&[l, s], true, DType::Bool, &device)?;
+                // A zero mask that needs its own gradient: the composed path.
+                let all = Var::new(Tensor::zeros(&[l, s], dtype, &device)?)?.tensor();
                 let sdpa = Tensor::scaled_dot_product_attention;
                 let fused = sdpa(&q, &k, &v, None, causal, None)?.to_dtype(DType::F32)?;
                 let composed = sdpa(&q, &k, &v, Some(&all), causal, None)?.to_dtype(DType::F32)?;

@@ -418,7 +418,7 @@ pub fn all() -> Vec<Composed> {
         op(
             NN,
             "Tensor::scaled_dot_product_attention",
-            "the fused `attention` kernel where listed and no mask is given (CUDA: bf16/f16 with head dims 64 and 128, f32 with head dims 32 to 128 in steps of 16; wgpu: f32, f16, bf16, head dims up to 128), else matmul, scale, softmax (with the causal mask in the softmax kernel; a `where` over two i32 aranges where a backend refuses it), matmul",
+            "the fused `attention` kernel where listed (CUDA: bf16/f16 with head dims 64 and 128, f32 with head dims 32 to 128 in steps of 16; wgpu: f32, f16, bf16, head dims up to 128), without a mask or with one the backend applies (a bool mask as 0 / −inf, read in place as `[outer, inner, L, S]`), else matmul, scale, the mask added, softmax (with the causal mask in the softmax kernel when there is no other mask; a `where` over two i32 aranges otherwise; rows that see no key zeroed), matmul",
             |d| {
                 when(
                     float(d),
@@ -430,6 +430,9 @@ pub fn all() -> Vec<Composed> {
                         (Op::Compare(Le), DType::I32),
                         (Op::Where, d),
                         (Op::Softmax, d),
+                        (Op::Binary(Add), d),
+                        (Op::Reduce(ReduceOp::Max), d),
+                        (Op::Compare(Eq), d),
                     ],
                 )
             },

@@ -446,7 +446,7 @@ impl Tensor {
     }
 
     /// `self op value` (bool out) with the value filled on the device as a 0-d tensor.
-    fn compare_scalar(&self, op: CompareOp, value: Scalar, site: Site) -> Result<Tensor> {
+    pub(crate) fn compare_scalar(&self, op: CompareOp, value: Scalar, site: Site) -> Result<Tensor> {
         let scalar = self.scalar_like(value, site)?;
         self.compare(op, &scalar, site)
     }

@@ -419,5 +419,28 @@ fn nn() -> Vec<Case> {
                 Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], Some(&keep), false, Some(0.7))
             }
         ),
+        case!(
+            "sdpa key padding mask, causal, a row that sees no key",
+            [([2, 2, 3, 4], Normal), ([2, 2, 5, 4], Normal), ([2, 2, 5, 3], Normal)],
+            true,
+            |x| {
+                // [batch, 1, 1, S]: the second sequence's last two keys are padding (with the
+                // causal mask every row still sees key 0). A [1, 1, L, S] float mask
+                // adds a bias and removes every key of query row 1 (−inf): that row gives 0.
+                let padding = mask(
+                    &[true, true, true, true, true, true, true, true, false, false],
+                    &[2, 1, 1, 5],
+                    &x[0],
+                )?;
+                let neg = f32::NEG_INFINITY;
+                let bias: [f32; 15] = [
+                    0.3, -0.2, 0.0, 0.5, 0.1, neg, neg, neg, neg, neg, -0.4, 0.2, 0.0, 0.0, 0.6,
+                ];
+                let bias = Tensor::from_slice(&bias, &[1, 1, 3, 5], &x[0].device())?.to_dtype(x[0].dtype())?;
+                let padded = Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], Some(&padding), true, None)?;
+                let biased = Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], Some(&bias), false, Some(0.7))?;
+                padded.add(&biased)
+            }
+        ),
     ]
 }

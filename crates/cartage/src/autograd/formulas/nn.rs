@@ -2,7 +2,7 @@
 //! Half-precision inputs are differentiated in f32 and the gradients cast back, as the forward
 //! kernels compute in f32.
 
-use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
+use cartage_core::kernel::{AttentionBackwardArgs, AttentionMask, AttentionSaved};
 use cartage_core::{DType, Error, Kernel, NormKind, Op, Result};
 
 use super::when;
@@ -166,16 +166,20 @@ pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    mask: Option<Tensor>,
     causal: bool,
     scale: f64,
     saved: Option<(Tensor, Tensor)>,
 ) -> (BackwardFn, Saved) {
     let (q, k, v) = (q.detach(), k.detach(), v.detach());
+    let mask = mask.map(|m| m.detach());
     let saved = saved.map(|(out, lse)| (out.detach(), lse.detach()));
     let mut kept = vec![&q, &k, &v];
+    kept.extend(&mask);
     kept.extend(saved.iter().flat_map(|(out, lse)| [out, lse]));
     saving(keep(&kept), move |g, need| {
-        Ok(attention_grads([&q, &k, &v], g, causal, scale, saved.as_ref(), need)?.to_vec())
+        let mask = mask.as_ref();
+        Ok(attention_grads([&q, &k, &v], g, mask, causal, scale, saved.as_ref(), need)?.to_vec())
     })
 }
 
@@ -204,7 +208,7 @@ pub(crate) fn attention_packed(
         let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
         let head = q.shape()[3];
         let g = g.reshape(&[b, t, heads, head])?.transpose(1, 2)?;
-        let grads = attention_grads([&q, &k, &v], &g, causal, scale, saved.as_ref(), &[true; 3])?;
+        let grads = attention_grads([&q, &k, &v], &g, None, causal, scale, saved.as_ref(), &[true; 3])?;
         let parts = grads
             .into_iter()
             .map(|part| {
@@ -228,31 +232,42 @@ pub(crate) fn attention_packed(
 fn attention_grads(
     [q, k, v]: [&Tensor; 3],
     g: &Tensor,
+    mask: Option<&Tensor>,
     causal: bool,
     scale: f64,
     saved: Option<&(Tensor, Tensor)>,
     need: &[bool],
 ) -> Result<[Option<Tensor>; 3]> {
-    let fused = attention_fused(q, k, v, g, causal, scale, saved)?;
+    let fused = attention_fused([q, k, v], g, mask, causal, scale, saved)?;
     if let Some([gq, gk, gv]) = fused {
         let keep = |t: Tensor, i: usize| need[i].then_some(t);
         return Ok([keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
     }
     // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
-    let scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
-    let p = if causal {
-        match scores.causal_softmax()? {
-            Some(p) => p,
-            None => {
+    let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
+    if let Some(mask) = mask {
+        scores = scores.add(mask)?;
+    }
+    let causal_p = match causal && mask.is_none() {
+        true => scores.causal_softmax()?,
+        false => None,
+    };
+    let p = match causal_p {
+        Some(p) => p,
+        None => {
+            if causal {
                 let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
                 let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
                 let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
                 let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
-                Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?.softmax(-1)?
+                scores = Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?;
+            }
+            if mask.is_some() {
+                scores.masked_softmax(crate::tensor::caller())?
+            } else {
+                scores.softmax(-1)?
             }
         }
-    } else {
-        scores.softmax(-1)?
     };
     let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
     let (gq, gk) = if need[0] || need[1] {
@@ -291,10 +306,9 @@ pub(crate) const FUSED_BACKWARD_MIN_SCORE_BYTES: usize = 1 << 30;
 /// `None` where the backend does not list the kernel for the dtype or refuses these sizes or
 /// strides with `Unsupported`, or where nothing was saved and the scores are small.
 fn attention_fused(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    [q, k, v]: [&Tensor; 3],
     g: &Tensor,
+    mask: Option<&Tensor>,
     causal: bool,
     scale: f64,
     saved: Option<&(Tensor, Tensor)>,
@@ -310,6 +324,13 @@ fn attention_fused(
     if saved.is_none() && score_bytes < FUSED_BACKWARD_MIN_SCORE_BYTES {
         return Ok(None);
     }
+    let mask4 = match mask {
+        Some(m) => match m.attention_mask_view(&q.shape()[..rank - 2], l, s)? {
+            Some(view) => Some(view),
+            None => return Ok(None),
+        },
+        None => None,
+    };
     let merged = |t: &Tensor| -> Result<Tensor> {
         let (n, d) = (t.shape()[rank - 2], t.shape()[rank - 1]);
         t.reshape(&[batch, n, d])
@@ -337,7 +358,7 @@ fn attention_fused(
         grad: inputs[3].as_arg(),
         scale,
         causal,
-        mask: None,
+        mask: mask4.as_ref().map(|m| AttentionMask { values: m.as_arg() }),
         grad_q: grads[0].as_arg(),
         grad_k: grads[1].as_arg(),
         grad_v: grads[2].as_arg(),
@@ -346,7 +367,12 @@ fn attention_fused(
             lse: lse.as_arg(),
         }),
     }));
-    let operands: Vec<&Tensor> = inputs.iter().chain(saved.iter().flatten()).chain(&grads).collect();
+    let operands: Vec<&Tensor> = inputs
+        .iter()
+        .chain(saved.iter().flatten())
+        .chain(&mask4)
+        .chain(&grads)
+        .collect();
     let buffers: Vec<_> = operands.iter().map(|t| t.storage().device_buffer()).collect();
     crate::graph::hold(operands.iter().copied());
     match kernel.run(&buffers) {

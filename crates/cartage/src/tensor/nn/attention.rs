@@ -1,10 +1,13 @@
 //! Scaled dot-product attention: the backend's fused `Kernel::Attention` where it lists one for
-//! the dtype (no explicit mask, q, k and v with the same batch dimensions, shapes and strides the
-//! kernel accepts), else composed from matmul, scale, masks built or applied on the device,
-//! softmax and matmul (the `[.., L, S]` scores are materialised). Both give the same result.
+//! the dtype (q, k and v with the same batch dimensions, shapes and strides the kernel accepts,
+//! and any mask as an additive `[outer, inner, L, S]` view the backend applies), else composed
+//! from matmul, scale, masks built or applied on the device, softmax and matmul (the `[.., L, S]`
+//! scores are materialised). Both give the same result; with a mask, a row that sees no key
+//! gives 0 on both.
 //! When a backward will follow, the fused kernel also leaves each query row's log-sum-exp for
 //! the fused backward (see `formulas::nn::attention`).
 
+use cartage_core::kernel::AttentionMask;
 use cartage_core::{DType, Error, Kernel, Layout, Op, Result, Scalar, Site, broadcast_shapes};
 
 use crate::autograd::{formulas, graph};
@@ -20,8 +23,12 @@ impl Tensor {
     /// `mask` broadcasts to the scores `[.., L, S]`: a bool mask keeps the positions where it is
     /// true (the others become `-inf`); a float mask (the query's dtype) is added. With
     /// `causal`, query `i` attends to keys `j ≤ i` only (the upper triangle becomes `-inf`,
-    /// built on the device); it combines with `mask`. A row with every key masked gives NaN, as
-    /// PyTorch's reference implementation does. Float dtypes.
+    /// built on the device); it combines with `mask`. A row with every key masked gives 0, and
+    /// passes no gradient, as PyTorch's does (from 2.5 on). Float dtypes.
+    ///
+    /// The fused kernel takes the mask where the backend applies one (wgpu), with the mask's
+    /// broadcast dimensions read in place (stride 0, nothing copied); a float mask that needs
+    /// its own gradient, or a backend without it, takes the composed path.
     ///
     /// ```
     /// use cartage::{Device, Tensor};
@@ -51,6 +58,13 @@ impl Tensor {
                 crate::autocast::lower(v)?,
             );
             if lq.dtype != q.dtype || lk.dtype != k.dtype || lv.dtype != v.dtype {
+                // A float mask is lowered with them, as PyTorch's autocast casts every float
+                // operand of attention.
+                let lowered_mask = match mask {
+                    Some(m) if m.dtype.is_float() => Some(crate::autocast::lower(m)?),
+                    _ => None,
+                };
+                let mask = lowered_mask.as_ref().or(mask);
                 return Tensor::scaled_dot_product_attention(&lq, &lk, &lv, mask, causal, scale);
             }
         }
@@ -95,27 +109,43 @@ impl Tensor {
         if !scale.is_finite() {
             return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
         }
-        if mask.is_none() {
+        let mask = match mask {
+            Some(m) => Some(q.attention_additive_mask(m, &score_shape(q, k)?, site)?),
+            None => None,
+        };
+        // A mask that needs its own gradient takes the composed path, which records its add.
+        if !mask.as_ref().is_some_and(|m| graph::tracking(&[m])) {
             let tracked = graph::tracking(&[q, k, v]);
             let out = {
                 let _plain = tracked.then(crate::autograd::no_grad);
-                fused(q, k, v, causal, scale, tracked, site)?
+                fused([q, k, v], mask.as_ref(), causal, scale, tracked, site)?
             };
             if let Some((out, lse)) = out {
                 return Ok(graph::record(out, NAME, &[q, k, v], |out| {
                     let saved = lse.map(|lse| (out.clone(), lse));
-                    formulas::nn::attention(q, k, v, causal, scale, saved)
+                    formulas::nn::attention(q, k, v, mask, causal, scale, saved)
                 }));
             }
         }
-        composed(q, k, v, mask, causal, scale, site)
+        composed(q, k, v, mask.as_ref(), causal, scale, site)
     }
 }
 
-/// The attention composed from other ops: `q·scale` times `kᵀ`, the mask applied, the causal
-/// mask (in the softmax kernel where the backend has it, else a `where` over two i32 aranges),
-/// softmax, times `v`. Recorded op by op where autograd is on. `q`, `k` and `v` have passed the
-/// checks of [`Tensor::scaled_dot_product_attention`].
+/// The shape of the scores `[.., L, S]` of `q` `[.., L, E]` against `k` `[.., S, E]`: their
+/// batch dimensions broadcast.
+fn score_shape(q: &Tensor, k: &Tensor) -> Result<Vec<usize>> {
+    let (qr, kr) = (q.rank(), k.rank());
+    let mut shape = broadcast_shapes(&q.shape()[..qr - 2], &k.shape()[..kr - 2])?.to_vec();
+    shape.extend([q.shape()[qr - 2], k.shape()[kr - 2]]);
+    Ok(shape)
+}
+
+/// The attention composed from other ops: `q·scale` times `kᵀ`, the additive `mask` (from
+/// [`Tensor::attention_additive_mask`]) added, the causal mask (in the softmax kernel where the
+/// backend has it and there is no other mask, else a `where` over two i32 aranges), softmax
+/// (with a mask, rows that see no key give 0: [`Tensor::masked_softmax`]), times `v`. Recorded
+/// op by op where autograd is on. `q`, `k` and `v` have passed the checks of
+/// [`Tensor::scaled_dot_product_attention`].
 pub(super) fn composed(
     q: &Tensor,
     k: &Tensor,
@@ -125,35 +155,16 @@ pub(super) fn composed(
     scale: f64,
     site: Site,
 ) -> Result<Tensor> {
-    let mismatch = |lhs: &Tensor, rhs: &Tensor, reason: String| Error::ShapeMismatch {
-        op: NAME,
-        lhs: lhs.shape().to_vec(),
-        rhs: rhs.shape().to_vec(),
-        reason,
-    };
     let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
     // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
     let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
     if let Some(mask) = mask {
-        check::same_device(NAME, q, mask)?;
-        let fits = broadcast_shapes(mask.shape(), scores.shape()).is_ok_and(|b| b.as_slice() == scores.shape());
-        if !fits {
-            return Err(mismatch(
-                mask,
-                &scores,
-                "the mask must broadcast to the attention scores [.., L, S] (the right-hand shape)".into(),
-            ));
-        }
-        scores = if mask.dtype == DType::Bool {
-            let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
-            Tensor::where_cond(mask, &scores, &neg_inf)?
-        } else {
-            check::same_dtype(NAME, q, mask)?;
-            scores.add(mask)?
-        };
+        scores = scores.add(mask)?;
     }
     if causal {
-        if let Some(p) = scores.causal_softmax()? {
+        if mask.is_none()
+            && let Some(p) = scores.causal_softmax()?
+        {
             return p.matmul(v);
         }
         let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device)?;
@@ -163,7 +174,12 @@ pub(super) fn composed(
         let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
         scores = Tensor::where_cond(&keep, &scores, &neg_inf)?;
     }
-    scores.softmax(-1)?.matmul(v)
+    let p = if mask.is_some() {
+        scores.masked_softmax(site)?
+    } else {
+        scores.softmax(-1)?
+    };
+    p.matmul(v)
 }
 
 /// `Kernel::Attention` into a fresh contiguous output, with the batch dimensions merged into one
@@ -174,9 +190,8 @@ pub(super) fn composed(
 /// ([B, L] f32, B the merged batch), returned beside the output for the fused backward; a
 /// backend that cannot write it runs the plain kernel and the second value is `None`.
 pub(super) fn fused(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    [q, k, v]: [&Tensor; 3],
+    mask: Option<&Tensor>,
     causal: bool,
     scale: f64,
     want_lse: bool,
@@ -208,6 +223,17 @@ pub(super) fn fused(
     };
     let (q3, k3, v3) = (merged(q)?, merged(k)?, merged(v)?);
     let (l, ev) = (q.shape()[rank - 2], v.shape()[rank - 1]);
+    if k.shape()[rank - 2] == 0 {
+        // No key at all: the kernels' rows would be 0 / 0; the composed path gives 0, as PyTorch.
+        return Ok(None);
+    }
+    let mask4 = match mask {
+        Some(m) => match m.attention_mask_view(batch_dims, l, k.shape()[rank - 2])? {
+            Some(view) => Some(view),
+            None => return Ok(None),
+        },
+        None => None,
+    };
     let out = q.alloc_like(&[batch, l, ev], q.dtype, site)?;
     let kernel = |lse: Option<&Tensor>| Kernel::Attention {
         q: q3.as_arg(),
@@ -215,15 +241,16 @@ pub(super) fn fused(
         v: v3.as_arg(),
         scale,
         causal,
-        mask: None,
+        mask: mask4.as_ref().map(|m| Box::new(AttentionMask { values: m.as_arg() })),
         out: out.as_arg(),
         lse: lse.map(Tensor::as_arg),
     };
     let mut lse = None;
     if want_lse && out.numel() > 0 {
         let rows = q.alloc_like(&[batch, l], DType::F32, site)?;
-        let buffers = [&out, &rows, &q3, &k3, &v3].map(|t| t.storage().device_buffer());
-        crate::graph::hold([&out, &rows, &q3, &k3, &v3]);
+        let operands: Vec<&Tensor> = [&out, &rows, &q3, &k3, &v3].into_iter().chain(&mask4).collect();
+        let buffers: Vec<_> = operands.iter().map(|t| t.storage().device_buffer()).collect();
+        crate::graph::hold(operands.iter().copied());
         match kernel(Some(&rows)).run(&buffers) {
             Ok(()) => lse = Some(rows),
             Err(Error::Unsupported { .. }) => {}
@@ -231,7 +258,8 @@ pub(super) fn fused(
         }
     }
     if lse.is_none() {
-        match out.launch(&kernel(None), &[&q3, &k3, &v3], out.numel()) {
+        let inputs: Vec<&Tensor> = [&q3, &k3, &v3].into_iter().chain(&mask4).collect();
+        match out.launch(&kernel(None), &inputs, out.numel()) {
             Ok(()) => {}
             Err(Error::Unsupported { .. }) => return Ok(None),
             Err(e) => return Err(e),

@@ -69,7 +69,7 @@ impl Tensor {
             if !scale.is_finite() {
                 return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
             }
-            let (heads_out, lse) = match fused(&q, &k, &v, causal, scale, tracked, site)? {
+            let (heads_out, lse) = match fused([&q, &k, &v], None, causal, scale, tracked, site)? {
                 Some(done) => done,
                 // The backward recomputes the probabilities from the saved qkv.
                 None => (composed(&q, &k, &v, None, causal, scale, site)?, None),

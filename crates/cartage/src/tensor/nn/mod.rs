@@ -14,6 +14,7 @@
 
 mod activation_linear;
 mod attention;
+mod attention_mask;
 mod attention_packed;
 mod class_loss;
 mod conv;
