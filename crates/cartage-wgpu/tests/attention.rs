@@ -184,9 +184,8 @@ impl Mask {
     /// strides `(0, 0, 1, L)`: stored transposed), key 0 removed from every row past the first.
     fn shared_transposed(c: &Case, seed: u64, dtype: DType) -> Mask {
         let mut buffer = values(c.l * c.s, seed, dtype);
-        for i in 1..c.l {
-            buffer[i] = f64::NEG_INFINITY;
-        }
+        // Element (i, 0) is at i.
+        buffer[1..c.l].iter_mut().for_each(|x| *x = f64::NEG_INFINITY);
         Mask {
             shape: [1, c.b, c.l, c.s],
             strides: [0, 0, 1, c.l],
