@@ -9,8 +9,9 @@
 //! rounding. The same with an additive mask ([`AttentionMask`]), causal and not: a key padding
 //! mask broadcast over heads and query rows (strides 0), a full per-entry mask with −inf holes
 //! and fully masked rows, one at a storage offset with padded rows, and one shared by every
-//! batch entry and stored transposed; head dims 8, 64 and 100, L ≠ S. A query row whose keys
-//! are all masked gives output 0, log-sum-exp −inf and zero gradients, and nothing is NaN.
+//! batch entry and stored transposed; head dims 8, 64 and 100, L ≠ S, no keys and no queries.
+//! A query row whose keys are all masked gives output 0, log-sum-exp −inf and zero gradients,
+//! and nothing is NaN.
 //! Then the ops are listed for f32, f16 and bf16 only, and head dims past 128 are refused with
 //! `Unsupported` (the frontend then composes).
 
@@ -525,6 +526,11 @@ fn masked_cases(dtype: DType, pick: impl Fn(usize) -> bool) -> Vec<(Case, Mask)>
         cases.push((c, Mask::full(&c, 70 + n, dtype, 1, 0, &[])));
         let c = case(2, 26, 35, 8, 16, causal);
         cases.push((c, Mask::shared_transposed(&c, 80 + n, dtype)));
+        // No keys (every row 0 with a mask) and no queries (zero key and value gradients).
+        let c = case(2, 5, 0, 64, 64, causal);
+        cases.push((c, Mask::padding(&c, &[0, 0])));
+        let c = case(2, 0, 5, 64, 64, causal);
+        cases.push((c, Mask::padding(&c, &[5, 2])));
     }
     cases
         .into_iter()
