@@ -82,7 +82,8 @@ fn tilings(limits: &wgpu::Limits, d: &Dims) -> Option<(Tiles, Tiles, Tiles)> {
     Some((forward_tiles(limits, d)?, keys, queries))
 }
 
-/// Queue the three gradients of `softmax(scale · q kᵀ) v` (validated operands).
+/// Queue the three gradients of `softmax(scale · q kᵀ + mask) v` (validated operands; the mask
+/// optional).
 pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArgs) -> Result<()> {
     let dtype = a.q.dtype;
     let d = Dims::of(&a.q, &a.k, &a.v);
