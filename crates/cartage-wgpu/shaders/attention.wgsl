@@ -5,12 +5,15 @@
 // row, shared by the row's invocations, and per-invocation partial sums rescaled with it) uses
 // exp2. Invocation t of a row owns the keys j ≡ t (mod TPR) of each tile for the scores and
 // the output chunks c ≡ t (mod TPR) (four columns each) for the accumulation. The output is
-// written once, divided by the row's sum (0/0 = NaN for a row that sees no key), and with an
-// `lse` operand each row's natural log-sum-exp (−inf for no key).
+// written once, divided by the row's sum, and with an `lse` operand each row's natural
+// log-sum-exp (−inf for no key). A row that sees no key is EMPTY_ROW: 0 / 0 = NaN unmasked
+// (S = 0), 0 with a mask (every key removed by −inf).
 // Causal (top-left: key j masked for query i when j > i): key tiles past the tile's last row
 // are skipped. Tiles are taken heaviest first (the last query tiles see the most keys).
+// Additive mask (built in only with one, MASK_BASE and MASK_SCORE): each key the causal cut
+// keeps gets mask[b, row, j]·log2(e) added to its base-2 score (`mask2`).
 // Slots (`P.ops`, element offset and batch, row and column strides): 0 q (b1), 1 k (b2), 2 v
-// (b3), 3 out (b4), 4 lse (b5, optional).
+// (b3), 3 out (b4), 4 lse (b5, optional), 7 the mask (the binding after the others, optional).
 
 {{PRELUDE}}
 
@@ -47,6 +50,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = lid / TPR;
     let t = lid % TPR;
     let row = m0 + r;
+    {{MASK_BASE}}
 
     for (var i = lid; i < BR * E4; i = i + WG) {
         let rr = i / E4;
@@ -91,7 +95,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var x = s[kk] * scale_log2;
             if j >= S || (causal && j > row) {
                 x = -inf_f32();
-            }
+            }{{MASK_SCORE}}
             s[kk] = x;
             tile_max = max(tile_max, x);
         }
@@ -145,8 +149,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if row >= L {
         return;
     }
-    // A row that sees no key: 0 / 0.
-    let inv = select(1.0 / total, nan_f32(), total == 0.0);
+    // A row that sees no key.
+    let inv = select(1.0 / total, {{EMPTY_ROW}}, total == 0.0);
     for (var c = 0u; c < CPT; c = c + 1u) {
         let ch = c * TPR + t;
         if ch < EV4 {
@@ -162,3 +166,11 @@ if t == 0u {
         let lse = select((m + log2(total)) * 0.6931471805599453, -inf_f32(), total == 0.0);
         st_lse(P.ops[4].x + b * P.ops[4].y + row * P.ops[4].z, lse);
     }
+
+//# mask_base
+let mb = mask_base(b);
+
+//# mask_score
+ else if row < L {
+                x = x + mask2(mb, row, j);
+            }

@@ -1,7 +1,9 @@
 // The FlashAttention-2 backward of scaled dot-product attention, in three kernels that share
 // this head (the pieces below are the kernels' bodies):
 // - `rows`: one invocation per query row: D_i = dO_i · O_i and the row's log-sum-exp in base 2
-//   into the f32 scratch `aux` (lse₂ at [0, B·L), D at [B·L, 2·B·L)).
+//   into the f32 scratch `aux` (lse₂ at [0, B·L), D at [B·L, 2·B·L)); a row that sees no key
+//   (lse −inf) gets lse₂ = +inf, so that every P_ij of it is exp2(−inf) = 0, never
+//   exp2(−inf − (−inf)) = NaN, and it adds nothing to any gradient (its O is 0, so D is 0).
 // - `keys`: one workgroup per batch entry and tile of BC keys, TPR invocations per key; the key
 //   and value tiles stay in workgroup memory while the query tiles that see them stream
 //   through (with their dO rows, lse₂ and D). Each pair recomputes P_ij = exp2(scale·log2(e)·
@@ -13,6 +15,10 @@
 //   Σ_j dS_ij k_j accumulates in registers, written once times the scale. No atomics: every
 //   gradient element has one writer, so the result does not depend on scheduling.
 // Masked pairs (causal j > i, rows past L, keys past S) have P = 0. Everything is in f32.
+// Additive mask (built in only with one, MASK_BASE and MASK_SCORE): each pair the causal cut
+// keeps gets mask[b, i, j]·log2(e) added to its base-2 score before P is recomputed, the same
+// mask as the forward's (read through slot 7 and the binding after the others); −inf gives
+// P = 0.
 
 {{PRELUDE}}
 
@@ -43,7 +49,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var c = 0u; c < EV; c = c + 1u) {
         d = d + ld_g(gb + c * P.ops[0].w) * ld_o(ob + c * P.ops[1].w);
     }
-    aux[P.ops[3].x + flat] = ld_lse(P.ops[2].x + flat) * 1.4426950408889634;
+    let lse = ld_lse(P.ops[2].x + flat);
+    aux[P.ops[3].x + flat] = select(lse * 1.4426950408889634, inf_f32(), lse == -inf_f32());
     aux[P.ops[3].x + rows + flat] = d;
 }
 
@@ -79,6 +86,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let j = lid / TPR;
     let t = lid % TPR;
     let key = n0 + j;
+    {{MASK_BASE}}
 
     for (var i = lid; i < BC * E4; i = i + WG) {
         var x = vec4<f32>();
@@ -152,7 +160,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let i = ii * TPR + t;
             let row = m0 + i;
             let seen = key < S && row < L && !(causal && key > row);
-            let p = select(0.0, exp2(s[ii] * scale_log2 - lse_sh[i]), seen);
+            var x = s[ii] * scale_log2;
+            {{MASK_SCORE}}
+            let p = select(0.0, exp2(x - lse_sh[i]), seen);
             p_sh[j * PS + i] = p;
             ds_sh[j * PS + i] = p * (dp[ii] - d_sh[i]);
         }
@@ -220,6 +230,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = lid / TPR;
     let t = lid % TPR;
     let row = m0 + r;
+    {{MASK_BASE}}
 
     for (var i = lid; i < BR * E4; i = i + WG) {
         var x = vec4<f32>();
@@ -287,7 +298,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let j = kk * TPR + t;
             let key = n0 + j;
             let seen = key < S && row < L && !(causal && key > row);
-            let p = select(0.0, exp2(s[kk] * scale_log2 - lse2), seen);
+            var x = s[kk] * scale_log2;
+            {{MASK_SCORE}}
+            let p = select(0.0, exp2(x - lse2), seen);
             ds_sh[r * PS + j] = p * (dp[kk] - d);
         }
         workgroupBarrier();
@@ -312,3 +325,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 }
+
+//# mask_base
+let mb = mask_base(b);
+
+//# mask_score
+if seen {
+                x = x + mask2(mb, row, key);
+            }

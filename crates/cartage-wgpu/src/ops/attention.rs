@@ -10,12 +10,22 @@
 //! per head dim from the adapter's workgroup-memory and invocation limits ([`Tiles`]); anything
 //! else (f64, wider heads, an adapter too small for the smallest tiling) is refused with
 //! [`Error::Unsupported`], so that the frontend composes the result instead.
+//!
+//! With an additive mask ([`AttentionMask`], [`super::attention_mask`]) a variant of the kernel
+//! adds `mask[b / inner, b % inner, i, j]` to each score it keeps after the causal cut, read in
+//! place through the mask's strides (0 for a broadcast dimension) and offset; −inf removes a
+//! key. A row whose keys are all removed is written as 0 with a log-sum-exp of −inf (unmasked,
+//! a row that sees no key, S = 0, stays 0 / 0 = NaN). The unmasked kernel reads no mask and is
+//! built without one; the masked one binds one more storage buffer, refused with
+//! [`Error::Unsupported`] on an adapter that allows too few.
 
+use cartage_core::kernel::AttentionMask;
 use cartage_core::{DType, Error, Result, TensorArg};
 
 use crate::backend::WgpuBackend;
 use crate::bindings::{Window, bind_operand};
 use crate::encoder::ParamBlock;
+use crate::ops::attention_mask::{self, MaskSlot};
 use crate::ops::geometry::grid;
 use crate::wgsl;
 
@@ -219,8 +229,16 @@ pub(crate) fn no_tiling(backend: &WgpuBackend, op: &str, dtype: DType, d: &Dims)
     )
 }
 
-/// The parameter block: sizes, mask and scale, then each slot's offset and strides.
-pub(crate) fn params(d: &Dims, tiles: usize, causal: bool, scale: f64, slots: &[Slot]) -> Result<ParamBlock> {
+/// The parameter block: sizes, causal flag and scale, then each slot's offset and strides, and
+/// the additive mask's addressing when there is one.
+pub(crate) fn params(
+    d: &Dims,
+    tiles: usize,
+    causal: bool,
+    scale: f64,
+    slots: &[Slot],
+    mask: Option<&MaskSlot>,
+) -> Result<ParamBlock> {
     let mut p = ParamBlock::default();
     p.put_sizes(0, &[d.batch, d.l, d.s, tiles], "attention size")?;
     let rows = d.batch.saturating_mul(d.l);
@@ -233,6 +251,9 @@ pub(crate) fn params(d: &Dims, tiles: usize, causal: bool, scale: f64, slots: &[
             &[s.offset, s.strides[0], s.strides[1], s.strides[2]],
             "attention stride",
         )?;
+    }
+    if let Some(mask) = mask {
+        mask.put(&mut p)?;
     }
     Ok(p)
 }
@@ -319,13 +340,14 @@ pub(crate) fn consts(values: &[(&str, u32)]) -> String {
         .collect()
 }
 
-/// Queue `out = softmax(scale · q kᵀ) v` (validated operands), and each row's log-sum-exp into
-/// `lse` when given.
+/// Queue `out = softmax(scale · q kᵀ + mask) v` (validated operands), and each row's
+/// log-sum-exp into `lse` when given.
 pub(crate) fn attention(
     backend: &WgpuBackend,
     [q, k, v]: [&TensorArg; 3],
     scale: f64,
     causal: bool,
+    mask: Option<&AttentionMask>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
@@ -333,6 +355,10 @@ pub(crate) fn attention(
     let d = Dims::of(q, k, v);
     check_supported(backend, OP, q.dtype, &d)?;
     let tiles = forward_tiles(&backend.ctx.limits, &d).ok_or_else(|| no_tiling(backend, OP, q.dtype, &d))?;
+    if mask.is_some() {
+        // q, k, v, out, the lse when asked, and the mask.
+        attention_mask::check_bindings(backend, OP, q.dtype, 5 + usize::from(lse.is_some()))?;
+    }
     if d.batch == 0 || d.l == 0 {
         return Ok(());
     }
@@ -345,12 +371,23 @@ pub(crate) fn attention(
     if let Some(lse) = lse {
         slots.push(Slot::bind(backend, lse, OP)?);
     }
-    record_forward(backend, [q.dtype, out.dtype], &d, tiles, scale, causal, &slots)
+    let mask = mask.map(|m| MaskSlot::bind(backend, m, OP)).transpose()?;
+    record_forward(
+        backend,
+        [q.dtype, out.dtype],
+        &d,
+        tiles,
+        scale,
+        causal,
+        &slots,
+        mask.as_ref(),
+    )
 }
 
-/// Record the forward over `slots` (q, k, v, out and optionally lse) with `tiles`, for inputs
-/// of `dtype` and an output of `out_dtype` (the inputs' dtype, or f32 for the backward's own
-/// forward).
+/// Record the forward over `slots` (q, k, v, out and optionally lse) and the additive `mask`
+/// when given, with `tiles`, for inputs of `dtype` and an output of `out_dtype` (the inputs'
+/// dtype, or f32 for the backward's own forward).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn record_forward(
     backend: &WgpuBackend,
     [dtype, out_dtype]: [DType; 2],
@@ -359,32 +396,42 @@ pub(crate) fn record_forward(
     scale: f64,
     causal: bool,
     slots: &[Slot],
+    mask: Option<&MaskSlot>,
 ) -> Result<()> {
     let with_lse = slots.len() == 5;
     let row_tiles = d.l.div_ceil(tiles.outer as usize);
     let groups = d.batch.saturating_mul(row_tiles);
     check_groups(groups)?;
-    let params = params(d, row_tiles, causal, scale, slots)?;
+    let params = params(d, row_tiles, causal, scale, slots, mask)?;
     let key = format!(
-        "attention|{dtype}|{out_dtype}|{}x{}|{}x{}x{}|{}",
+        "attention|{dtype}|{out_dtype}|{}x{}|{}x{}x{}|{}|{}",
         d.e,
         d.ev,
         tiles.outer,
         tiles.inner,
         tiles.per,
-        u8::from(with_lse)
+        u8::from(with_lse),
+        u8::from(mask.is_some())
     );
     let ctx = &backend.ctx;
-    let pipeline = backend.pipelines.try_get(ctx, &key, slots.len(), || {
-        forward_source([dtype, out_dtype], d, tiles, with_lse)
+    let mut windows: Vec<Window> = slots.iter().map(|s| s.window).collect();
+    windows.extend(mask.map(|m| m.window));
+    let pipeline = backend.pipelines.try_get(ctx, &key, windows.len(), || {
+        forward_source([dtype, out_dtype], d, tiles, with_lse, mask.is_some())
     })?;
-    let windows: Vec<Window> = slots.iter().map(|s| s.window).collect();
     let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
     backend.record(&pipeline, &windows, &params, grid(groups as u64, 1, max_dim))
 }
 
-/// The forward's WGSL for the input and output dtypes, head dims and tiling.
-fn forward_source([dtype, out_dtype]: [DType; 2], d: &Dims, t: Tiles, with_lse: bool) -> Result<String> {
+/// The forward's WGSL for the input and output dtypes, head dims and tiling, with or without
+/// the log-sum-exp output and the additive mask (bound after every other operand).
+fn forward_source(
+    [dtype, out_dtype]: [DType; 2],
+    d: &Dims,
+    t: Tiles,
+    with_lse: bool,
+    with_mask: bool,
+) -> Result<String> {
     let (e4, ev4) = d.chunks();
     let st = wgsl::storage_type(dtype);
     let mut bindings = wgsl::binding(1, "b1", st);
@@ -405,6 +452,12 @@ fn forward_source([dtype, out_dtype]: [DType; 2], d: &Dims, t: Tiles, with_lse: 
         pieces.fill("lse", &[])?
     } else {
         String::new()
+    };
+    let (mask_base, mask_score, empty_row) = if with_mask {
+        accessors.push_str(&attention_mask::accessors(5 + u32::from(with_lse), dtype));
+        (pieces.fill("mask_base", &[])?, pieces.fill("mask_score", &[])?, "0.0")
+    } else {
+        (String::new(), String::new(), "nan_f32()")
     };
     let consts = consts(&[
         ("E", d.e as u32),
@@ -428,6 +481,9 @@ fn forward_source([dtype, out_dtype]: [DType; 2], d: &Dims, t: Tiles, with_lse: 
         ("ACCESSORS", &accessors),
         ("CONSTS", &consts),
         ("LSE", &lse),
+        ("MASK_BASE", &mask_base),
+        ("MASK_SCORE", &mask_score),
+        ("EMPTY_ROW", empty_row),
     ])
 }
 

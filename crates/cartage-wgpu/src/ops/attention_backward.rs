@@ -10,7 +10,14 @@
 //! f32, the log-sum-exp straight into the pre-pass's scratch). Dtypes, head dims and
 //! adapters the kernels do not take are refused with [`Error::Unsupported`] (the frontend then
 //! composes the gradients); so is an adapter with fewer than seven storage bindings per stage
-//! (the key kernel binds q, k, v, dO, the scratch, dK and dV).
+//! (the key kernel binds q, k, v, dO, the scratch, dK and dV), or eight with a mask.
+//!
+//! With the forward's additive mask ([`AttentionBackwardArgs::mask`], [`super::attention_mask`])
+//! the key and query kernels (and the forward when it runs here) are built in a variant that
+//! adds the mask to each recomputed score, read in place through its strides and offset; the
+//! mask's own gradient is not computed. A query row every key of which is removed (log-sum-exp
+//! −inf) recomputes P = 0 for every key (the pre-pass stores its base-2 log-sum-exp as +inf)
+//! and adds nothing to any gradient; its dQ row is 0. The unmasked kernels are unchanged.
 
 use cartage_core::kernel::AttentionBackwardArgs;
 use cartage_core::{Backend, DType, Error, Result};
@@ -21,6 +28,7 @@ use crate::ops::attention::{
     Dims, PARAMS, Slot, Tiles, check_groups, check_supported, chunk_fn, consts, forward_tiles, no_tiling, out_binding,
     padded, params, record_forward, scratch_window, store_fns,
 };
+use crate::ops::attention_mask::{self, MaskSlot};
 use crate::ops::geometry::grid;
 use crate::wgsl;
 
@@ -74,17 +82,10 @@ fn tilings(limits: &wgpu::Limits, d: &Dims) -> Option<(Tiles, Tiles, Tiles)> {
     Some((forward_tiles(limits, d)?, keys, queries))
 }
 
-/// Queue the three gradients of `softmax(scale · q kᵀ) v` (validated operands).
+/// Queue the three gradients of `softmax(scale · q kᵀ + mask) v` (validated operands; the mask
+/// optional).
 pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArgs) -> Result<()> {
     let dtype = a.q.dtype;
-    if a.mask.is_some() {
-        return Err(Error::unsupported(
-            OP,
-            dtype,
-            backend.ctx.cartage_device,
-            "the fused attention backward takes no additive mask here; the frontend composes it",
-        ));
-    }
     let d = Dims::of(&a.q, &a.k, &a.v);
     check_supported(backend, OP, dtype, &d)?;
     let ctx = &backend.ctx;
@@ -100,6 +101,9 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
             ),
         ));
     }
+    if a.mask.is_some() {
+        attention_mask::check_bindings(backend, OP, dtype, KEY_BINDINGS as usize + 1)?;
+    }
     let (forward, keys, queries) = tilings(&ctx.limits, &d).ok_or_else(|| no_tiling(backend, OP, dtype, &d))?;
     if d.batch == 0 {
         return Ok(());
@@ -114,6 +118,8 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
     let grad_q = Slot::bind(backend, &a.grad_q, OP)?;
     let grad_k = Slot::bind(backend, &a.grad_k, OP)?;
     let grad_v = Slot::bind(backend, &a.grad_v, OP)?;
+    let mask = a.mask.as_ref().map(|m| MaskSlot::bind(backend, m, OP)).transpose()?;
+    let mask = mask.as_ref();
     // lse₂ then D, one f32 each per query row (one word more, so that it is never empty).
     let aux = backend.scratch((2 * rows + 1) * 4)?;
     let mut forward_out = None;
@@ -135,7 +141,16 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
                     forward_out = Some(scratch);
                     let out = Slot::dense(window?, d.l, d.ev);
                     let slots = [inputs[0], inputs[1], inputs[2], out, aux_slot];
-                    record_forward(backend, [dtype, DType::F32], &d, forward, a.scale, a.causal, &slots)?;
+                    record_forward(
+                        backend,
+                        [dtype, DType::F32],
+                        &d,
+                        forward,
+                        a.scale,
+                        a.causal,
+                        &slots,
+                        mask,
+                    )?;
                     (out, DType::F32, aux_slot)
                 }
             };
@@ -143,11 +158,11 @@ pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArg
         }
         if d.s > 0 {
             let slots = [inputs[0], inputs[1], inputs[2], inputs[3], aux_slot, grad_k, grad_v];
-            record_tiles(backend, dtype, &d, keys, Kind::Keys, a, &slots)?;
+            record_tiles(backend, dtype, &d, keys, Kind::Keys, a, &slots, mask)?;
         }
         if rows > 0 {
             let slots = [inputs[0], inputs[1], inputs[2], inputs[3], aux_slot, grad_q];
-            record_tiles(backend, dtype, &d, queries, Kind::Queries, a, &slots)?;
+            record_tiles(backend, dtype, &d, queries, Kind::Queries, a, &slots, mask)?;
         }
         Ok(())
     })();
@@ -182,7 +197,7 @@ enum Kind {
 /// Record the pre-pass over slots (dO, O, lse, aux), for an incoming gradient of `dtype` and
 /// a forward output of `out_dtype`.
 fn record_rows(backend: &WgpuBackend, [dtype, out_dtype]: [DType; 2], d: &Dims, slots: [Slot; 4]) -> Result<()> {
-    let params = params(d, 0, false, 1.0, &slots)?;
+    let params = params(d, 0, false, 1.0, &slots, None)?;
     let key = format!("attention_backward_rows|{dtype}|{out_dtype}|{}", d.ev);
     let ctx = &backend.ctx;
     let pipeline = backend.pipelines.try_get(ctx, &key, 4, || {
@@ -193,7 +208,7 @@ fn record_rows(backend: &WgpuBackend, [dtype, out_dtype]: [DType; 2], d: &Dims, 
         let mut accessors = wgsl::load_fn("ld_g", "b1", dtype);
         accessors.push_str(&wgsl::load_fn("ld_o", "b2", out_dtype));
         accessors.push_str(&wgsl::load_fn("ld_lse", "b3", DType::F32));
-        source("rows", &bindings, &accessors, &consts(&[("EV", d.ev as u32)]))
+        source("rows", &bindings, &accessors, &consts(&[("EV", d.ev as u32)]), false)
     })?;
     let windows: Vec<Window> = slots.iter().map(|s| s.window).collect();
     let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
@@ -202,7 +217,8 @@ fn record_rows(backend: &WgpuBackend, [dtype, out_dtype]: [DType; 2], d: &Dims, 
 }
 
 /// Record the key kernel (slots q, k, v, dO, aux, dK, dV) or the query kernel (slots q, k, v,
-/// dO, aux, dQ).
+/// dO, aux, dQ), with the additive `mask` bound after them when given.
+#[allow(clippy::too_many_arguments)]
 fn record_tiles(
     backend: &WgpuBackend,
     dtype: DType,
@@ -211,6 +227,7 @@ fn record_tiles(
     kind: Kind,
     a: &AttentionBackwardArgs,
     slots: &[Slot],
+    mask: Option<&MaskSlot>,
 ) -> Result<()> {
     let outer = match kind {
         Kind::Keys => d.s,
@@ -219,17 +236,24 @@ fn record_tiles(
     let tiles = outer.div_ceil(t.outer as usize);
     let groups = d.batch.saturating_mul(tiles);
     check_groups(groups)?;
-    let params = params(d, tiles, a.causal, a.scale, slots)?;
+    let params = params(d, tiles, a.causal, a.scale, slots, mask)?;
     let name = match kind {
         Kind::Keys => "keys",
         Kind::Queries => "queries",
     };
     let key = format!(
-        "attention_backward_{name}|{dtype}|{}x{}|{}x{}x{}",
-        d.e, d.ev, t.outer, t.inner, t.per
+        "attention_backward_{name}|{dtype}|{}x{}|{}x{}x{}|{}",
+        d.e,
+        d.ev,
+        t.outer,
+        t.inner,
+        t.per,
+        u8::from(mask.is_some())
     );
     let ctx = &backend.ctx;
-    let pipeline = backend.pipelines.try_get(ctx, &key, slots.len(), || {
+    let mut windows: Vec<Window> = slots.iter().map(|s| s.window).collect();
+    windows.extend(mask.map(|m| m.window));
+    let pipeline = backend.pipelines.try_get(ctx, &key, windows.len(), || {
         let st = wgsl::storage_type(dtype);
         let mut bindings = String::new();
         for (n, name) in ["b1", "b2", "b3", "b4"].into_iter().enumerate() {
@@ -249,6 +273,9 @@ fn record_tiles(
         if kind == Kind::Keys {
             bindings.push_str(&out_binding(7, "b7", dtype));
             accessors.push_str(&store_fns("b", "b7", dtype));
+        }
+        if mask.is_some() {
+            accessors.push_str(&attention_mask::accessors(slots.len() as u32 + 1, dtype));
         }
         let (e4, ev4) = (d.e.div_ceil(4) as u32, d.ev.div_ceil(4) as u32);
         let mut values = vec![
@@ -277,15 +304,15 @@ fn record_tiles(
                 ("CQT", e4.div_ceil(t.per)),
             ]),
         }
-        source(name, &bindings, &accessors, &consts(&values))
+        source(name, &bindings, &accessors, &consts(&values), mask.is_some())
     })?;
-    let windows: Vec<Window> = slots.iter().map(|s| s.window).collect();
     let max_dim = ctx.limits.max_compute_workgroups_per_dimension;
     backend.record(&pipeline, &windows, &params, grid(groups as u64, 1, max_dim))
 }
 
-/// The WGSL of the kernel `piece` of `shaders/attention_backward.wgsl`.
-fn source(piece: &str, bindings: &str, accessors: &str, consts: &str) -> Result<String> {
+/// The WGSL of the kernel `piece` of `shaders/attention_backward.wgsl`; the key and query
+/// kernels with or without the additive mask (the pre-pass reads none).
+fn source(piece: &str, bindings: &str, accessors: &str, consts: &str, with_mask: bool) -> Result<String> {
     let pieces = wgsl::Pieces::parse("shaders/attention_backward.wgsl", ATTENTION_BACKWARD);
     let mut text = pieces.fill_head(&[
         ("PRELUDE", &wgsl::prelude(false)),
@@ -294,7 +321,15 @@ fn source(piece: &str, bindings: &str, accessors: &str, consts: &str) -> Result<
         ("ACCESSORS", accessors),
         ("CONSTS", consts),
     ])?;
-    text.push_str(&pieces.fill(piece, &[])?);
+    let body = if piece == "rows" {
+        pieces.fill(piece, &[])?
+    } else if with_mask {
+        let (base, score) = (pieces.fill("mask_base", &[])?, pieces.fill("mask_score", &[])?);
+        pieces.fill(piece, &[("MASK_BASE", &base), ("MASK_SCORE", &score)])?
+    } else {
+        pieces.fill(piece, &[("MASK_BASE", ""), ("MASK_SCORE", "")])?
+    };
+    text.push_str(&body);
     Ok(text)
 }
 

@@ -2,6 +2,7 @@
 
 pub(crate) mod attention;
 pub(crate) mod attention_backward;
+pub(crate) mod attention_mask;
 pub(crate) mod cross_entropy;
 pub(crate) mod cross_entropy_backward;
 pub(crate) mod elementwise;
@@ -144,22 +145,16 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             indices,
             out,
         } => pool::pool2d_backward(backend, *mode, *window, grad, indices.as_ref(), out),
-        Kernel::Attention { q, mask: Some(_), .. } => Err(cartage_core::Error::unsupported(
-            "attention",
-            q.dtype,
-            backend.ctx.cartage_device,
-            "the fused attention takes no additive mask here; the frontend composes masked attention",
-        )),
         Kernel::Attention {
             q,
             k,
             v,
             scale,
             causal,
-            mask: None,
+            mask,
             out,
             lse,
-        } => attention::attention(backend, [q, k, v], *scale, *causal, out, lse.as_ref()),
+        } => attention::attention(backend, [q, k, v], *scale, *causal, mask.as_ref(), out, lse.as_ref()),
         Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
         Kernel::Conv2d { .. }
         | Kernel::Conv2dBackwardInput { .. }
