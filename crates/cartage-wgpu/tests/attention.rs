@@ -359,7 +359,7 @@ fn check(b: &Arc<WgpuBackend>, dtype: DType, c: Case, seed: u64, mask: Option<&M
         v: dev[2].1.clone(),
         scale: c.scale(),
         causal: c.causal,
-        mask: mask_arg(),
+        mask: mask_arg().map(Box::new),
         out: out.clone(),
         lse: Some(lse.clone()),
     }

@@ -4,13 +4,14 @@
 //! that see no key (0, and no gradient). The output against an f64 reference, and the output and
 //! the three gradients of the path the device takes for a constant mask (the fused kernel where
 //! the backend applies masks) against the composed path (taken for a mask that needs its own
-//! gradient). Under bf16 autocast a float f32 mask is lowered with q, k and v. Each missing GPU
+//! gradient), with the fused path checked to be taken where the device has it (one recorded
+//! node). Under bf16 autocast a float f32 mask is lowered with q, k and v. Each missing GPU
 //! is skipped loudly.
 
 mod common;
 mod nn_reference;
 
-use cartage::{DType, Device, Result, Tensor, Var, s};
+use cartage::{DType, Device, Op, Result, Tensor, Var, backend, graph_memory, s};
 use nn_reference::{attention_reference, values};
 
 const B: usize = 2;
@@ -93,7 +94,15 @@ fn run(device: &Device, dtype: DType, mask: &Tensor, causal: bool, composed: boo
     } else {
         mask.clone()
     };
+    let nodes = graph_memory(device).nodes;
     let out = Tensor::scaled_dot_product_attention(&q.tensor(), &k.tensor(), &v.tensor(), Some(&mask), causal, None)?;
+    // Where the device fuses attention, a constant mask keeps it fused: one recorded node.
+    let fuses = backend(device)?.capabilities().supports(Op::Attention, dtype);
+    let recorded = graph_memory(device).nodes - nodes;
+    assert!(
+        composed || !fuses || recorded == 1,
+        "{device} {dtype}: a constant mask recorded {recorded} nodes, not the one fused node"
+    );
     let r = Tensor::from_slice(&values(B * H * L * E, 4), &[B, H, L, E], device)?.to_dtype(dtype)?;
     out.mul(&r)?.sum_all()?.backward()?;
     let host = |t: &Tensor| t.to_dtype(DType::F64)?.to_vec::<f64>();
@@ -114,8 +123,11 @@ fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
     }
 }
 
+/// One test function for every device's attention: the graph's node count, read to tell the
+/// fused path, is per device, and the tests of one binary run on parallel threads.
 #[test]
 fn masked_attention_matches_the_reference_and_the_composed_path() -> Result<()> {
+    no_key_at_all_gives_zeros_on_every_device()?;
     let scale = 1.0 / (E as f64).sqrt();
     let host = |seed, s| values(B * H * s * E, seed);
     let (qd, kd, vd) = (host(1, L), host(2, S), host(3, S));
@@ -183,7 +195,8 @@ fn an_f32_mask_is_lowered_under_autocast() -> Result<()> {
     Ok(())
 }
 
-#[test]
+/// Part of the test above (the graph's node count is per device, and the tests of one binary
+/// run on parallel threads).
 fn no_key_at_all_gives_zeros_on_every_device() -> Result<()> {
     for device in devices() {
         let q = Var::new(Tensor::from_slice(&values(B * H * L * E, 1), &[B, H, L, E], &device)?)?;

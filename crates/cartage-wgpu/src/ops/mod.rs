@@ -154,7 +154,7 @@ pub(crate) fn launch(backend: &WgpuBackend, kernel: &Kernel) -> Result<()> {
             mask,
             out,
             lse,
-        } => attention::attention(backend, [q, k, v], *scale, *causal, mask.as_ref(), out, lse.as_ref()),
+        } => attention::attention(backend, [q, k, v], *scale, *causal, mask.as_deref(), out, lse.as_ref()),
         Kernel::AttentionBackward(args) => attention_backward::attention_backward(backend, args),
         Kernel::Conv2d { .. }
         | Kernel::Conv2dBackwardInput { .. }
