@@ -1100,12 +1100,12 @@ impl Kernel {
 
     /// The operands in order, outputs last, without allocating (the launch path runs this for
     /// every kernel, so it must stay cheap for tiny ops): four slots for every kernel but the
-    /// boxed ones (seven) and `UpdateMany`, which has four per set.
+    /// attention and norm-backward kernels (ten) and `UpdateMany`, which has four per set.
     #[inline]
     pub fn operand_slots(&self) -> OperandSlots<'_> {
         match self {
             Kernel::UpdateMany { sets, .. } => OperandSlots(OperandIter::Sets { sets, next: 0 }),
-            Kernel::AttentionBackward(a) => OperandSlots(OperandIter::Nine(
+            Kernel::AttentionBackward(a) => OperandSlots(OperandIter::Ten(
                 [
                     Some(&a.q),
                     Some(&a.k),
@@ -1113,17 +1113,27 @@ impl Kernel {
                     Some(&a.grad),
                     a.saved.as_ref().map(|s| &s.out),
                     a.saved.as_ref().map(|s| &s.lse),
+                    a.mask.as_ref().map(|m| &m.values),
                     Some(&a.grad_q),
                     Some(&a.grad_k),
                     Some(&a.grad_v),
                 ]
                 .into_iter(),
             )),
-            Kernel::Attention { q, k, v, out, lse, .. } => OperandSlots(OperandIter::Nine(
+            Kernel::Attention {
+                q,
+                k,
+                v,
+                mask,
+                out,
+                lse,
+                ..
+            } => OperandSlots(OperandIter::Ten(
                 [
                     Some(q),
                     Some(k),
                     Some(v),
+                    mask.as_ref().map(|m| &m.values),
                     Some(out),
                     lse.as_ref(),
                     None,
@@ -1133,7 +1143,7 @@ impl Kernel {
                 ]
                 .into_iter(),
             )),
-            Kernel::NormBackward(a) => OperandSlots(OperandIter::Nine(
+            Kernel::NormBackward(a) => OperandSlots(OperandIter::Ten(
                 [
                     Some(&a.input),
                     a.weight.as_ref(),
@@ -1141,6 +1151,7 @@ impl Kernel {
                     Some(&a.grad_input),
                     a.grad_weight.as_ref(),
                     a.grad_bias.as_ref(),
+                    None,
                     None,
                     None,
                     None,
@@ -1270,11 +1281,12 @@ impl<'a> IntoIterator for OperandSlots<'a> {
 pub enum OperandIter<'a> {
     /// The four slots of a kernel with a fixed operand list.
     Fixed(std::array::IntoIter<Option<&'a TensorArg>, 4>),
-    /// The nine slots of a boxed kernel: [`Kernel::AttentionBackward`] (q, k, v, grad, the
-    /// saved output and log-sum-exp, then the gradients), [`Kernel::Attention`] (q, k, v, out,
-    /// lse, then four empty slots) or [`Kernel::NormBackward`] (input, weight, grad, then the
-    /// gradients of the input, weight and bias, and three empty slots).
-    Nine(std::array::IntoIter<Option<&'a TensorArg>, 9>),
+    /// The ten slots of a kernel with many operands: [`Kernel::AttentionBackward`] (q, k, v,
+    /// grad, the saved output and log-sum-exp, the mask, then the gradients),
+    /// [`Kernel::Attention`] (q, k, v, the mask, out, lse, then four empty slots) or
+    /// [`Kernel::NormBackward`] (input, weight, grad, then the gradients of the input, weight
+    /// and bias, and four empty slots).
+    Ten(std::array::IntoIter<Option<&'a TensorArg>, 10>),
     /// Gradient, two state slots and parameter of each [`UpdateSet`] in turn.
     Sets {
         /// The sets.
@@ -1291,7 +1303,7 @@ impl<'a> Iterator for OperandIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             OperandIter::Fixed(slots) => slots.next(),
-            OperandIter::Nine(slots) => slots.next(),
+            OperandIter::Ten(slots) => slots.next(),
             OperandIter::Sets { sets, next } => {
                 let set = sets.get(*next / 4)?;
                 let slot = match *next % 4 {

@@ -223,6 +223,25 @@ fn stale_foreign_and_stretched_slices_never_reach_memory() {
         value: Scalar::Float(1.0),
     };
     assert!(broadcast.run(&[&small]).is_err(), "a broadcast output was written");
+    // Every operand is checked, the optional ones too: an attention mask from a buffer not
+    // given to `run` is refused before any backend sees the kernel.
+    let qkv = DeviceBuffer::new(&backend, 4 * 4 * 4).unwrap();
+    let stray = DeviceBuffer::new(&backend, 64).unwrap();
+    let part = |i: usize| qkv.arg(Layout::from_parts(&[1, 2, 2], &[4, 2, 1], i * 4).unwrap(), DType::F32);
+    let attention = Kernel::Attention {
+        q: part(0),
+        k: part(1),
+        v: part(2),
+        scale: 1.0,
+        causal: false,
+        mask: Some(Box::new(cartage_core::kernel::AttentionMask {
+            values: stray.arg(Layout::contiguous(&[1, 1, 2, 2]).unwrap(), DType::F32),
+        })),
+        out: part(3),
+        lse: None,
+    };
+    let err = attention.run(&[&qkv]).unwrap_err();
+    assert!(err.to_string().contains("does not lie inside any buffer"), "{err}");
 }
 
 #[test]
