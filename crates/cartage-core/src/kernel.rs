@@ -1350,6 +1350,10 @@ pub enum Op {
     Conv2dBackwardWeight,
     Attention,
     AttentionBackward,
+    /// Not a kernel of its own: listed where `Attention` and `AttentionBackward` (where listed)
+    /// also apply an additive mask ([`AttentionMask`]); elsewhere a masked attention kernel is
+    /// refused with `Unsupported`.
+    AttentionMask,
     /// A matmul with a bias and activation epilogue.
     Linear,
     Pool2d(PoolKind),
@@ -1385,7 +1389,7 @@ impl Op {
             Op::Conv2dBackwardWeight,
             Op::Attention,
         ]);
-        ops.push(Op::AttentionBackward);
+        ops.extend([Op::AttentionBackward, Op::AttentionMask]);
         ops.push(Op::Linear);
         ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2d(k)));
         ops.extend(PoolKind::ALL.iter().map(|&k| Op::Pool2dBackward(k)));
@@ -1426,6 +1430,7 @@ impl Op {
             Op::Conv2dBackwardWeight => "conv2d_backward_weight".into(),
             Op::Attention => "attention".into(),
             Op::AttentionBackward => "attention_backward".into(),
+            Op::AttentionMask => "attention_mask".into(),
             Op::Linear => "linear".into(),
             Op::Pool2d(k) => k.name().into(),
             Op::Pool2dBackward(k) => k.backward_name().into(),
@@ -1451,6 +1456,7 @@ impl Op {
                 | Op::Conv2dBackwardWeight
                 | Op::Attention
                 | Op::AttentionBackward
+                | Op::AttentionMask
                 | Op::Linear
                 | Op::Pool2d(_)
                 | Op::Pool2dBackward(_)
@@ -1475,7 +1481,7 @@ impl Op {
             Op::Sort | Op::Scatter(ScatterMode::Assign) => true,
             Op::Scan(_) | Op::Scatter(ScatterMode::Add) => !boolean,
             Op::Norm(_) | Op::CrossEntropy | Op::Conv2d | Op::Attention => float,
-            Op::AttentionBackward | Op::Pool2d(_) | Op::Pool2dBackward(_) | Op::Linear => float,
+            Op::AttentionBackward | Op::AttentionMask | Op::Pool2d(_) | Op::Pool2dBackward(_) | Op::Linear => float,
             Op::Conv2dBackwardInput | Op::Conv2dBackwardWeight => float,
             Op::SoftmaxBackward | Op::LogSoftmaxBackward | Op::NormBackward(_) => float,
             Op::CrossEntropyBackward | Op::GeluBackward | Op::Update(_) | Op::UpdateMany(_) => float,

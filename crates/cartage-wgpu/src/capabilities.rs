@@ -32,7 +32,7 @@ use cartage_core::{BinaryOp, Capabilities, DType, NormKind, Op, PoolKind, Reduce
 use crate::context::GpuContext;
 
 /// The optional fused kernels ([`Op::optional`]) this backend implements.
-const FUSED: [Op; 15] = [
+const FUSED: [Op; 16] = [
     Op::SoftmaxBackward,
     Op::LogSoftmaxBackward,
     Op::NormBackward(NormKind::Layer),
@@ -48,6 +48,7 @@ const FUSED: [Op; 15] = [
     Op::Pool2dBackward(PoolKind::Avg),
     Op::Attention,
     Op::AttentionBackward,
+    Op::AttentionMask,
 ];
 
 /// Why `op` does not run for `dtype` on an adapter (`has_f64`: it has SHADER_F64), or `None`.
@@ -72,6 +73,7 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
         | Op::CrossEntropyBackward
         | Op::Attention
         | Op::AttentionBackward
+        | Op::AttentionMask
         | Op::Reduce(ReduceOp::LogSumExp) => {
             Some("Vulkan defines exp, log and tanh only for 16- and 32-bit floats (GLSL.std.450)")
         }
@@ -96,7 +98,7 @@ pub(crate) fn refusal(op: Op, dtype: DType, has_f64: bool) -> Option<&'static st
 /// assert!(caps.supports(Op::SoftmaxBackward, DType::F64));
 /// assert!(!caps.supports(Op::LogSoftmaxBackward, DType::F64));
 /// assert!(caps.supports(Op::CrossEntropyBackward, DType::BF16));
-/// for op in [Op::Attention, Op::AttentionBackward] {
+/// for op in [Op::Attention, Op::AttentionBackward, Op::AttentionMask] {
 ///     for dtype in [DType::F32, DType::F16, DType::BF16] {
 ///         assert!(caps.supports(op, dtype));
 ///     }

@@ -6,11 +6,14 @@
 //! an unaligned offset, a transposed last dimension) it may refuse with `Unsupported`, so that the
 //! frontend composes the result, but what it accepts must be right. Each case asks for the
 //! per-row log-sum-exp too, checked where the backend writes it (it may refuse the kernel with
-//! it, and must then run it without). Dtypes not listed are refused.
+//! it, and must then run it without). Dtypes not listed are refused. Where `AttentionMask` is
+//! listed too, additive masks (key padding and a mask shared by every batch entry, both read with
+//! stride-0 dimensions, and one per entry from an offset) alone and with `causal`, rows the mask
+//! removes entirely giving 0 and lse −inf; where it is not, a masked kernel is refused.
 
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::kernel::{Kernel, Op};
+use crate::kernel::{AttentionMask, Kernel, Op};
 use crate::layout::Layout;
 
 use super::harness::Harness;
@@ -59,6 +62,57 @@ impl Lay {
     }
 }
 
+/// An additive mask over the scores `[B, L, S]`, as the kernel's `[outer, inner, L, S]` view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mask {
+    None,
+    /// Key padding: `[B, S]` of 0 and −inf (entry b removes its last b keys), read as
+    /// `[B, 1, L, S]` with strides `(S, 0, 0, 1)`.
+    Padding,
+    /// One `[L, S]` float mask for every batch entry, query row 1 removing every key, read as
+    /// `[1, B, L, S]` with strides `(0, 0, S, 1)`.
+    Shared,
+    /// A float mask per batch entry, about a quarter −inf, three elements into its buffer.
+    Full,
+}
+
+impl Mask {
+    /// The view and its base values, or `None`.
+    fn operand(self, h: &Harness, dtype: DType, [b, l, s]: [usize; 3]) -> Option<Operand> {
+        let spec = Spec::new((-1.0, 1.0), (-1, 1));
+        let view = |kind, base_len, shape: [usize; 4], strides: [usize; 4], offset| View {
+            kind,
+            base_len,
+            layout: Layout::from_parts(&shape, &strides, offset).expect("suite shapes are small"),
+        };
+        let (v, base) = match self {
+            Mask::None => return None,
+            Mask::Padding => {
+                let base = (0..b * s)
+                    .map(|x| if x % s + x / s < s { 0.0 } else { f64::NEG_INFINITY })
+                    .collect();
+                (view(ViewKind::Broadcast, b * s, [b, 1, l, s], [s, 0, 0, 1], 0), base)
+            }
+            Mask::Shared => {
+                let mut base = h.random_values(dtype, l * s, spec);
+                for x in base.iter_mut().skip(s).take(s) {
+                    *x = f64::NEG_INFINITY;
+                }
+                (view(ViewKind::Broadcast, l * s, [1, b, l, s], [0, 0, s, 1], 0), base)
+            }
+            Mask::Full => {
+                let mut base = h.random_values(dtype, b * l * s + 3, spec);
+                for x in base.iter_mut().step_by(4) {
+                    *x = f64::NEG_INFINITY;
+                }
+                let strides = [l * s, l * s, s, 1];
+                (view(ViewKind::Offset, b * l * s + 3, [b, 1, l, s], strides, 3), base)
+            }
+        };
+        Some(h.operand_from(dtype, v, &base))
+    }
+}
+
 /// One attention case.
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -69,6 +123,7 @@ struct Case {
     ev: usize,
     causal: bool,
     lays: [Lay; 3],
+    mask: Mask,
 }
 
 /// What the f64 reference gives for one case.
@@ -85,7 +140,7 @@ struct Reference {
 }
 
 /// The f64 reference of one case.
-fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> Reference {
+fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64], mask: Option<&Operand>) -> Reference {
     let (mut out, mut mag) = (vec![0.0; c.b * c.l * c.ev], vec![0.0; c.b * c.l * c.ev]);
     let (mut lse, mut lse_mag) = (vec![0.0; c.b * c.l], vec![0.0; c.b * c.l]);
     let mut p = vec![0.0; c.s];
@@ -99,10 +154,17 @@ fn reference(c: &Case, scale: f64, q: &[f64], k: &[f64], v: &[f64]) -> Reference
                     f64::NEG_INFINITY
                 } else {
                     let kj = &k[(b * c.s + j) * c.e..][..c.e];
+                    // The mask views are [outer, inner, L, S] with outer · inner = B, row-major.
+                    let add = mask.map_or(0.0, |m| m.values[(b * c.l + i) * c.s + j]);
                     largest = largest.max(scale.abs() * qi.iter().zip(kj).map(|(x, y)| (x * y).abs()).sum::<f64>());
-                    scale * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>()
+                    scale * qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>() + add
                 };
                 max = max.max(*pj);
+            }
+            if mask.is_some() && max == f64::NEG_INFINITY {
+                // The mask removes every key of this row: 0, and lse −inf.
+                lse[b * c.l + i] = f64::NEG_INFINITY;
+                continue;
             }
             let mut sum = 0.0;
             for pj in p.iter_mut() {
@@ -145,6 +207,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
         let base = h.random_values(dtype, v.base_len, spec);
         h.operand_from(dtype, v, &base)
     };
+    let mask = c.mask.operand(h, dtype, [c.b, c.l, c.s]);
     let q = operand(c.lays[0], [c.b, c.l, c.e]);
     let k = operand(c.lays[1], [c.b, c.s, c.e]);
     let v = operand(c.lays[2], [c.b, c.s, c.ev]);
@@ -156,7 +219,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
     let out_layout = Layout::from_parts(&out_shape, &crate::layout::contiguous_strides(&out_shape), 8)
         .expect("suite shapes are small");
     let what = format!(
-        "attention {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?})",
+        "attention {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?}, mask {:?})",
         c.b,
         c.l,
         c.s,
@@ -165,7 +228,8 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
         if c.causal { "causal" } else { "full" },
         c.lays[0],
         c.lays[1],
-        c.lays[2]
+        c.lays[2],
+        c.mask
     );
     // The log-sum-exp rows, eight elements into a poisoned f32 buffer with eight more after.
     let lse = h.poisoned(DType::F32, c.b * c.l + 16);
@@ -176,7 +240,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
         v: v.arg(),
         scale,
         causal: c.causal,
-        mask: None,
+        mask: mask.as_ref().map(|m| Box::new(AttentionMask { values: m.arg() })),
         out: out.arg(&out_layout),
         lse: with_lse.then(|| lse.arg(&lse_layout)),
     };
@@ -207,7 +271,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
             }
         }
     }
-    let want = reference(&c, scale, &q.values, &k.values, &v.values);
+    let want = reference(&c, scale, &q.values, &k.values, &v.values, mask.as_ref());
     let u = roundoff(dtype);
     let tol = Tolerance::of(dtype);
     h.check_with(&what, &out, &out_layout, &want.out, |i, w| {
@@ -233,6 +297,7 @@ pub fn attention(h: &Harness) {
         ev: e,
         causal,
         lays,
+        mask: Mask::None,
     };
     let dense = [Dense; 3];
     let mut cases = Vec::new();
@@ -261,6 +326,21 @@ pub fn attention(h: &Harness) {
             },
         ]);
     }
+    let mut masked = Vec::new();
+    for causal in [false, true] {
+        for mask in [Mask::Padding, Mask::Shared, Mask::Full] {
+            for (b, l, s, e, lays) in [
+                (2, 17, 23, 64, dense),
+                (3, 100, 37, 64, [Heads, Heads, Heads]),
+                (2, 130, 129, 128, [Padded, Broadcast, Heads]),
+            ] {
+                masked.push(Case {
+                    mask,
+                    ..case(b, l, s, e, causal, lays)
+                });
+            }
+        }
+    }
     for dtype in DType::ALL {
         if !dtype.is_float() {
             continue;
@@ -284,5 +364,33 @@ pub fn attention(h: &Harness) {
         for c in &cases {
             attention_case(h, dtype, *c);
         }
+        if h.supports(Op::AttentionMask, dtype) {
+            for c in &masked {
+                attention_case(h, dtype, *c);
+            }
+        } else {
+            masked_refused(h, dtype);
+        }
     }
+}
+
+/// Where the backend lists `Attention` but not `AttentionMask` for `dtype`, a masked kernel is
+/// refused with `Unsupported` (the frontend then composes it).
+fn masked_refused(h: &Harness, dtype: DType) {
+    let (buf, out) = (h.upload(dtype, &[0.5; 8]), h.poisoned(dtype, 8));
+    let mask = h.upload(dtype, &[0.0; 4]);
+    let arg = buf.contiguous(&[1, 2, 4]);
+    let kernel = Kernel::Attention {
+        q: arg.clone(),
+        k: arg.clone(),
+        v: arg,
+        scale: 0.5,
+        causal: false,
+        mask: Some(Box::new(AttentionMask {
+            values: mask.contiguous(&[1, 1, 2, 2]),
+        })),
+        out: out.contiguous(&[1, 2, 4]),
+        lse: None,
+    };
+    h.expect_unsupported(&format!("attention with a mask {dtype}"), &kernel);
 }

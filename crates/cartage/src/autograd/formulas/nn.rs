@@ -325,6 +325,7 @@ fn attention_fused(
         return Ok(None);
     }
     let mask4 = match mask {
+        Some(_) if !q.backend().capabilities().supports(Op::AttentionMask, dtype) => return Ok(None),
         Some(m) => match m.attention_mask_view(&q.shape()[..rank - 2], l, s)? {
             Some(view) => Some(view),
             None => return Ok(None),

@@ -228,6 +228,7 @@ pub(super) fn fused(
         return Ok(None);
     }
     let mask4 = match mask {
+        Some(_) if !q.backend().capabilities().supports(Op::AttentionMask, q.dtype) => return Ok(None),
         Some(m) => match m.attention_mask_view(batch_dims, l, k.shape()[rank - 2])? {
             Some(view) => Some(view),
             None => return Ok(None),
