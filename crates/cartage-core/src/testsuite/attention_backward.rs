@@ -9,6 +9,8 @@
 //! right. Every case runs again with the forward's output and log-sum-exp given as saved values
 //! (which a backend may use, e.g. in a tiled kernel that rounds P and dS to a 16-bit dtype for
 //! its products: the bound then uses that dtype's roundoff). Dtypes not listed are refused.
+//! Where `AttentionMask` is listed too, the same with additive masks (`attention_mask.rs`'s),
+//! rows a mask removes entirely getting no gradient; where it is not, a masked kernel is refused.
 //!
 //! The allowed error is one rounding of each gradient plus the compute type's error in the
 //! probabilities (relative, growing with the size of the scores), in the two dot products and in
@@ -17,10 +19,11 @@
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind};
 use crate::kernel::TensorArg;
-use crate::kernel::{AttentionBackwardArgs, AttentionSaved};
+use crate::kernel::{AttentionBackwardArgs, AttentionMask, AttentionSaved};
 use crate::kernel::{Kernel, Op};
 use crate::layout::{Layout, contiguous_strides};
 
+use super::attention_mask::Mask;
 use super::harness::Harness;
 use super::reference::{Tolerance, accumulation_eps};
 use super::views::{View, ViewKind, view};
@@ -77,6 +80,7 @@ struct Case {
     ev: usize,
     causal: bool,
     lays: [Lay; 4],
+    mask: Mask,
 }
 
 /// The three gradients in f64 with the magnitude bounding each element's error, and the
@@ -101,7 +105,7 @@ fn dot(a: &[f64], b: &[f64]) -> (f64, f64) {
 /// `4u·sqrt(terms)` of the magnitudes they add up (`P·(|dP| + |D|)` for dS, so that forming
 /// `Σ P dP k − D Σ P k` is allowed too). `out_u` is the unit roundoff of a saved output the
 /// kernel may form D from (`D = dO·O`): D is then off by `out_u·Σ|dO|·Σ P|v|` more.
-fn reference(c: &Case, scale: f64, u: f64, out_u: f64, [q, k, v, g]: [&[f64]; 4]) -> Reference {
+fn reference(c: &Case, scale: f64, u: f64, out_u: f64, [q, k, v, g]: [&[f64]; 4], mask: Option<&[f64]>) -> Reference {
     let (e, ev) = (c.e, c.ev);
     let mut grads = [
         vec![0.0; c.b * c.l * e],
@@ -120,12 +124,19 @@ fn reference(c: &Case, scale: f64, u: f64, out_u: f64, [q, k, v, g]: [&[f64]; 4]
             let (mut p, mut size, mut dp) = (Vec::new(), Vec::new(), Vec::new());
             for j in 0..seen {
                 let (s, sm) = dot(qi, &k[row(c.s, j, e)]);
-                p.push(scale * s);
-                size.push(scale.abs() * sm);
+                // The mask views are [outer, inner, L, S] with outer · inner = B, row-major.
+                let add = mask.map_or(0.0, |m| m[(b * c.l + i) * c.s + j]);
+                p.push(scale * s + add);
+                size.push(scale.abs() * sm + if add.is_finite() { add.abs() } else { 0.0 });
                 dp.push(dot(gi, &v[row(c.s, j, ev)]));
             }
             let largest = size.iter().copied().fold(0.0, f64::max);
             let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if mask.is_some() && max == f64::NEG_INFINITY {
+                // The mask removes every key of this row: output 0, lse −inf, no gradient.
+                out[row(c.l, i, ev)].iter_mut().for_each(|o| *o = 0.0);
+                continue;
+            }
             let total: f64 = p.iter().map(|s| (s - max).exp()).sum();
             p.iter_mut().for_each(|s| *s = (*s - max).exp() / total);
             lse[b * c.l + i] = max + total.ln();
@@ -192,6 +203,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
         let base = h.random_values(dtype, v.base_len, spec);
         h.operand_from(dtype, v, &base)
     };
+    let mask = c.mask.operand(h, dtype, [c.b, c.l, c.s]);
     let q = operand(c.lays[0], [c.b, c.l, c.e]);
     let k = operand(c.lays[1], [c.b, c.s, c.e]);
     let v = operand(c.lays[2], [c.b, c.s, c.ev]);
@@ -212,7 +224,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
     } else {
         (accumulation_eps(dtype), 0.0)
     };
-    let want = reference(&c, scale, u, out_u, inputs);
+    let want = reference(&c, scale, u, out_u, inputs, mask.as_ref().map(|m| &m.values[..]));
     let saved_bufs = saved.then(|| {
         // One element more than the views, so that no upload is empty.
         let out: Vec<f64> = want.out.iter().copied().chain([0.0]).collect();
@@ -220,7 +232,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
         (h.upload(dtype, &out), h.upload(DType::F32, &lse))
     });
     let what = format!(
-        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {}{} (q {:?}, k {:?}, v {:?}, grad {:?})",
+        "attention_backward {dtype} B {} L {} S {} E {} Ev {} {}{} (q {:?}, k {:?}, v {:?}, grad {:?}, mask {:?})",
         c.b,
         c.l,
         c.s,
@@ -231,7 +243,8 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
         c.lays[0],
         c.lays[1],
         c.lays[2],
-        c.lays[3]
+        c.lays[3],
+        c.mask
     );
     let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
         q: q.arg(),
@@ -240,7 +253,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
         grad: g.arg(),
         scale,
         causal: c.causal,
-        mask: None,
+        mask: mask.as_ref().map(|m| AttentionMask { values: m.arg() }),
         grad_q: outs[0].0.arg(&outs[0].1),
         grad_k: outs[1].0.arg(&outs[1].1),
         grad_v: outs[2].0.arg(&outs[2].1),
@@ -282,6 +295,7 @@ pub fn attention_backward(h: &Harness) {
         ev,
         causal,
         lays,
+        mask: Mask::None,
     };
     let dense = [Dense; 4];
     let mut cases = Vec::new();
@@ -301,6 +315,21 @@ pub fn attention_backward(h: &Harness) {
             case(2, 9, 11, 64, 64, causal, [Offset, Dense, Transposed, Dense]),
             case(1, 6, 5, 300, 260, causal, dense),
         ]);
+    }
+    let mut masked = Vec::new();
+    for causal in [false, true] {
+        for mask in [Mask::Padding, Mask::Shared, Mask::Full] {
+            for (b, l, s, e, lays) in [
+                (2, 17, 23, 64, dense),
+                (3, 100, 37, 64, [Heads, Heads, Heads, Dense]),
+                (2, 37, 100, 128, [Padded, Broadcast, Heads, Padded]),
+            ] {
+                masked.push(Case {
+                    mask,
+                    ..case(b, l, s, e, e, causal, lays)
+                });
+            }
+        }
     }
     for dtype in DType::ALL {
         if !dtype.is_float() {
@@ -333,8 +362,44 @@ pub fn attention_backward(h: &Harness) {
             attention_backward_case(h, dtype, *c, false);
             attention_backward_case(h, dtype, *c, true);
         }
+        if h.supports(Op::AttentionMask, dtype) {
+            for c in &masked {
+                attention_backward_case(h, dtype, *c, false);
+                attention_backward_case(h, dtype, *c, true);
+            }
+        } else {
+            masked_refused(h, dtype);
+        }
     }
     malformed_saved(h);
+}
+
+/// Where the backend lists `AttentionBackward` but not `AttentionMask` for `dtype`, a masked
+/// kernel is refused with `Unsupported` (the frontend then composes the gradients).
+fn masked_refused(h: &Harness, dtype: DType) {
+    let (buf, outs) = (h.upload(dtype, &[0.5; 8]), h.poisoned(dtype, 24));
+    let mask = h.upload(dtype, &[0.0; 4]);
+    let arg = buf.contiguous(&[1, 2, 4]);
+    let grad = |n: usize| {
+        let layout = Layout::from_parts(&[1, 2, 4], &[8, 4, 1], 8 * n).expect("small");
+        outs.arg(&layout)
+    };
+    let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: arg.clone(),
+        k: arg.clone(),
+        v: arg.clone(),
+        grad: arg,
+        scale: 0.5,
+        causal: false,
+        mask: Some(AttentionMask {
+            values: mask.contiguous(&[1, 1, 2, 2]),
+        }),
+        grad_q: grad(0),
+        grad_k: grad(1),
+        grad_v: grad(2),
+        saved: None,
+    }));
+    h.expect_unsupported(&format!("attention_backward with a mask {dtype}"), &kernel);
 }
 
 /// Malformed saved values for a [1, 4, 8] attention (and a forward writing a malformed

@@ -24,6 +24,7 @@
 
 pub mod attention;
 pub mod attention_backward;
+mod attention_mask;
 pub mod backward;
 pub mod buffers;
 pub mod checks;
