@@ -128,6 +128,7 @@ fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 #[test]
 fn masked_attention_matches_the_reference_and_the_composed_path() -> Result<()> {
     no_key_at_all_gives_zeros_on_every_device()?;
+    whole_leading_tiles_masked()?;
     let scale = 1.0 / (E as f64).sqrt();
     let host = |seed, s| values(B * H * s * E, seed);
     let (qd, kd, vd) = (host(1, L), host(2, S), host(3, S));
@@ -209,6 +210,61 @@ fn no_key_at_all_gives_zeros_on_every_device() -> Result<()> {
         }
         let grad = q.grad().expect("a gradient").to_vec::<f32>()?;
         assert!(grad.iter().all(|&x| x == 0.0), "{device}: {grad:?}");
+    }
+    Ok(())
+}
+
+/// Part of the test above: a mask removing the first 100 of 150 keys of every row, so that a
+/// fused kernel's first key tiles see nothing but −inf before any live key (its running maximum
+/// starts at −inf), alone and with causal (rows 0 to 99 then see no key): the device's path
+/// against the composed one, output and gradients.
+fn whole_leading_tiles_masked() -> Result<()> {
+    let (l, s, e) = (120, 150, 16);
+    for device in devices() {
+        let keep: Vec<bool> = (0..l * s).map(|i| i % s >= 100).collect();
+        let keep = Tensor::from_slice(&keep, &[l, s], &device)?;
+        for causal in [false, true] {
+            let run = |composed: bool| -> Result<Vec<Vec<f64>>> {
+                let make = |seed, n| Tensor::from_slice(&values(2 * n * e, seed), &[2, n, e], &device);
+                let (q, k, v) = (
+                    Var::new(make(11, l)?)?,
+                    Var::new(make(12, s)?)?,
+                    Var::new(make(13, s)?)?,
+                );
+                let mask = if composed {
+                    let zero = Tensor::zeros(&[], DType::F32, &device)?;
+                    let removed = Tensor::full(&[], f64::NEG_INFINITY, DType::F32, &device)?;
+                    Var::new(Tensor::where_cond(&keep, &zero, &removed)?)?.tensor()
+                } else {
+                    keep.clone()
+                };
+                let out = Tensor::scaled_dot_product_attention(
+                    &q.tensor(),
+                    &k.tensor(),
+                    &v.tensor(),
+                    Some(&mask),
+                    causal,
+                    None,
+                )?;
+                let r = Tensor::from_slice(&values(2 * l * e, 14), &[2, l, e], &device)?;
+                out.mul(&r)?.sum_all()?.backward()?;
+                let host = |t: &Tensor| t.to_dtype(DType::F64)?.to_vec::<f64>();
+                let mut got = vec![host(&out)?];
+                for var in [&q, &k, &v] {
+                    got.push(host(&var.grad().expect("a gradient"))?);
+                }
+                Ok(got)
+            };
+            let (got, want) = (run(false)?, run(true)?);
+            for (part, (g, w)) in ["output", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
+                assert_close(
+                    &format!("{device} leading tiles masked, causal {causal}: {part}"),
+                    g,
+                    w,
+                    1e-5,
+                );
+            }
+        }
     }
     Ok(())
 }
