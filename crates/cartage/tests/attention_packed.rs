@@ -43,7 +43,7 @@ fn run(c: Case, dtype: DType, device: &Device, packed: bool) -> Result<(Vec<f64>
     // Scores of a few units: the softmax neither flat nor one-hot.
     let scale = Some(2.0 / (e as f64).sqrt());
     let y = if packed {
-        Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), h, c.causal, scale)?
+        Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), h, None, c.causal, scale)?
     } else {
         let split = qkv.tensor().reshape(&[b, t, 3, h, e])?;
         let part = |i: isize| split.select(2, i)?.transpose(1, 2);
@@ -156,7 +156,13 @@ fn cpu_packed_attention_under_autocast_lowers_qkv() -> Result<()> {
     )?)?;
     let y = {
         let _bf16 = cartage::autocast(&cpu, DType::BF16)?;
-        Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), c.h, c.causal, Some(2.0 / (c.e as f64).sqrt()))?
+        Tensor::scaled_dot_product_attention_packed(
+            &qkv.tensor(),
+            c.h,
+            None,
+            c.causal,
+            Some(2.0 / (c.e as f64).sqrt()),
+        )?
     };
     assert_eq!(y.dtype(), DType::BF16);
     let r = Tensor::from_vec(values(y.numel(), 2), y.shape(), &cpu)?;
@@ -258,15 +264,15 @@ fn the_packed_op_is_one_node() -> Result<()> {
     let cpu = Device::cpu();
     let x = Tensor::from_vec(values(2 * 4 * 12, 3), &[2, 4, 12], &cpu)?;
     let qkv = Var::new(x.clone())?;
-    let y = Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), 2, true, None)?;
+    let y = Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), 2, None, true, None)?;
     assert_eq!(y.grad_fn(), Some("scaled_dot_product_attention_packed"));
-    let plain = Tensor::scaled_dot_product_attention_packed(&x, 2, true, None)?;
+    let plain = Tensor::scaled_dot_product_attention_packed(&x, 2, None, true, None)?;
     assert_eq!(plain.grad_fn(), None);
     assert_eq!(plain.to_vec::<f32>()?, y.to_vec::<f32>()?);
     // Under no_grad nothing is recorded either.
     let quiet = {
         let _off = cartage::no_grad();
-        Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), 2, true, None)?
+        Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), 2, None, true, None)?
     };
     assert_eq!(quiet.grad_fn(), None);
     Ok(())
@@ -284,17 +290,92 @@ fn bad_packed_input_is_refused_with_what_to_check() -> Result<()> {
         }
         other => panic!("expected InvalidArgument mentioning {needle:?}, got {other:?}"),
     };
-    invalid(sdpa(&f(&[4, 12])?, 2, false, None), "rank 2");
-    invalid(sdpa(&f(&[1, 4, 3, 12])?, 2, false, None), "rank 4");
-    invalid(sdpa(&f(&[1, 4, 12])?, 0, false, None), "heads must be at least 1");
-    invalid(sdpa(&f(&[1, 4, 10])?, 2, false, None), "multiple of 3 · heads = 6");
-    invalid(sdpa(&f(&[1, 4, 0])?, 1, false, None), "multiple of 3 · heads = 3");
-    invalid(sdpa(&f(&[1, 4, 12])?, 2, false, Some(f64::NAN)), "scale must be finite");
-    match sdpa(&Tensor::zeros(&[1, 4, 12], DType::I32, &cpu)?, 2, false, None) {
+    invalid(sdpa(&f(&[4, 12])?, 2, None, false, None), "rank 2");
+    invalid(sdpa(&f(&[1, 4, 3, 12])?, 2, None, false, None), "rank 4");
+    invalid(sdpa(&f(&[1, 4, 12])?, 0, None, false, None), "heads must be at least 1");
+    invalid(
+        sdpa(&f(&[1, 4, 10])?, 2, None, false, None),
+        "multiple of 3 · heads = 6",
+    );
+    invalid(sdpa(&f(&[1, 4, 0])?, 1, None, false, None), "multiple of 3 · heads = 3");
+    invalid(
+        sdpa(&f(&[1, 4, 12])?, 2, None, false, Some(f64::NAN)),
+        "scale must be finite",
+    );
+    match sdpa(&Tensor::zeros(&[1, 4, 12], DType::I32, &cpu)?, 2, None, false, None) {
         Err(Error::WrongDType { op, dtype, .. }) => {
             assert_eq!((op, dtype), ("scaled_dot_product_attention_packed", DType::I32));
         }
         other => panic!("expected WrongDType, got {other:?}"),
+    }
+    Ok(())
+}
+
+/// The output and the gradients of `qkv` (and of the mask, when it is a variable) of `Σ y·r`
+/// with `mask`, through the packed op or the three views, on `device` in f32.
+fn run_masked(device: &Device, mask: &Tensor, causal: bool, packed: bool, mask_var: bool) -> Result<Vec<Vec<f64>>> {
+    let (b, t, h, e) = (2, 9, 2, 8);
+    let width = 3 * h * e;
+    let qkv = Var::new(Tensor::from_vec(values(b * t * width, 5), &[b, t, width], device)?)?;
+    let mask_var = mask_var.then(|| Var::new(mask.clone())).transpose()?;
+    let mask = mask_var.as_ref().map_or_else(|| mask.clone(), Var::tensor);
+    let y = if packed {
+        Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), h, Some(&mask), causal, None)?
+    } else {
+        let split = qkv.tensor().reshape(&[b, t, 3, h, e])?;
+        let part = |i: isize| split.select(2, i)?.transpose(1, 2);
+        let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+        Tensor::scaled_dot_product_attention(&q, &k, &v, Some(&mask), causal, None)?
+            .transpose(1, 2)?
+            .reshape(&[b, t, h * e])?
+    };
+    let r = Tensor::from_vec(values(y.numel(), 6), y.shape(), device)?;
+    y.mul(&r)?.sum_all()?.backward()?;
+    let host = |t: &Tensor| {
+        t.to_vec::<f32>()
+            .map(|v| v.iter().map(|&x| f64::from(x)).collect::<Vec<f64>>())
+    };
+    let mut out = vec![host(&y)?, host(&qkv.grad().expect("qkv has a gradient"))?];
+    if let Some(var) = &mask_var {
+        out.push(host(&var.grad().expect("the mask has a gradient"))?);
+    }
+    Ok(out)
+}
+
+#[test]
+fn a_mask_gives_what_the_three_views_give() -> Result<()> {
+    let (b, t) = (2, 9);
+    let mut all = vec![Device::cpu()];
+    all.extend(common::gpu_devices("attention_packed/masked"));
+    for device in all {
+        // Key padding [B, 1, 1, T]: the second sequence has 5 real tokens.
+        let padding: Vec<bool> = (0..b * t).map(|i| i % t < [t, 5][i / t]).collect();
+        let padding = Tensor::from_slice(&padding, &[b, 1, 1, t], &device)?;
+        // A float bias [T, T] with query row 3 removing every key (that row gives 0).
+        let bias: Vec<f32> = values(t * t, 7)
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| if i / t == 3 { f32::NEG_INFINITY } else { x })
+            .collect();
+        let bias = Tensor::from_vec(bias, &[t, t], &device)?;
+        for causal in [false, true] {
+            for (name, mask, mask_var) in [
+                ("padding", &padding, false),
+                ("bias", &bias, false),
+                ("bias variable", &bias, true),
+            ] {
+                let what = format!("{device} {name} causal {causal}");
+                let got = run_masked(&device, mask, causal, true, mask_var)?;
+                let want = run_masked(&device, mask, causal, false, mask_var)?;
+                for (part, (g, w)) in ["output", "qkv gradient", "mask gradient"]
+                    .iter()
+                    .zip(got.iter().zip(&want))
+                {
+                    let err = worst(g, w);
+                    assert!(err <= 1e-5, "{what}: {part} off by {err}");
+                }
+            }
+        }
     }
     Ok(())
 }

@@ -25,7 +25,7 @@ fn the_packed_gradient_is_built_once() -> Result<()> {
     let qkv_bytes = x.size_in_bytes();
 
     let qkv = Var::new(x.clone())?;
-    let y = Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), h, true, None)?;
+    let y = Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), h, None, true, None)?;
     let packed_peak = backward_peak(y.sum_all()?)?;
     let packed_grad = qkv.grad().expect("qkv has a gradient").to_vec::<f32>()?;
     drop(qkv);

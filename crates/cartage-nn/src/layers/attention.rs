@@ -48,14 +48,43 @@ impl MultiHeadAttention {
     }
 }
 
-impl Module for MultiHeadAttention {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl MultiHeadAttention {
+    /// The attention of `x` `[B, T, D]` with `mask` as well (and the causal mask where the layer
+    /// has it): a mask broadcasting to the scores `[B, heads, T, T]`, bool (true where a query
+    /// may attend to a key, PyTorch's `attn_mask` convention for bools) or float (added to the
+    /// scores; −inf removes a key). A key padding mask is `[B, 1, 1, T]`: true for real tokens.
+    /// A query that may attend to no key gives 0 before the output projection.
+    ///
+    /// ```
+    /// use cartage::prelude::*;
+    /// use cartage_nn::layers::MultiHeadAttention;
+    /// use cartage_nn::{Module, ParamStore};
+    /// let cpu = Device::cpu();
+    /// let store = ParamStore::new(&cpu);
+    /// let attn = MultiHeadAttention::new(&store.root().sub("attn"), 8, 2, false, &mut Generator::new(0))?;
+    /// let x = Tensor::randn(&[2, 3, 8], DType::F32, 1, &cpu)?;
+    /// // The second sequence's last token is padding: no query attends to it.
+    /// let real = Tensor::from_slice(&[true, true, true, true, true, false], &[2, 1, 1, 3], &cpu)?;
+    /// assert_eq!(attn.forward_masked(&x, &real)?.shape(), &[2, 3, 8]);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn forward_masked(&self, x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        self.attend(x, Some(mask))
+    }
+
+    fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
         check_last("MultiHeadAttention", x, 3, self.dim)?;
         // One product for q, k and v ([B, T, 3D]), attention over it as one node whose backward
         // builds the [B, T, 3D] gradient once, so the projection's backward is one product each
         // for the input and the weight.
         let qkv = self.qkv.forward(x)?;
-        let y = Tensor::scaled_dot_product_attention_packed(&qkv, self.heads, self.causal, None)?;
+        let y = Tensor::scaled_dot_product_attention_packed(&qkv, self.heads, mask, self.causal, None)?;
         self.out.forward(&y)
+    }
+}
+
+impl Module for MultiHeadAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.attend(x, None)
     }
 }

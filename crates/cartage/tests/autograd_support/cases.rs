@@ -399,10 +399,10 @@ fn nn() -> Vec<Case> {
             |x| { Tensor::scaled_dot_product_attention(&x[0], &x[1], &x[2], None, true, None) }
         ),
         case!("sdpa packed causal", [([2, 4, 12], Normal)], true, |x| {
-            Tensor::scaled_dot_product_attention_packed(&x[0], 2, true, None)
+            Tensor::scaled_dot_product_attention_packed(&x[0], 2, None, true, None)
         }),
         case!("sdpa packed", [([1, 3, 18], Normal)], true, |x| {
-            Tensor::scaled_dot_product_attention_packed(&x[0], 3, false, Some(0.7))
+            Tensor::scaled_dot_product_attention_packed(&x[0], 3, None, false, Some(0.7))
         }),
         case!(
             "sdpa masked",

@@ -192,13 +192,16 @@ pub(crate) fn attention(
 pub(crate) fn attention_packed(
     qkv: &Tensor,
     heads: usize,
+    mask: Option<Tensor>,
     causal: bool,
     scale: f64,
     saved: Option<(Tensor, Tensor)>,
 ) -> (BackwardFn, Saved) {
     let qkv = qkv.detach();
+    let mask = mask.map(|m| m.detach());
     let saved = saved.map(|(out, lse)| (out.detach(), lse.detach()));
     let mut kept = vec![&qkv];
+    kept.extend(&mask);
     kept.extend(saved.iter().flat_map(|(out, lse)| [out, lse]));
     saving(keep(&kept), move |g, need| {
         if !need[0] {
@@ -208,7 +211,15 @@ pub(crate) fn attention_packed(
         let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
         let head = q.shape()[3];
         let g = g.reshape(&[b, t, heads, head])?.transpose(1, 2)?;
-        let grads = attention_grads([&q, &k, &v], &g, None, causal, scale, saved.as_ref(), &[true; 3])?;
+        let grads = attention_grads(
+            [&q, &k, &v],
+            &g,
+            mask.as_ref(),
+            causal,
+            scale,
+            saved.as_ref(),
+            &[true; 3],
+        )?;
         let parts = grads
             .into_iter()
             .map(|part| {

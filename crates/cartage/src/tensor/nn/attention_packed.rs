@@ -16,8 +16,9 @@ impl Tensor {
     /// Self-attention on a packed projection: `qkv` `[B, T, 3·H·E]` holds the queries (features
     /// `0..H·E`), keys (`H·E..2·H·E`) and values (`2·H·E..3·H·E`), each head-major (head `h` takes
     /// the `E` features from `h·E`), as GPT-2's fused `c_attn` lays them out. Gives
-    /// `[B, T, H·E]`: every head's [`Tensor::scaled_dot_product_attention`] (`causal` as there,
-    /// `scale` defaulting to `1 / sqrt(E)`), the heads side by side again.
+    /// `[B, T, H·E]`: every head's [`Tensor::scaled_dot_product_attention`] (`mask`, `causal`
+    /// and `scale` as there: the mask broadcasts to the scores `[B, H, T, T]`, e.g. a key
+    /// padding mask `[B, 1, 1, T]`), the heads side by side again.
     ///
     /// The same result and gradients as the three views through
     /// [`Tensor::scaled_dot_product_attention`], with the fused kernels where the backend has
@@ -25,8 +26,9 @@ impl Tensor {
     /// gradient of `qkv`, where three views would each build one of `qkv`'s size from zeros and
     /// add them. Where the backend has no fused kernel the forward is composed and the backward
     /// recomputes the probabilities from the saved `qkv` (no `[B, H, T, T]` matrix is kept
-    /// between the passes). Under [`crate::autocast`] an f32 `qkv` is cast to the autocast dtype
-    /// on entry.
+    /// between the passes). A float mask that needs its own gradient goes through the three
+    /// recorded views instead, so that its gradient is recorded. Under [`crate::autocast`] an f32
+    /// `qkv` (and an f32 mask) is cast to the autocast dtype on entry.
     ///
     /// ```
     /// use cartage::{Device, Tensor};
@@ -38,7 +40,7 @@ impl Tensor {
     ///     &[1, 2, 6],
     ///     &cpu,
     /// )?;
-    /// let out = Tensor::scaled_dot_product_attention_packed(&qkv, 1, true, None)?;
+    /// let out = Tensor::scaled_dot_product_attention_packed(&qkv, 1, None, true, None)?;
     /// assert_eq!(out.shape(), &[1, 2, 2]);
     /// // The first position sees only itself.
     /// assert_eq!(&out.to_vec::<f32>()?[..2], &[1.0, 2.0]);
@@ -48,6 +50,7 @@ impl Tensor {
     pub fn scaled_dot_product_attention_packed(
         qkv: &Tensor,
         heads: usize,
+        mask: Option<&Tensor>,
         causal: bool,
         scale: Option<f64>,
     ) -> Result<Tensor> {
@@ -55,34 +58,57 @@ impl Tensor {
         if crate::autocast::autocast_dtype().is_some_and(|d| qkv.dtype != d) {
             let lowered = crate::autocast::lower(qkv)?;
             if lowered.dtype != qkv.dtype {
-                return Tensor::scaled_dot_product_attention_packed(&lowered, heads, causal, scale);
+                let lowered_mask = match mask {
+                    Some(m) if m.dtype.is_float() => Some(crate::autocast::lower(m)?),
+                    _ => None,
+                };
+                let mask = lowered_mask.as_ref().or(mask);
+                return Tensor::scaled_dot_product_attention_packed(&lowered, heads, mask, causal, scale);
             }
         }
         check::float(NAME, qkv.dtype)?;
+        // Checks the shape and `heads` (views only, not recorded).
+        let head = {
+            let _plain = crate::autograd::no_grad();
+            qkv.packed_attention_parts(heads)?[0].shape()[3]
+        };
+        let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
+        let scale = scale.unwrap_or(1.0 / (head as f64).sqrt());
+        if !scale.is_finite() {
+            return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
+        }
+        let mask = match mask {
+            Some(m) => Some(qkv.attention_additive_mask(m, &[b, heads, t, t], site)?),
+            None => None,
+        };
+        if mask.as_ref().is_some_and(|m| graph::tracking(&[m])) {
+            // A mask that needs its own gradient: attention on the recorded views, whose
+            // composed path records the mask's add.
+            let split = qkv.reshape(&[b, t, 3, heads, head])?;
+            let part = |i: isize| split.select(2, i)?.transpose(1, 2);
+            let (q, k, v) = (part(0)?, part(1)?, part(2)?);
+            let out = Tensor::scaled_dot_product_attention(&q, &k, &v, mask.as_ref(), causal, Some(scale))?;
+            return out.transpose(1, 2)?.reshape(&[b, t, heads * head]);
+        }
         let tracked = graph::tracking(&[qkv]);
-        let (out, heads_out, lse, scale) = {
+        let (out, heads_out, lse) = {
             // The views and kernels below are this one node's forward: none of them is recorded.
             let _plain = tracked.then(crate::autograd::no_grad);
             let [q, k, v] = qkv.packed_attention_parts(heads)?;
-            let (b, t, head) = (qkv.shape()[0], qkv.shape()[1], q.shape()[3]);
-            let scale = scale.unwrap_or(1.0 / (head as f64).sqrt());
-            if !scale.is_finite() {
-                return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
-            }
-            let (heads_out, lse) = match fused([&q, &k, &v], None, causal, scale, tracked, site)? {
+            let (heads_out, lse) = match fused([&q, &k, &v], mask.as_ref(), causal, scale, tracked, site)? {
                 Some(done) => done,
                 // The backward recomputes the probabilities from the saved qkv.
-                None => (composed(&q, &k, &v, None, causal, scale, site)?, None),
+                None => (composed(&q, &k, &v, mask.as_ref(), causal, scale, site)?, None),
             };
             // [B, H, T, E] → [B, T, H·E]
             let out = heads_out
                 .transpose(1, 2)?
                 .reshape_internal(&[b, t, heads * head], site)?;
-            (out, heads_out, lse, scale)
+            (out, heads_out, lse)
         };
         Ok(graph::record(out, NAME, &[qkv], |_| {
             let saved = lse.map(|lse| (heads_out, lse));
-            formulas::nn::attention_packed(qkv, heads, causal, scale, saved)
+            formulas::nn::attention_packed(qkv, heads, mask, causal, scale, saved)
         }))
     }
 
