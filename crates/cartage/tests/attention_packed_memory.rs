@@ -1,10 +1,13 @@
 //! The packed attention's backward builds the gradient of `qkv` once: measured with the CPU
 //! allocator's statistics against the three views of the same tensor through
 //! `scaled_dot_product_attention`, whose backward gives each view a zero-filled gradient of the
-//! whole `qkv` and adds them. One test function: the counters are process-wide, and tests in one
-//! binary run on parallel threads.
+//! whole `qkv` and adds them. One test function per device: the counters are per device, and
+//! tests in one binary run on parallel threads. On a GPU that fuses attention, the forward keeps
+//! one copy of its output for the backward.
 
-use cartage::{DType, Device, Result, Tensor, Var, memory_stats, reset_peak_memory_stats};
+mod common;
+
+use cartage::{DType, Device, Op, Result, Tensor, Var, memory_stats, reset_peak_memory_stats, synchronize};
 
 /// The bytes allocated beyond the level before `loss.backward()` at its peak.
 fn backward_peak(loss: Tensor) -> Result<usize> {
@@ -58,5 +61,39 @@ fn the_packed_gradient_is_built_once() -> Result<()> {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(diff <= 1e-5, "the two gradients differ by {diff}");
+    Ok(())
+}
+
+/// Where the forward is fused (it saves the log-sum-exp for a fused backward), the node keeps its
+/// own `[B, T, H·E]` result for the backward, the tensor the caller holds anyway, and not the
+/// kernel's `[B, H, T, E]` output beside it: the forward leaves one output's worth of memory
+/// (and the small log-sum-exp) allocated, not two.
+#[test]
+fn the_fused_packed_node_keeps_one_copy_of_its_output() -> Result<()> {
+    for device in common::gpu_devices("attention_packed_memory/output") {
+        let caps = cartage::backend(&device)?.capabilities().clone();
+        if !(caps.supports(Op::Attention, DType::F32) && caps.supports(Op::AttentionBackward, DType::F32)) {
+            common::skip(&format!(
+                "attention_packed_memory/output: {device} does not fuse f32 attention"
+            ));
+            continue;
+        }
+        let (b, t, h, e) = (2, 64, 4, 32);
+        let x = Tensor::randn(&[b, t, 3 * h * e], DType::F32, 3, &Device::cpu())?.to(&device)?;
+        let qkv = Var::new(x)?;
+        synchronize(&device)?;
+        let before = memory_stats(&device)?.allocated_bytes;
+        let y = Tensor::scaled_dot_product_attention_packed(&qkv.tensor(), h, None, true, None)?;
+        synchronize(&device)?;
+        let held = memory_stats(&device)?.allocated_bytes - before;
+        let (out_bytes, lse_bytes) = (y.size_in_bytes(), b * h * t * 4);
+        assert!(
+            held < out_bytes + out_bytes / 2 + lse_bytes,
+            "{device}: the forward left {held} bytes allocated for an output of {out_bytes} and a \
+             log-sum-exp of {lse_bytes}: a second copy of the output is kept"
+        );
+        y.sum_all()?.backward()?;
+        assert!(qkv.grad().is_some());
+    }
     Ok(())
 }

@@ -184,8 +184,10 @@ pub(crate) fn attention(
 }
 
 /// The backward of [`Tensor::scaled_dot_product_attention_packed`]: the node's one input is
-/// `qkv` `[B, T, 3·H·E]`, saved with the forward's `[B, H, T, E]` output and log-sum-exp where the
-/// fused forward wrote one. The gradients of q, k and v come from [`attention`]'s formula on
+/// `qkv` `[B, T, 3·H·E]`, saved with the node's own `[B, T, H·E]` output (the storage the next
+/// layer keeps as well, viewed as `[B, H, T, E]` here; the fused backward then reads a copy made
+/// for the pass) and log-sum-exp where the fused forward wrote one, and the additive mask if
+/// any. The gradients of q, k and v come from [`attention`]'s formula on
 /// views of `qkv` (fused where the backend has it), and go into one fresh `[B, T, 3, H, E]`
 /// tensor, one strided copy each (`Tensor::stack`): no zero-filled gradient of the whole `qkv`
 /// per part, no sum of three.
@@ -211,6 +213,11 @@ pub(crate) fn attention_packed(
         let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
         let head = q.shape()[3];
         let g = g.reshape(&[b, t, heads, head])?.transpose(1, 2)?;
+        // The saved output is the node's [B, T, H·E] result: its [B, H, T, E] view.
+        let saved = match &saved {
+            Some((out, lse)) => Some((out.reshape(&[b, t, heads, head])?.transpose(1, 2)?, lse.clone())),
+            None => None,
+        };
         let grads = attention_grads(
             [&q, &k, &v],
             &g,

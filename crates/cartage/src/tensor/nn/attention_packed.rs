@@ -91,7 +91,7 @@ impl Tensor {
             return out.transpose(1, 2)?.reshape(&[b, t, heads * head]);
         }
         let tracked = graph::tracking(&[qkv]);
-        let (out, heads_out, lse) = {
+        let (out, lse) = {
             // The views and kernels below are this one node's forward: none of them is recorded.
             let _plain = tracked.then(crate::autograd::no_grad);
             let [q, k, v] = qkv.packed_attention_parts(heads)?;
@@ -104,10 +104,13 @@ impl Tensor {
             let out = heads_out
                 .transpose(1, 2)?
                 .reshape_internal(&[b, t, heads * head], site)?;
-            (out, heads_out, lse)
+            (out, lse)
         };
-        Ok(graph::record(out, NAME, &[qkv], |_| {
-            let saved = lse.map(|lse| (heads_out, lse));
+        // The backward reads the output through the node's own result (the heads side by side,
+        // the tensor the next layer keeps too), not the kernel's [B, H, T, E] output: one copy
+        // of it lives between the passes, not two.
+        Ok(graph::record(out, NAME, &[qkv], |out| {
+            let saved = lse.map(|lse| (out.clone(), lse));
             formulas::nn::attention_packed(qkv, heads, mask, causal, scale, saved)
         }))
     }
