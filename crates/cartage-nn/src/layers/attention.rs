@@ -73,12 +73,27 @@ impl MultiHeadAttention {
     }
 
     fn attend(&self, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        check_last("MultiHeadAttention", x, 3, self.dim)?;
+        self.check_input(x)?;
         // One product for q, k and v ([B, T, 3D]), attention over it as one node whose backward
         // builds the [B, T, 3D] gradient once, so the projection's backward is one product each
         // for the input and the weight.
-        let qkv = self.qkv.forward(x)?;
-        let y = Tensor::scaled_dot_product_attention_packed(&qkv, self.heads, mask, self.causal, None)?;
+        self.attend_projected(&self.qkv.forward(x)?, mask)
+    }
+
+    /// Refuse an input that is not `[B, T, D]` with this layer's `D`.
+    pub(crate) fn check_input(&self, x: &Tensor) -> Result<()> {
+        check_last("MultiHeadAttention", x, 3, self.dim)
+    }
+
+    /// The q/k/v projection, for a caller that computes it itself (a block that fuses the norm
+    /// before it into the product: [`crate::layers::LayerNorm::forward_linear`]).
+    pub(crate) fn qkv_projection(&self) -> &Linear {
+        &self.qkv
+    }
+
+    /// The attention and the output projection from the q/k/v projection `qkv` `[B, T, 3D]`.
+    pub(crate) fn attend_projected(&self, qkv: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let y = Tensor::scaled_dot_product_attention_packed(qkv, self.heads, mask, self.causal, None)?;
         self.out.forward(&y)
     }
 }

@@ -108,7 +108,16 @@ impl TransformerBlock {
 
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.add(&self.drop(self.attn.forward(&self.ln1.forward(x)?)?)?)?;
+        let attended = if cartage::is_grad_enabled() {
+            // The first norm is recomputed in the q/k/v projection's backward: backward keeps
+            // the residual stream, not the normalised copy of it as well.
+            self.attn.check_input(x)?;
+            let qkv = self.ln1.forward_linear(x, self.attn.qkv_projection())?;
+            self.attn.attend_projected(&qkv, None)?
+        } else {
+            self.attn.forward(&self.ln1.forward(x)?)?
+        };
+        let x = x.add(&self.drop(attended)?)?;
         let mlp = if cartage::is_grad_enabled() {
             // The norm is recomputed in the up projection's backward and the activation in the
             // down projection's, so backward keeps their inputs alone: the residual stream and
