@@ -577,14 +577,14 @@ fn open_shares_one_backend_and_refuses_other_ordinals() {
     assert!(matches!(crate::open(1), Err(Error::BackendUnavailable { .. })));
     assert_eq!(crate::device_count().unwrap(), 1);
     // Every defined op, plus the optional fused kernels the CPU has (all but conv2d and
-    // attention and their backward kernels, which it composes: pooling, forward and backward,
-    // is fused here), for every float dtype.
+    // attention, their backward kernels and attention's mask, which it composes: pooling,
+    // forward and backward, is fused here), for every float dtype.
     for op in cartage_core::Op::all() {
         for dtype in DType::ALL {
             use cartage_core::Op::*;
             let composed = matches!(
                 op,
-                Conv2d | Attention | Conv2dBackwardInput | Conv2dBackwardWeight | AttentionBackward
+                Conv2d | Attention | Conv2dBackwardInput | Conv2dBackwardWeight | AttentionBackward | AttentionMask
             );
             let fused_here = !composed;
             let want = op.defined_for(dtype) && (!op.optional() || fused_here);

@@ -11,7 +11,7 @@
 
 use cartage::prelude::*;
 use cartage::{CrossEntropy, Epilogue, graph_memory, memory_stats, reset_peak_memory_stats};
-use cartage_nn::layers::{LayerNorm, Linear, MultiHeadAttention, TransformerBlock};
+use cartage_nn::layers::{BlockOptions, LayerNorm, Linear, MultiHeadAttention, Recompute, TransformerBlock};
 use cartage_nn::models::{Gpt, GptConfig};
 use cartage_nn::optim::{AdamW, Optimizer};
 use cartage_nn::{Module, ParamStore};
@@ -97,6 +97,29 @@ fn a_block_keeps_neither_the_norms_nor_the_activations_output() -> Result<()> {
         parts.block + rows * dim * f32_bytes,
         parts.ln1 + parts.attention + parts.mlp + dim * f32_bytes,
         "the block keeps what its parts keep, ln2 and the MLP as above, less ln1's output"
+    );
+    // The other recompute choices keep more, by exactly what they do not recompute.
+    let saved_with = |recompute: Recompute| -> Result<usize> {
+        let store = ParamStore::new(&device);
+        let options = BlockOptions {
+            recompute,
+            ..BlockOptions::new(dim, heads)
+        };
+        let block = TransformerBlock::with_options(&store.root().sub("block"), options, &mut Generator::new(0))?;
+        Ok(saved_by(&device, || block.forward(&x))?.0)
+    };
+    let [nothing, norms, both] = [Recompute::Nothing, Recompute::Norms, Recompute::NormsAndActivation].map(saved_with);
+    let (nothing, norms, both) = (nothing?, norms?, both?);
+    assert_eq!(both, parts.block, "the default recomputes the norms and the activation");
+    assert_eq!(
+        norms,
+        both + rows * 4 * dim * f32_bytes,
+        "recomputing the norms alone keeps the activation's output too"
+    );
+    assert_eq!(
+        nothing + 2 * dim * f32_bytes,
+        norms + 2 * rows * dim * f32_bytes,
+        "recomputing nothing keeps both norms' outputs too (and neither norm's bias)"
     );
     Ok(())
 }

@@ -1,12 +1,12 @@
-//! `TransformerBlock` while recording (both norms go into the following product as one node,
-//! attention over the packed q/k/v projection, the activation recomputed by the down
-//! projection) against the block written out from its parameters with plain ops:
+//! `TransformerBlock` while recording, with each `Recompute` choice (by default both norms go
+//! into the following product as one node and the activation is recomputed by the down
+//! projection; attention over the packed q/k/v projection) against the block written out from its parameters with plain ops:
 //! `x + out(attn(layer_norm(x)·Wqkvᵀ + bqkv))`, then `x + down(gelu(layer_norm(x)·Wupᵀ + bup))`.
 //! The output and the gradients of the input and of every parameter, causal and not, in f32 on
 //! the CPU and every GPU that opens, and under bf16 autocast on the CPU.
 
 use cartage::prelude::*;
-use cartage_nn::layers::TransformerBlock;
+use cartage_nn::layers::{BlockOptions, Recompute, TransformerBlock};
 use cartage_nn::{Module, ParamStore};
 
 mod common;
@@ -29,11 +29,16 @@ const NAMES: [&str; 12] = [
 /// The output and the gradients of `Σ y·r` (the input's, then each parameter's in `NAMES`'
 /// order) as f64, through the block or, with `reference`, through the written-out block on
 /// copies of its parameters.
-fn run(device: &Device, causal: bool, autocast: bool, reference: bool) -> Result<Vec<Vec<f64>>> {
+fn run(device: &Device, causal: bool, autocast: bool, recompute: Recompute, reference: bool) -> Result<Vec<Vec<f64>>> {
     let (b, t, dim, heads) = (2, 6, 16, 2);
     let store = ParamStore::new(device);
     let mut rng = Generator::new(21);
-    let block = TransformerBlock::new(&store.root().sub("block"), dim, heads, causal, &mut rng)?;
+    let options = BlockOptions {
+        causal,
+        recompute,
+        ..BlockOptions::new(dim, heads)
+    };
+    let block = TransformerBlock::with_options(&store.root().sub("block"), options, &mut rng)?;
     let x = Var::new(Tensor::randn(&[b, t, dim], DType::F32, 8, &Device::cpu())?.to(device)?)?;
     let params: Vec<Var> = NAMES
         .iter()
@@ -83,16 +88,17 @@ fn the_recording_block_matches_the_block_written_out() -> Result<()> {
             .map(|d| (d, false, 1e-5)),
     );
     for (device, autocast, tol) in cases {
-        for causal in [false, true] {
-            let got = run(&device, causal, autocast, false)?;
-            let want = run(&device, causal, autocast, true)?;
+        let policies = [Recompute::Nothing, Recompute::Norms, Recompute::NormsAndActivation];
+        for (causal, recompute) in [false, true].into_iter().flat_map(|c| policies.map(|r| (c, r))) {
+            let got = run(&device, causal, autocast, recompute, false)?;
+            let want = run(&device, causal, autocast, recompute, true)?;
             let names = std::iter::once("output").chain(std::iter::once("input")).chain(NAMES);
             for ((name, g), w) in names.zip(&got).zip(&want) {
                 let scale = w.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
                 let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale;
                 assert!(
                     worst <= tol,
-                    "{device} causal={causal} autocast={autocast} {name}: worst difference {worst:.3e}"
+                    "{device} causal={causal} autocast={autocast} {recompute:?} {name}: worst difference {worst:.3e}"
                 );
             }
         }

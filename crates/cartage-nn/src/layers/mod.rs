@@ -22,7 +22,7 @@ pub use linear::Linear;
 pub use norm::{LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
 pub use sequential::{Activation, Sequential};
-pub use transformer::{BlockOptions, TransformerBlock};
+pub use transformer::{BlockOptions, Recompute, TransformerBlock};
 
 use cartage::{Error, Generator, Result, Tensor};
 

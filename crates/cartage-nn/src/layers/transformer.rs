@@ -23,11 +23,47 @@ pub struct BlockOptions {
     pub norm_eps: f64,
     /// Dropout on each residual branch (attention output and MLP output), in training mode.
     pub dropout: f64,
+    /// What backward recomputes instead of keeping from the forward pass.
+    pub recompute: Recompute,
+}
+
+/// What a recording [`TransformerBlock`] recomputes in backward instead of keeping from the
+/// forward pass: memory traded for time, a selective form of activation checkpointing. Each
+/// choice gives the same values and gradients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Recompute {
+    /// Keep the norms' outputs and the MLP's activation output, as PyTorch eager does.
+    Nothing,
+    /// Recompute the two norms' outputs in the backward of the products they feed: per layer,
+    /// two activations of the model's width fewer, and two norms again in backward.
+    Norms,
+    /// The norms and the MLP's activation (its output, four times the model's width): the
+    /// least memory, and the activation again in backward.
+    #[default]
+    NormsAndActivation,
+}
+
+impl Recompute {
+    /// Its name: `nothing`, `norms` or `norms_and_activation`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Recompute::Nothing => "nothing",
+            Recompute::Norms => "norms",
+            Recompute::NormsAndActivation => "norms_and_activation",
+        }
+    }
+
+    /// The choice named `name` (as [`Recompute::name`] gives it), if any.
+    pub fn from_name(name: &str) -> Option<Recompute> {
+        [Recompute::Nothing, Recompute::Norms, Recompute::NormsAndActivation]
+            .into_iter()
+            .find(|r| r.name() == name)
+    }
 }
 
 impl BlockOptions {
     /// A causal block of width `dim` with `heads` heads: biases, exact GELU, eps 1e-5, no
-    /// dropout.
+    /// dropout, the norms and the activation recomputed in backward.
     pub fn new(dim: usize, heads: usize) -> BlockOptions {
         BlockOptions {
             dim,
@@ -37,6 +73,7 @@ impl BlockOptions {
             activation: Epilogue::Gelu,
             norm_eps: 1e-5,
             dropout: 0.0,
+            recompute: Recompute::default(),
         }
     }
 }
@@ -51,6 +88,7 @@ pub struct TransformerBlock {
     down: Linear,
     activation: Epilogue,
     dropout: Option<Dropout>,
+    recompute: Recompute,
 }
 
 impl TransformerBlock {
@@ -76,6 +114,7 @@ impl TransformerBlock {
             activation,
             norm_eps,
             dropout,
+            recompute,
         } = options;
         if !matches!(activation, Epilogue::Gelu | Epilogue::GeluTanh | Epilogue::Relu) {
             return Err(cartage::Error::InvalidArgument {
@@ -95,6 +134,7 @@ impl TransformerBlock {
             down: Linear::new(&scope.sub("mlp_down"), 4 * dim, dim, bias, rng)?,
             activation,
             dropout,
+            recompute,
         })
     }
 
@@ -108,7 +148,14 @@ impl TransformerBlock {
 
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let attended = if cartage::is_grad_enabled() {
+        // Nothing is kept without autograd: the plain path, the activation fused into the up
+        // projection where the backend can.
+        let recompute = match cartage::is_grad_enabled() {
+            true => self.recompute,
+            false => Recompute::Nothing,
+        };
+        let norms = recompute != Recompute::Nothing;
+        let attended = if norms {
             // The first norm is recomputed in the q/k/v projection's backward: backward keeps
             // the residual stream, not the normalised copy of it as well.
             self.attn.check_input(x)?;
@@ -118,16 +165,22 @@ impl Module for TransformerBlock {
             self.attn.forward(&self.ln1.forward(x)?)?
         };
         let x = x.add(&self.drop(attended)?)?;
-        let mlp = if cartage::is_grad_enabled() {
+        let mlp = match recompute {
             // The norm is recomputed in the up projection's backward and the activation in the
             // down projection's, so backward keeps their inputs alone: the residual stream and
             // the hidden layer's pre-activation (`[.., 4·dim]`).
-            let hidden = self.ln2.forward_linear(&x, &self.up)?;
-            self.down.forward_activated(&hidden, self.activation)?
-        } else {
-            // Nothing is kept: the up projection fuses its activation where the backend can.
-            let normed = self.ln2.forward(&x)?;
-            self.down.forward(&self.up.forward_with(&normed, self.activation)?)?
+            Recompute::NormsAndActivation => {
+                let hidden = self.ln2.forward_linear(&x, &self.up)?;
+                self.down.forward_activated(&hidden, self.activation)?
+            }
+            Recompute::Norms => {
+                let hidden = self.ln2.forward_linear(&x, &self.up)?;
+                self.down.forward(&hidden.activate(self.activation)?)?
+            }
+            Recompute::Nothing => {
+                let normed = self.ln2.forward(&x)?;
+                self.down.forward(&self.up.forward_with(&normed, self.activation)?)?
+            }
         };
         x.add(&self.drop(mlp)?)
     }

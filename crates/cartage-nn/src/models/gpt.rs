@@ -7,7 +7,7 @@
 use cartage::prelude::*;
 use cartage::{Epilogue, Error};
 
-use crate::layers::{BlockOptions, Dropout, Embedding, LayerNorm, Linear, TransformerBlock, dropout_layer};
+use crate::layers::{BlockOptions, Dropout, Embedding, LayerNorm, Linear, Recompute, TransformerBlock, dropout_layer};
 use crate::{Module, Scope};
 
 /// The model's sizes and options. [`GptConfig::new`] gives the sizes with cartage's defaults
@@ -36,6 +36,8 @@ pub struct GptConfig {
     pub activation: Epilogue,
     /// The layer norms' epsilon.
     pub norm_eps: f64,
+    /// What the blocks recompute in backward instead of keeping ([`Recompute`]).
+    pub recompute: Recompute,
 }
 
 impl GptConfig {
@@ -53,6 +55,7 @@ impl GptConfig {
             dropout: 0.0,
             activation: Epilogue::Gelu,
             norm_eps: 1e-5,
+            recompute: Recompute::default(),
         }
     }
 
@@ -131,6 +134,7 @@ impl Gpt {
             activation: config.activation,
             norm_eps: config.norm_eps,
             dropout: config.dropout,
+            recompute: config.recompute,
             ..BlockOptions::new(config.dim, config.heads)
         };
         // Blocks first, then the embeddings, the norm and the head: the order the draws from

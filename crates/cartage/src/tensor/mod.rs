@@ -503,11 +503,14 @@ impl Tensor {
             return Ok(());
         }
         crate::graph::hold(std::iter::once(self).chain(inputs.iter().copied()));
+        if inputs.len() > 3 {
+            return kernel.run(&self.operand_buffers(inputs));
+        }
         let mut buffers: [&DeviceBuffer; 4] = [self.storage.device_buffer(); 4];
         for (slot, input) in buffers[1..].iter_mut().zip(inputs) {
             *slot = input.storage.device_buffer();
         }
-        kernel.run(&buffers[..1 + inputs.len().min(3)])
+        kernel.run(&buffers[..1 + inputs.len()])
     }
 
     /// [`Tensor::launch`] of an index kernel whose index operand is `index`: when the host knows
@@ -527,11 +530,23 @@ impl Tensor {
             return Ok(());
         }
         crate::graph::hold(std::iter::once(self).chain(inputs.iter().copied()));
+        if inputs.len() > 3 {
+            return kernel.run_with_index_range(&self.operand_buffers(inputs), range);
+        }
         let mut buffers: [&DeviceBuffer; 4] = [self.storage.device_buffer(); 4];
         for (slot, input) in buffers[1..].iter_mut().zip(inputs) {
             *slot = input.storage.device_buffer();
         }
-        kernel.run_with_index_range(&buffers[..1 + inputs.len().min(3)], range)
+        kernel.run_with_index_range(&buffers[..1 + inputs.len()], range)
+    }
+
+    /// The buffers of this output and of every input, for a kernel with more than three inputs
+    /// (the common case takes a fixed array, without allocating).
+    fn operand_buffers<'a>(&'a self, inputs: &[&'a Tensor]) -> Vec<&'a DeviceBuffer> {
+        std::iter::once(self)
+            .chain(inputs.iter().copied())
+            .map(|t| t.storage.device_buffer())
+            .collect()
     }
 
     /// The range of this integer tensor's values where the host knows it (a bound: a view may

@@ -355,8 +355,12 @@ impl ModelOp {
                 autocast,
                 graph,
             } => format!(
-                "{layers} layer{}, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}{}",
+                "{layers} layer{}, d {dim}, {heads} heads, context {context}, batch {batch}, vocab {vocab}, AdamW{}{}{}",
                 if layers == 1 { "" } else { "s" },
+                match gpt_recompute() {
+                    Ok(Some(r)) => format!(", recompute {}", r.name()),
+                    _ => String::new(),
+                },
                 if autocast { ", bf16 autocast" } else { "" },
                 if graph {
                     ", forward and backward replayed as a CUDA graph"
@@ -651,6 +655,23 @@ impl ModelOp {
             | ModelOp::TrainPipeline { .. } => forward,
         }
     }
+}
+
+/// The environment variable naming what the GPT rows' blocks recompute in backward.
+pub const GPT_RECOMPUTE_VAR: &str = "CARTAGE_GPT_RECOMPUTE";
+
+/// What [`GPT_RECOMPUTE_VAR`] asks the GPT rows' blocks to recompute: `None` when it is unset
+/// or empty (the model's default), an error naming the choices for any other value.
+pub fn gpt_recompute() -> Result<Option<cartage_nn::layers::Recompute>, String> {
+    let Ok(value) = std::env::var(GPT_RECOMPUTE_VAR) else {
+        return Ok(None);
+    };
+    if value.is_empty() {
+        return Ok(None);
+    }
+    cartage_nn::layers::Recompute::from_name(&value)
+        .map(Some)
+        .ok_or_else(|| format!("{GPT_RECOMPUTE_VAR}={value}: expected nothing, norms or norms_and_activation"))
 }
 
 #[cfg(test)]

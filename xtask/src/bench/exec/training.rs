@@ -117,7 +117,12 @@ pub fn gpt_train(op: &ModelOp, device: &Device, bench: &Bench) -> Result<Outcome
     else {
         return Err(cartage::Error::invalid("gpt_train", "internal: not a GPT case"));
     };
-    let config = cartage_nn::models::GptConfig::new(vocab, context, dim, heads, layers);
+    let mut config = cartage_nn::models::GptConfig::new(vocab, context, dim, heads, layers);
+    if let Some(recompute) =
+        crate::bench::cases::gpt_recompute().map_err(|e| cartage::Error::invalid("gpt_train", e))?
+    {
+        config.recompute = recompute;
+    }
     let mut gpt = GptFixture::new(config, batch, device)?;
     let mut step = |mark: Mark<'_>| -> Result<()> {
         let loss = gpt.loss(autocast)?;

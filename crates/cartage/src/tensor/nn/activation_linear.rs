@@ -58,8 +58,17 @@ impl Tensor {
     }
 
     /// `activation(self)`, element-wise, through the recorded ops ([`Epilogue::GeluTanh`] as
-    /// PyTorch's tanh approximation, composed).
-    pub(crate) fn activate(&self, activation: Epilogue) -> Result<Tensor> {
+    /// PyTorch's tanh approximation, composed): the activation a fused `linear` would apply.
+    ///
+    /// ```
+    /// use cartage::{Device, Epilogue, Tensor};
+    /// let x = Tensor::from_slice(&[-1.0f32, 0.0, 2.0], &[3], &Device::cpu())?;
+    /// assert_eq!(x.activate(Epilogue::Relu)?.to_vec::<f32>()?, vec![0.0, 0.0, 2.0]);
+    /// let tanh_gelu = x.activate(Epilogue::GeluTanh)?.to_vec::<f32>()?;
+    /// assert!((tanh_gelu[2] - 1.9546).abs() < 1e-4);
+    /// # Ok::<(), cartage::Error>(())
+    /// ```
+    pub fn activate(&self, activation: Epilogue) -> Result<Tensor> {
         match activation {
             Epilogue::Identity => Ok(self.clone()),
             Epilogue::Relu => self.relu(),

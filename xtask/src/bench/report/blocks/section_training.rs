@@ -24,7 +24,10 @@ pub(super) fn build(report: &Report) -> Vec<Block> {
          (`cartage_nn::models::Gpt`; PyTorch: the same modules from `torch.nn`) at two shapes, a \
          character-level one and, on a GPU, a longer-context one with an 8192-token vocabulary, in f32 \
          and under bf16 autocast; its rate counts 6 flop per parameter and token plus the causal \
-         attention scores. The MLP and GPT steps run three times on each side, interleaved (cartage, \
+         attention scores. cartage's blocks recompute their norms and the MLP's activation in \
+         backward (`Recompute::NormsAndActivation`, the default) where PyTorch keeps them; \
+         `CARTAGE_GPT_RECOMPUTE` (`nothing`, `norms`, `norms_and_activation`) picks another \
+         choice, named in the row when set. The MLP and GPT steps run three times on each side, interleaved (cartage, \
          the reference, cartage, …): their time is the median of the three runs' medians, the range \
          under it spans the runs' medians, and the speed compares the two medians. Its graph rows replay forward and backward from memory the graph reserved in its \
          private pool when it was captured, so a replayed step raises allocated memory by nothing \
