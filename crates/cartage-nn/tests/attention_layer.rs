@@ -26,17 +26,7 @@ fn run(device: &Device, causal: bool, padded: bool, reference: bool) -> Result<V
     let real = Tensor::from_slice(&real, &[b, 1, 1, t], device)?;
     let mask = padded.then_some(&real);
     let names = ["attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "attn.out.bias"];
-    let params: Vec<Var> = names
-        .iter()
-        .map(|n| {
-            let var = store.get(n).unwrap_or_else(|| panic!("{n} is a parameter"));
-            if reference {
-                Var::new(var.value().clone())
-            } else {
-                Ok(var)
-            }
-        })
-        .collect::<Result<_>>()?;
+    let params = common::params(&store, &names, reference)?;
     let y = if reference {
         let [wqkv, bqkv, wout, bout] = [0, 1, 2, 3].map(|i| params[i].tensor());
         let part = |i: usize| -> Result<Tensor> {

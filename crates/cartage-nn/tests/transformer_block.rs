@@ -40,17 +40,7 @@ fn run(device: &Device, causal: bool, autocast: bool, recompute: Recompute, refe
     };
     let block = TransformerBlock::with_options(&store.root().sub("block"), options, &mut rng)?;
     let x = Var::new(Tensor::randn(&[b, t, dim], DType::F32, 8, &Device::cpu())?.to(device)?)?;
-    let params: Vec<Var> = NAMES
-        .iter()
-        .map(|n| {
-            let var = store.get(n).unwrap_or_else(|| panic!("{n} is a parameter"));
-            if reference {
-                Var::new(var.value().clone())
-            } else {
-                Ok(var)
-            }
-        })
-        .collect::<Result<_>>()?;
+    let params = common::params(&store, &NAMES, reference)?;
     let _autocast = autocast.then(|| cartage::autocast(device, DType::BF16)).transpose()?;
     let y = if reference {
         let p: Vec<Tensor> = params.iter().map(Var::tensor).collect();

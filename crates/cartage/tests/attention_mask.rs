@@ -79,11 +79,29 @@ fn masks(device: &Device, dtype: DType) -> Result<Vec<MaskCase>> {
     ])
 }
 
-/// The output and the gradients of q, k and v of `Σ out · r`, with `mask` constant or (when
-/// `composed`) a variable, which sends attention to the composed path.
+/// The output and the gradients of q, k and v of `Σ out · r` for q `[B, H, L, E]` and k, v
+/// `[B, H, S, E]`, with `mask` constant or (when `composed`) a variable, which sends attention
+/// to the composed path.
 fn run(device: &Device, dtype: DType, mask: &Tensor, causal: bool, composed: bool) -> Result<Vec<Vec<f64>>> {
-    let make = |seed, s| Tensor::from_slice(&values(B * H * s * E, seed), &[B, H, s, E], device)?.to_dtype(dtype);
-    let (q, k, v) = (Var::new(make(1, L)?)?, Var::new(make(2, S)?)?, Var::new(make(3, S)?)?);
+    run_sized(device, dtype, &[B, H], [L, S, E], mask, causal, composed)
+}
+
+/// [`run`] for q `[batch.., l, e]` and k, v `[batch.., s, e]`.
+fn run_sized(
+    device: &Device,
+    dtype: DType,
+    batch: &[usize],
+    [l, s, e]: [usize; 3],
+    mask: &Tensor,
+    causal: bool,
+    composed: bool,
+) -> Result<Vec<Vec<f64>>> {
+    let shape = |n: usize| [batch, &[n, e]].concat();
+    let make = |seed, n: usize| {
+        let shape = shape(n);
+        Tensor::from_slice(&values(shape.iter().product(), seed), &shape, device)?.to_dtype(dtype)
+    };
+    let (q, k, v) = (Var::new(make(1, l)?)?, Var::new(make(2, s)?)?, Var::new(make(3, s)?)?);
     let mask = if composed && mask.dtype().is_float() {
         Var::new(mask.clone())?.tensor()
     } else if composed {
@@ -103,7 +121,7 @@ fn run(device: &Device, dtype: DType, mask: &Tensor, causal: bool, composed: boo
         composed || !fuses || recorded == 1,
         "{device} {dtype}: a constant mask recorded {recorded} nodes, not the one fused node"
     );
-    let r = Tensor::from_slice(&values(B * H * L * E, 4), &[B, H, L, E], device)?.to_dtype(dtype)?;
+    let r = make(4, l)?;
     out.mul(&r)?.sum_all()?.backward()?;
     let host = |t: &Tensor| t.to_dtype(DType::F64)?.to_vec::<f64>();
     let mut got = vec![host(&out)?];
@@ -224,37 +242,7 @@ fn whole_leading_tiles_masked() -> Result<()> {
         let keep: Vec<bool> = (0..l * s).map(|i| i % s >= 100).collect();
         let keep = Tensor::from_slice(&keep, &[l, s], &device)?;
         for causal in [false, true] {
-            let run = |composed: bool| -> Result<Vec<Vec<f64>>> {
-                let make = |seed, n| Tensor::from_slice(&values(2 * n * e, seed), &[2, n, e], &device);
-                let (q, k, v) = (
-                    Var::new(make(11, l)?)?,
-                    Var::new(make(12, s)?)?,
-                    Var::new(make(13, s)?)?,
-                );
-                let mask = if composed {
-                    let zero = Tensor::zeros(&[], DType::F32, &device)?;
-                    let removed = Tensor::full(&[], f64::NEG_INFINITY, DType::F32, &device)?;
-                    Var::new(Tensor::where_cond(&keep, &zero, &removed)?)?.tensor()
-                } else {
-                    keep.clone()
-                };
-                let out = Tensor::scaled_dot_product_attention(
-                    &q.tensor(),
-                    &k.tensor(),
-                    &v.tensor(),
-                    Some(&mask),
-                    causal,
-                    None,
-                )?;
-                let r = Tensor::from_slice(&values(2 * l * e, 14), &[2, l, e], &device)?;
-                out.mul(&r)?.sum_all()?.backward()?;
-                let host = |t: &Tensor| t.to_dtype(DType::F64)?.to_vec::<f64>();
-                let mut got = vec![host(&out)?];
-                for var in [&q, &k, &v] {
-                    got.push(host(&var.grad().expect("a gradient"))?);
-                }
-                Ok(got)
-            };
+            let run = |composed| run_sized(&device, DType::F32, &[2], [l, s, e], &keep, causal, composed);
             let (got, want) = (run(false)?, run(true)?);
             for (part, (g, w)) in ["output", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
                 assert_close(

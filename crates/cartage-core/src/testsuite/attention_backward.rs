@@ -336,26 +336,7 @@ pub fn attention_backward(h: &Harness) {
             continue;
         }
         if !h.supports(Op::AttentionBackward, dtype) {
-            let (buf, outs) = (h.upload(dtype, &[0.5; 8]), h.poisoned(dtype, 24));
-            let arg = buf.contiguous(&[1, 2, 4]);
-            let grad = |n: usize| {
-                let layout = Layout::from_parts(&[1, 2, 4], &[8, 4, 1], 8 * n).expect("small");
-                outs.arg(&layout)
-            };
-            let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
-                q: arg.clone(),
-                k: arg.clone(),
-                v: arg.clone(),
-                grad: arg,
-                scale: 0.5,
-                causal: false,
-                mask: None,
-                grad_q: grad(0),
-                grad_k: grad(1),
-                grad_v: grad(2),
-                saved: None,
-            }));
-            h.expect_unsupported(&format!("attention_backward {dtype}"), &kernel);
+            expect_refused(h, dtype, false);
             continue;
         }
         for c in &cases {
@@ -368,15 +349,17 @@ pub fn attention_backward(h: &Harness) {
                 attention_backward_case(h, dtype, *c, true);
             }
         } else {
-            masked_refused(h, dtype);
+            expect_refused(h, dtype, true);
         }
     }
     malformed_saved(h);
 }
 
-/// Where the backend lists `AttentionBackward` but not `AttentionMask` for `dtype`, a masked
-/// kernel is refused with `Unsupported` (the frontend then composes the gradients).
-fn masked_refused(h: &Harness, dtype: DType) {
+/// The backward of a small [1, 2, 4] attention in `dtype` (`masked`: with a [1, 1, 2, 2] mask)
+/// is refused with `Unsupported`: where the backend does not list `AttentionBackward` for
+/// `dtype` (masked or not), or lists it but not `AttentionMask` (masked; the frontend then
+/// composes the gradients).
+fn expect_refused(h: &Harness, dtype: DType, masked: bool) {
     let (buf, outs) = (h.upload(dtype, &[0.5; 8]), h.poisoned(dtype, 24));
     let mask = h.upload(dtype, &[0.0; 4]);
     let arg = buf.contiguous(&[1, 2, 4]);
@@ -391,7 +374,7 @@ fn masked_refused(h: &Harness, dtype: DType) {
         grad: arg,
         scale: 0.5,
         causal: false,
-        mask: Some(AttentionMask {
+        mask: masked.then(|| AttentionMask {
             values: mask.contiguous(&[1, 1, 2, 2]),
         }),
         grad_q: grad(0),
@@ -399,7 +382,12 @@ fn masked_refused(h: &Harness, dtype: DType) {
         grad_v: grad(2),
         saved: None,
     }));
-    h.expect_unsupported(&format!("attention_backward with a mask {dtype}"), &kernel);
+    let what = if masked {
+        "attention_backward with a mask"
+    } else {
+        "attention_backward"
+    };
+    h.expect_unsupported(&format!("{what} {dtype}"), &kernel);
 }
 
 /// Malformed saved values for a [1, 4, 8] attention (and a forward writing a malformed

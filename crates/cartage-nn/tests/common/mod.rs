@@ -1,7 +1,22 @@
 //! Helpers shared by cartage-nn's integration tests: the GPUs that open here, each missing one
-//! skipped loudly (or a failure when `CARTAGE_REQUIRE` names its kind).
+//! skipped loudly (or a failure when `CARTAGE_REQUIRE` names its kind), and a model's
+//! parameters by name, as they are or as copies for a written-out reference.
 
-use cartage::{Device, backend};
+use cartage::{Device, Result, Var, backend};
+use cartage_nn::ParamStore;
+
+/// The parameters `names` of `store`, or (with `copies`) new variables holding their values,
+/// for a reference computed beside the model.
+#[allow(dead_code)] // not every test binary writes a reference out
+pub fn params(store: &ParamStore, names: &[&str], copies: bool) -> Result<Vec<Var>> {
+    names
+        .iter()
+        .map(|n| {
+            let var = store.get(n).unwrap_or_else(|| panic!("{n} is a parameter"));
+            if copies { Var::new(var.value().clone()) } else { Ok(var) }
+        })
+        .collect()
+}
 
 /// Every GPU that opens here (`wgpu:0`, `cuda:0`). Each one that does not prints a SKIP line,
 /// or panics when `CARTAGE_REQUIRE` (a comma list such as `cuda,wgpu`) names its kind.
