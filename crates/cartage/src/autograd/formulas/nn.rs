@@ -261,32 +261,7 @@ fn attention_grads(
         let keep = |t: Tensor, i: usize| need[i].then_some(t);
         return Ok([keep(gq, 0), keep(gk, 1), keep(gv, 2)]);
     }
-    // The scale on q ([.., L, E]) rather than on the scores ([.., L, S]): a smaller pass.
-    let mut scores = q.mul_scalar(scale)?.matmul(&k.transpose(-2, -1)?)?;
-    if let Some(mask) = mask {
-        scores = scores.add(mask)?;
-    }
-    let causal_p = match causal && mask.is_none() {
-        true => scores.causal_softmax()?,
-        false => None,
-    };
-    let p = match causal_p {
-        Some(p) => p,
-        None => {
-            if causal {
-                let (l, s) = (q.shape()[q.rank() - 2], k.shape()[k.rank() - 2]);
-                let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device())?.reshape(&[l, 1])?;
-                let cols = Tensor::arange(0.0, s as f64, 1.0, DType::I32, &q.device())?;
-                let neg_inf = Tensor::full(&[], f64::NEG_INFINITY, scores.dtype(), &q.device())?;
-                scores = Tensor::where_cond(&cols.le(&rows)?, &scores, &neg_inf)?;
-            }
-            if mask.is_some() {
-                scores.masked_softmax(crate::tensor::caller())?
-            } else {
-                scores.softmax(-1)?
-            }
-        }
-    };
+    let p = crate::tensor::nn::attention_probabilities(q, k, mask, causal, scale, crate::tensor::caller())?;
     let gv = when(need[2], || p.transpose(-2, -1)?.matmul(g))?;
     let (gq, gk) = if need[0] || need[1] {
         let dp = g.matmul(&v.transpose(-2, -1)?)?;

@@ -140,16 +140,29 @@ fn score_shape(q: &Tensor, k: &Tensor) -> Result<Vec<usize>> {
     Ok(shape)
 }
 
-/// The attention composed from other ops: `q·scale` times `kᵀ`, the additive `mask` (from
-/// [`Tensor::attention_additive_mask`]) added, the causal mask (in the softmax kernel where the
-/// backend has it and there is no other mask, else a `where` over two i32 aranges), softmax
-/// (with a mask, rows that see no key give 0: [`Tensor::masked_softmax`]), times `v`. Recorded
-/// op by op where autograd is on. `q`, `k` and `v` have passed the checks of
+/// The attention composed from other ops: [`attention_probabilities`] (the additive `mask` from
+/// [`Tensor::attention_additive_mask`]) times `v`. Recorded op by op where autograd is on. `q`, `k` and `v` have passed the checks of
 /// [`Tensor::scaled_dot_product_attention`].
 pub(super) fn composed(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    mask: Option<&Tensor>,
+    causal: bool,
+    scale: f64,
+    site: Site,
+) -> Result<Tensor> {
+    attention_probabilities(q, k, mask, causal, scale, site)?.matmul(v)
+}
+
+/// The attention probabilities `[.., L, S]` of the composed path (recorded op by op where
+/// autograd is on), which the composed backward recomputes too: `q·scale` times `kᵀ`, the
+/// additive `mask` added, the causal mask (in the softmax kernel where the backend has it and
+/// there is no other mask, else a `where` over two i32 aranges), softmax (with a mask, rows
+/// that see no key give 0: [`Tensor::masked_softmax`]).
+pub(crate) fn attention_probabilities(
+    q: &Tensor,
+    k: &Tensor,
     mask: Option<&Tensor>,
     causal: bool,
     scale: f64,
@@ -165,7 +178,7 @@ pub(super) fn composed(
         if mask.is_none()
             && let Some(p) = scores.causal_softmax()?
         {
-            return p.matmul(v);
+            return Ok(p);
         }
         let rows = Tensor::arange(0.0, l as f64, 1.0, DType::I32, &q.device)?;
         let rows = rows.with_layout(rows.layout.unsqueeze(1)?);
@@ -174,12 +187,11 @@ pub(super) fn composed(
         let neg_inf = scores.scalar_like(Scalar::Float(f64::NEG_INFINITY), site)?;
         scores = Tensor::where_cond(&keep, &scores, &neg_inf)?;
     }
-    let p = if mask.is_some() {
-        scores.masked_softmax(site)?
+    if mask.is_some() {
+        scores.masked_softmax(site)
     } else {
-        scores.softmax(-1)?
-    };
-    p.matmul(v)
+        scores.softmax(-1)
+    }
 }
 
 /// `Kernel::Attention` into a fresh contiguous output, with the batch dimensions merged into one

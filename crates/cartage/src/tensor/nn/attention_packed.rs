@@ -67,12 +67,7 @@ impl Tensor {
             }
         }
         check::float(NAME, qkv.dtype)?;
-        // Checks the shape and `heads` (views only, not recorded).
-        let head = {
-            let _plain = crate::autograd::no_grad();
-            qkv.packed_attention_parts(heads)?[0].shape()[3]
-        };
-        let (b, t) = (qkv.shape()[0], qkv.shape()[1]);
+        let [b, t, head] = qkv.packed_attention_sizes(heads)?;
         let scale = scale.unwrap_or(1.0 / (head as f64).sqrt());
         if !scale.is_finite() {
             return Err(Error::invalid(NAME, format!("the scale must be finite, got {scale}")));
@@ -120,6 +115,15 @@ impl Tensor {
     /// of [`Tensor::scaled_dot_product_attention_packed`] on the shape and `heads`.
     #[track_caller]
     pub(crate) fn packed_attention_parts(&self, heads: usize) -> Result<[Tensor; 3]> {
+        let [b, t, head] = self.packed_attention_sizes(heads)?;
+        let split = self.reshape_internal(&[b, t, 3, heads, head], caller())?;
+        let part = |i: isize| split.select(2, i)?.transpose(1, 2);
+        Ok([part(0)?, part(1)?, part(2)?])
+    }
+
+    /// `[B, T, E]` of a packed `[B, T, 3·H·E]` projection with `heads` heads, after the checks of
+    /// [`Tensor::scaled_dot_product_attention_packed`] on the shape and `heads`.
+    fn packed_attention_sizes(&self, heads: usize) -> Result<[usize; 3]> {
         let &[b, t, width] = self.shape() else {
             return Err(Error::invalid(
                 NAME,
@@ -145,9 +149,6 @@ impl Tensor {
                 ),
             ));
         }
-        let head = width / (3 * heads);
-        let split = self.reshape_internal(&[b, t, 3, heads, head], caller())?;
-        let part = |i: isize| split.select(2, i)?.transpose(1, 2);
-        Ok([part(0)?, part(1)?, part(2)?])
+        Ok([b, t, width / (3 * heads)])
     }
 }
