@@ -325,6 +325,17 @@ def torch_op(case, gen, device):
     if op == "sdpa":
         shape = (case["batch"], case["heads"], case["seq"], case["head_dim"])
         causal = case["causal"]
+        if case.get("padded", False):
+            # Mirrors `key_padding_len` in xtask/src/bench/cases/model.rs: entry b sees its
+            # first seq - (b % 4) * seq // 8 keys; a bool [B, 1, 1, S] mask, True = attend.
+            batch, seq = case["batch"], case["seq"]
+            lens = torch.tensor([seq - (b % 4) * seq // 8 for b in range(batch)], device=device)
+            mask = (torch.arange(seq, device=device)[None, :] < lens[:, None]).view(batch, 1, 1, seq)
+            if causal:  # torch takes a mask or is_causal, not both
+                mask = mask & torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+                causal = False
+            return [gen(*shape), gen(*shape), gen(*shape)], \
+                lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         return [gen(*shape), gen(*shape), gen(*shape)], \
             lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if op == "embedding":

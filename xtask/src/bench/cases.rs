@@ -12,7 +12,7 @@ mod model;
 
 pub use distributed::{DistOp, busbw_gbps};
 pub use matmul_algo::{MatmulAlgo, MatmulShape};
-pub use model::{ModelOp, gpt_recompute};
+pub use model::{ModelOp, gpt_recompute, key_padding_len};
 
 /// The report's sections, in order (the numbering).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

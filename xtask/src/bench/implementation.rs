@@ -248,6 +248,7 @@ mod tests {
             seq,
             head_dim: 64,
             causal: true,
+            padded: false,
         }
     }
 

@@ -105,8 +105,9 @@ pub enum ModelOp {
         /// `-inf` padding on every side.
         padding: usize,
     },
-    /// `Tensor::scaled_dot_product_attention(&q, &k, &v, None, causal, None)` with q, k, v of
-    /// `[batch, heads, seq, head_dim]` (`F.scaled_dot_product_attention`).
+    /// `Tensor::scaled_dot_product_attention(&q, &k, &v, mask, causal, None)` with q, k, v of
+    /// `[batch, heads, seq, head_dim]` (`F.scaled_dot_product_attention`), the mask a key-padding
+    /// one when `padded`.
     Sdpa {
         /// Batch.
         batch: usize,
@@ -118,6 +119,10 @@ pub enum ModelOp {
         head_dim: usize,
         /// Causal mask.
         causal: bool,
+        /// A key-padding mask ([`key_padding_len`]): a bool `[batch, 1, 1, seq]` (PyTorch's
+        /// `attn_mask`), broadcast over heads and queries.
+        #[serde(default)]
+        padded: bool,
     },
     /// `table.embedding(&ids)`: rows of an f32 table `[num, dim]` picked by i64 ids `[batch,
     /// seq]` (`F.embedding`), the ids spread over the table (`i · 7919 mod num`).
@@ -222,8 +227,26 @@ impl ModelOp {
             ModelOp::Cumsum { .. } => "cumsum",
             ModelOp::Conv2d { .. } => "conv2d",
             ModelOp::MaxPool2d { .. } => "max_pool2d",
-            ModelOp::Sdpa { causal: true, .. } => "sdpa_causal",
-            ModelOp::Sdpa { causal: false, .. } => "sdpa",
+            ModelOp::Sdpa {
+                causal: true,
+                padded: false,
+                ..
+            } => "sdpa_causal",
+            ModelOp::Sdpa {
+                causal: false,
+                padded: false,
+                ..
+            } => "sdpa",
+            ModelOp::Sdpa {
+                causal: true,
+                padded: true,
+                ..
+            } => "sdpa_causal_padded",
+            ModelOp::Sdpa {
+                causal: false,
+                padded: true,
+                ..
+            } => "sdpa_padded",
             ModelOp::Embedding { .. } => "embedding",
             ModelOp::MlpStep { .. } => "mlp_step",
             ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
@@ -326,9 +349,11 @@ impl ModelOp {
                 seq,
                 head_dim,
                 causal,
+                padded,
             } => format!(
-                "[{batch}, {heads}, {seq}, {head_dim}]{}",
-                if causal { ", causal" } else { "" }
+                "[{batch}, {heads}, {seq}, {head_dim}]{}{}",
+                if causal { ", causal" } else { "" },
+                if padded { ", key padding" } else { "" }
             ),
             ModelOp::Embedding { num, dim, batch, seq } => format!("[{num}, {dim}], ids [{batch}, {seq}]"),
             ModelOp::MlpStep { layers, width, batch } => {
@@ -550,8 +575,15 @@ impl ModelOp {
             },
             // Two [seq, seq] products per head (half of each under a causal mask); q, k, v read
             // and the output written once.
-            ModelOp::Sdpa { seq, causal, .. } => {
-                let products = 4.0 * n * seq as f64;
+            ModelOp::Sdpa {
+                batch,
+                seq,
+                causal,
+                padded,
+                ..
+            } => {
+                let seen = if padded { key_padding_share(batch, seq) } else { 1.0 };
+                let products = 4.0 * n * seq as f64 * seen;
                 Work {
                     flops: if causal { products / 2.0 } else { products },
                     device_bytes: 4.0 * n * s,
@@ -657,6 +689,19 @@ impl ModelOp {
     }
 }
 
+/// Keys batch entry `b` of an attention row with a key-padding mask sees: all `seq` for every
+/// fourth entry, then 1/8, 2/8 and 3/8 of them masked at the end (sequences of four lengths, as
+/// a padded batch has). The reference runner builds the same mask.
+pub fn key_padding_len(b: usize, seq: usize) -> usize {
+    seq - (b % 4) * seq / 8
+}
+
+/// The share of keys a key-padding mask leaves over `batch` entries of `seq` keys.
+fn key_padding_share(batch: usize, seq: usize) -> f64 {
+    let seen: usize = (0..batch).map(|b| key_padding_len(b, seq)).sum();
+    seen as f64 / (batch * seq).max(1) as f64
+}
+
 /// The environment variable naming what the GPT rows' blocks recompute in backward.
 pub const GPT_RECOMPUTE_VAR: &str = "CARTAGE_GPT_RECOMPUTE";
 
@@ -696,6 +741,7 @@ mod tests {
             seq: 8,
             head_dim: 4,
             causal: false,
+            padded: false,
         };
         // QKᵀ and PV: 2 × (8 × 8 × 4) multiply-adds.
         assert_eq!(full.work(2.0).flops, 2.0 * 2.0 * 256.0);
@@ -705,6 +751,7 @@ mod tests {
             seq: 8,
             head_dim: 4,
             causal: true,
+            padded: false,
         };
         assert_eq!(causal.work(2.0).flops * 2.0, full.work(2.0).flops);
         assert_eq!(causal.name(), "sdpa_causal");

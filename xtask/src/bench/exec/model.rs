@@ -118,15 +118,26 @@ impl Setup {
                 seq,
                 head_dim,
                 causal,
+                padded,
             } => {
                 let shape = [batch, heads, seq, head_dim];
+                let mask = if padded {
+                    let keep: Vec<bool> = (0..batch * seq)
+                        .map(|i| i % seq < crate::bench::cases::key_padding_len(i / seq, seq))
+                        .collect();
+                    Some(Tensor::from_slice(&keep, &[batch, 1, 1, seq], device)?)
+                } else {
+                    None
+                };
                 setup(
                     vec![
                         random(&shape, dtype, 10, device)?,
                         random(&shape, dtype, 11, device)?,
                         random(&shape, dtype, 12, device)?,
                     ],
-                    Box::new(move |t| Tensor::scaled_dot_product_attention(&t[0], &t[1], &t[2], None, causal, None)),
+                    Box::new(move |t| {
+                        Tensor::scaled_dot_product_attention(&t[0], &t[1], &t[2], mask.as_ref(), causal, None)
+                    }),
                 )
             }
             ModelOp::Embedding { num, dim, batch, seq } => {
@@ -229,6 +240,7 @@ fn attention_implementations(op: &ModelOp, dtype: DType, device: &Device) -> Vec
         seq,
         head_dim,
         causal,
+        padded: false,
     } = *op
         && let Ok(backend) = cartage::backend(device)
         && let Some(cuda) = backend.as_any().downcast_ref::<cartage_cuda::CudaBackend>()

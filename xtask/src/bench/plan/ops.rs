@@ -252,8 +252,19 @@ impl OpsSizes {
                 seq,
                 head_dim,
                 causal: true,
+                padded: false,
             };
             add(dtype, sdpa, &[Op::Matmul, Op::Softmax]);
+            // The same shape with a key-padding mask (an encoder's padded batch, no causal mask).
+            let padded = ModelOp::Sdpa {
+                batch,
+                heads,
+                seq,
+                head_dim,
+                causal: false,
+                padded: true,
+            };
+            add(dtype, padded, &[Op::Matmul, Op::Softmax]);
         }
         let (num, dim, batch, seq) = self.embedding;
         add(
@@ -328,6 +339,7 @@ mod tests {
                 seq: 1024,
                 head_dim: 64,
                 causal: true,
+                padded: false,
             },
             ModelOp::Sdpa {
                 batch: 8,
@@ -335,6 +347,7 @@ mod tests {
                 seq: 512,
                 head_dim: 64,
                 causal: true,
+                padded: false,
             },
             ModelOp::Embedding {
                 num: 50304,

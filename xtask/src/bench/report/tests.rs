@@ -354,6 +354,7 @@ fn the_ops_section_shows_the_speed_against_the_target() {
         seq: 1024,
         head_dim: 64,
         causal: true,
+        padded: false,
     });
     let mut fast = row(Section::Ops, "cuda:0", "f32", norm, 1e-3);
     fast.reference = Some(ReferenceValue {

@@ -19,6 +19,7 @@ fn attention() -> ModelOp {
         seq: 1024,
         head_dim: 64,
         causal: true,
+        padded: false,
     }
 }
 
