@@ -19,6 +19,7 @@ mod plan;
 mod precision_error;
 pub mod report;
 mod runs;
+mod select;
 mod torch;
 
 use std::collections::HashMap;
@@ -57,7 +58,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     sections: Vec<String>,
     /// Only the cases whose id (`<backend>/<device>/<case>_<dtype>_<size>`) contains one of
-    /// these comma-separated words (all when omitted): for measuring a few rows again.
+    /// these comma-separated words (all when omitted), `_` and `-` alike, case-insensitively:
+    /// for measuring a few rows again. A word that picks no task is an error.
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
 }
@@ -76,18 +78,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let discovery = devices::discover(&kinds);
     report.backends = discovery.backends;
     let mut tasks: Vec<(cartage::Device, Task)> = Vec::new();
+    // Every planned task of the chosen sections, before `--cases`: what its words must pick from.
+    let mut planned_ids: Vec<String> = Vec::new();
     for found in &discovery.devices {
         let (planned, skipped) = plan.tasks(&found.entry.device, &found.entry.name, &found.capabilities);
         let chosen = |section: &Section| sections.is_empty() || sections.contains(section);
+        let planned: Vec<Task> = planned.into_iter().filter(|t| chosen(&t.section)).collect();
+        planned_ids.extend(planned.iter().map(|t| t.id.clone()));
         tasks.extend(
             planned
                 .into_iter()
-                .filter(|t| chosen(&t.section))
-                .filter(|t| args.cases.is_empty() || args.cases.iter().any(|c| t.id.contains(c.as_str())))
+                .filter(|t| args.cases.is_empty() || args.cases.iter().any(|c| select::matches(&t.id, c)))
                 .map(|t| (found.device, t)),
         );
         report.skips.extend(skipped.into_iter().filter(|s| chosen(&s.section)));
         report.devices.push(found.entry.clone());
+    }
+    // Only where some device was found: without one there is nothing to pick from, and the
+    // report says why.
+    if !discovery.devices.is_empty() {
+        select::check(&args.cases, planned_ids.iter().map(String::as_str))?;
     }
     for b in &report.backends {
         if let Some(problem) = &b.problem {
