@@ -227,26 +227,12 @@ impl ModelOp {
             ModelOp::Cumsum { .. } => "cumsum",
             ModelOp::Conv2d { .. } => "conv2d",
             ModelOp::MaxPool2d { .. } => "max_pool2d",
-            ModelOp::Sdpa {
-                causal: true,
-                padded: false,
-                ..
-            } => "sdpa_causal",
-            ModelOp::Sdpa {
-                causal: false,
-                padded: false,
-                ..
-            } => "sdpa",
-            ModelOp::Sdpa {
-                causal: true,
-                padded: true,
-                ..
-            } => "sdpa_causal_padded",
-            ModelOp::Sdpa {
-                causal: false,
-                padded: true,
-                ..
-            } => "sdpa_padded",
+            ModelOp::Sdpa { causal, padded, .. } => match (causal, padded) {
+                (false, false) => "sdpa",
+                (true, false) => "sdpa_causal",
+                (false, true) => "sdpa_padded",
+                (true, true) => "sdpa_causal_padded",
+            },
             ModelOp::Embedding { .. } => "embedding",
             ModelOp::MlpStep { .. } => "mlp_step",
             ModelOp::MlpTrain { autocast: false, .. } => "mlp_train",
