@@ -2,7 +2,8 @@
 
 Nsight Compute (`ncu`, on the GPU machine) times every kernel a program launches; this script
 runs the PyTorch side's GPT step for it and reads its CSV back, summed per kernel and per kind
-(matrix products, attention, norms, reductions, activations, optimizer, the rest), per step.
+(matrix products, attention, norms, reductions, activations, optimizer, layout copies, the
+rest), per step.
 
     # cartage's step (the benchmark's GPT, f32, 6 layers): skip set-up and warm-up launches
     ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum \\
@@ -15,10 +16,12 @@ runs the PyTorch side's GPT step for it and reads its CSV back, summed per kerne
         '{"layers":6,"dim":384,"heads":6,"context":256,"batch":64,"vocab":128,"autocast":false}' \\
         >torch.csv
     python3 xtask/python/kernel_breakdown.py summarize torch.csv --steps 2
-    python3 xtask/python/kernel_breakdown.py summarize cartage.csv --step-kernel cross_entropy
+    python3 xtask/python/kernel_breakdown.py summarize cartage.csv --step-kernel cross_entropy_f32_i64
 
-`--steps N` divides the window's totals by N steps; `--step-kernel TEXT` counts the steps as the
-launches of a kernel that runs once per step (cartage's `cross_entropy_f32_i64`). ncu runs one
+`--steps N` divides the window's totals by N steps. `--step-kernel NAME` marks each step by a
+kernel that runs once per step (cartage's loss, `cross_entropy_f32_i64`; the name must start
+with NAME, so `cross_entropy` alone would also count the backward kernel) and keeps only the
+whole steps between its first and last launch in the window. ncu runs one
 kernel at a time with its caches as the previous kernel left them, so times are each kernel's
 own, without overlap between kernels; their sum is close to the step's time where the GPU is
 never idle.
@@ -38,6 +41,7 @@ KINDS = [
     ("reduce", r"reduce|sum_"),
     ("optimizer", r"(?i)multi_tensor|adam"),
     ("activation", r"(?i)gelu|relu|activate"),
+    ("copy", r"(?i)copy|CatArray"),
 ]
 
 
@@ -69,7 +73,11 @@ def read(path):
 def summarize(path, steps=None, step_kernel=None, top=40):
     launches = read(path)
     if step_kernel:
-        steps = sum(1 for name, _ in launches if step_kernel in name)
+        marks = [i for i, (name, _) in enumerate(launches) if name.startswith(step_kernel)]
+        if len(marks) < 2:
+            sys.exit("%s: %d launch(es) of a kernel named %s...: a whole step needs two"
+                     % (path, len(marks), step_kernel))
+        launches, steps = launches[marks[0]:marks[-1]], len(marks) - 1
     steps = steps or 1
     per_name, count = collections.defaultdict(float), collections.Counter()
     per_kind = collections.defaultdict(float)

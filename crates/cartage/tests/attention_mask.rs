@@ -114,8 +114,9 @@ fn run_sized(
     };
     let nodes = graph_memory(device).nodes;
     let out = Tensor::scaled_dot_product_attention(&q.tensor(), &k.tensor(), &v.tensor(), Some(&mask), causal, None)?;
-    // Where the device fuses attention, a constant mask keeps it fused: one recorded node.
-    let fuses = backend(device)?.capabilities().supports(Op::Attention, dtype);
+    // Where the device fuses masked attention, a constant mask keeps it fused: one recorded
+    // node (a device that fuses only unmasked attention composes it).
+    let fuses = backend(device)?.capabilities().supports(Op::AttentionMask, dtype);
     let recorded = graph_memory(device).nodes - nodes;
     assert!(
         composed || !fuses || recorded == 1,

@@ -20,6 +20,7 @@ pub(crate) mod attention_f32_backward;
 pub(crate) mod attention_flash_backward;
 mod attention_operands;
 pub(crate) mod backward;
+mod column_sum;
 mod copy;
 mod cross_entropy_backward;
 mod elementwise;

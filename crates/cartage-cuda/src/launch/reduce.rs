@@ -9,7 +9,9 @@
 //!   per row, so neighbouring threads read neighbouring addresses; when those threads would not
 //!   fill the GPU (a bias gradient, a few thousand outputs each summing tens of thousands of
 //!   rows), the reduced dimension is split into chunks as well, neighbouring threads still
-//!   taking neighbouring outputs of one chunk.
+//!   taking neighbouring outputs of one chunk;
+//! - a sum or mean over the leading dimension of a dense matrix (a bias gradient): the
+//!   column-sum kernel of `column_sum.rs`, 16 bytes of neighbouring outputs per thread.
 //!
 //! Partial states come from the caching allocator and go back to it right after the launches
 //! are queued (stream order makes the reuse safe).
@@ -102,6 +104,9 @@ pub(super) fn reduce(
     let rows = row_dims.iter().product::<usize>() as u64;
     let cols = col_dims.iter().product::<usize>() as u64;
     if rows == 0 {
+        return Ok(());
+    }
+    if super::column_sum::column_sum(backend, op, input, &rows_c, &cols_c, out)? {
         return Ok(());
     }
     let dense = cols <= 1 || (cols_c.dims.len() == 1 && cols_c.strides[0][0] == 1);
