@@ -42,7 +42,7 @@ fn sums_and_means_over_the_leading_dimension() {
                     op,
                     input: arg(&input, &[reduced, outputs], dtype),
                     dims: [0].into_iter().collect(),
-                    out: arg(&out, &[outputs], dtype),
+                    out: arg(&out, &[1, outputs], dtype),
                 }
                 .run(&[&input, &out])
                 .expect("reduce");
@@ -79,7 +79,7 @@ fn a_three_dimensional_gradient_summed_over_its_leading_dimensions() {
         op: ReduceOp::Sum,
         input: arg(&input, &[batch, tokens, features], dtype),
         dims: [0, 1].into_iter().collect(),
-        out: arg(&out, &[features], dtype),
+        out: arg(&out, &[1, 1, features], dtype),
     }
     .run(&[&input, &out])
     .expect("reduce");
