@@ -17,6 +17,9 @@
 // - Causal (top-left: key j masked for query i when j > i): key tiles past the tile's last row are
 //   skipped, and only tiles crossing the diagonal or the end of S are masked element-wise.
 // - A row that sees no key (S = 0) divides 0 by 0: NaN, as the kernel contract says.
+// - `attention_f32_masked_d<D>` adds an f32 mask ([outer, inner, L, S], any strides: AttnMask of
+//   attention_f32.cuh) to the scaled scores before the softmax, every tile element-wise; a row
+//   whose keys the mask removes (all −inf) writes 0 and a log-sum-exp of −inf.
 // - With a nonzero `lse`, each row's natural log-sum-exp of its scaled scores goes there in f32
 //   ([B, L], contiguous), for the tiled backward (attention_f32_backward.cu).
 // cp.async and the base-2 exponential come from attention_mma.cuh, the f32 tile helpers from
@@ -38,7 +41,7 @@ template <int D> struct AfSmem {
     static constexpr u32 BYTES = P + AF_BM * PP * 4;
 };
 
-template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnArgs& a) {
+template <int D, bool MASK> __device__ __forceinline__ void attention_f32_fwd(const AttnArgs& a, const AttnMask& m) {
     typedef AfSmem<D> SM;
     constexpr int BM = AF_BM, BN = AF_BN, NT = AF_NT;
     constexpr int DP = SM::DP, PP = SM::PP;
@@ -54,6 +57,7 @@ template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnArg
     const float* qg = (const float*)a.q + (i64)b * a.q_batch + (i64)m0 * a.q_row;
     const float* kg = (const float*)a.k + (i64)b * a.k_batch;
     const float* vg = (const float*)a.v + (i64)b * a.v_batch;
+    const float* mask = MASK ? af_mask_plane(m, b) : nullptr;
     const u32 base = att_smem_addr(af_smem);
     const float* qs = (const float*)(af_smem + SM::Q);
     const float* ks = (const float*)(af_smem + SM::K);
@@ -111,6 +115,10 @@ template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnArg
 #pragma unroll
             for (int c = 0; c < KT; ++c) {
                 float x = s[r][c] * a.scale_log2;
+                if (MASK) {
+                    const int col = n0 + tx + 16 * c;
+                    if (row < L && col < S) x += mask[(i64)row * m.row + (i64)col * m.col] * 1.4426950408889634f;
+                }
                 if (edge) {
                     const int col = n0 + tx + 16 * c;
                     if (col >= S || (a.causal && col > row)) x = att_neg_inf();
@@ -178,7 +186,8 @@ template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnArg
                 // a row that sees no key.
                 ((float*)a.lse)[(i64)b * L + row] = mrow[r] * 0.6931471805599453f + logf(l);
             }
-            af_write_cols<D>(og + (i64)row * D, tx, o[r], 1.f / l);
+            // A masked row that sees no key: 0 (l = 0 would give 0 / 0).
+            af_write_cols<D>(og + (i64)row * D, tx, o[r], MASK && l == 0.f ? 0.f : 1.f / l);
         }
     }
 }
@@ -187,8 +196,13 @@ template <int D> __device__ __forceinline__ void attention_f32_fwd(const AttnArg
 // shared memory holds (68 KiB a block at head dim 64: three, 168 registers, no spills on sm_90;
 // 116 KiB at 128: one). The head dims mirror `HEAD_DIMS` in src/launch/attention_f32.rs.
 #define ATTENTION_F32(D, MINB)                                                                          \
-    extern "C" __global__ void __launch_bounds__(AF_NT, MINB) attention_f32_d##D(AttnArgs a) { \
-        attention_f32_fwd<D>(a);                                                                        \
+    extern "C" __global__ void __launch_bounds__(AF_NT, MINB) attention_f32_d##D(AttnArgs a) {           \
+        const AttnMask none = {};                                                                       \
+        attention_f32_fwd<D, false>(a, none);                                                           \
+    }                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(AF_NT, MINB) attention_f32_masked_d##D(AttnArgs a,      \
+                                                                                     AttnMask m) {      \
+        attention_f32_fwd<D, true>(a, m);                                                               \
     }
 
 ATTENTION_F32(32, 3)

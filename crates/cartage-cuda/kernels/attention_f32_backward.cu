@@ -21,6 +21,9 @@
 // sees no key (S = 0) keeps the zero grad_q of the preprocess. The accumulation order of dQ's
 // atomics varies from run to run (the last bits of grad_q may differ); grad_k and grad_v have one
 // writer per element.
+// `attention_f32_backward_masked_d<D>` adds the forward's f32 mask (AttnMask of
+// attention_f32.cuh) to the recomputed scores; a row whose keys the mask removed (its lse is
+// −inf) gets zero probabilities, so zero gradients, as the forward's zero output.
 
 #define AB_BM 64   // query rows per tile
 #define AB_BN 64   // keys per block
@@ -92,7 +95,8 @@ extern "C" __global__ void __launch_bounds__(256) attention_f32_backward_prep(At
     for (u64 x = global_thread(); x < n4; x += grid_threads()) ((float4*)a.grad_q)[x] = zero;
 }
 
-template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32BwdArgs& a) {
+template <int D, bool MASK>
+__device__ __forceinline__ void attention_f32_bwd(const AttnF32BwdArgs& a, const AttnMask& m) {
     typedef AbSmem<D> SM;
     constexpr int BM = AB_BM, BN = AB_BN, NT = AB_NT;
     constexpr int DP = SM::DP, RP = SM::RP;
@@ -114,6 +118,7 @@ template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32
     const float* gg = (const float*)a.grad + (i64)b * a.g_batch;
     const float* lse = (const float*)a.lse + (i64)b * L;
     const float* delta = (const float*)a.delta + (i64)b * L;
+    const float* mask = MASK ? af_mask_plane(m, b) : nullptr;
     const int j0 = ty * 4;  // the thread's first key within the tile (and first query for dQ)
 
     af_load_tile<D, BN, NT>(base + SM::K, (const float*)a.k + (i64)b * a.k_batch + (i64)n0 * a.k_row, a.k_row,
@@ -136,9 +141,10 @@ template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32
         af_load_tile<D, BM, NT>(base + SM::G, gg + (i64)m0 * a.g_row, a.g_row, min(BM, L - m0));
         att_cp_commit();
         if (tid < BM) {
-            // Rows past L: P = exp2(x - inf) = 0 without a mask.
+            // Rows past L, and masked rows that see no key (lse −inf): P = exp2(x - inf) = 0.
             const int i = m0 + tid;
-            lse_s[tid] = i < L ? lse[i] * 1.4426950408889634f : __int_as_float(0x7f800000);
+            const bool live = i < L && (!MASK || lse[i] != att_neg_inf());
+            lse_s[tid] = live ? lse[i] * 1.4426950408889634f : __int_as_float(0x7f800000);
         } else if (tid < 2 * BM) {
             const int i = m0 + tid - BM;
             dl_s[tid - BM] = i < L ? delta[i] : 0.f;
@@ -180,7 +186,9 @@ template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const int il = tx + 16 * c;
-                float p = att_exp2(fmaf(st[r][c], a.scale_log2, -lse_s[il]));
+                float x = fmaf(st[r][c], a.scale_log2, -lse_s[il]);
+                if (MASK && j < S && m0 + il < L) x += mask[(i64)(m0 + il) * m.row + (i64)j * m.col] * 1.4426950408889634f;
+                float p = att_exp2(x);
                 if (j >= S || (a.causal && j > m0 + il)) p = 0.f;
                 st[r][c] = p;
                 dpt[r][c] = p * (dpt[r][c] - dl_s[il]);
@@ -284,7 +292,12 @@ template <int D> __device__ __forceinline__ void attention_f32_bwd(const AttnF32
 // take D / 2 registers). The head dims mirror `HEAD_DIMS` in src/launch/attention_f32.rs.
 #define ATTENTION_F32_BWD(D, MINB)                                                                              \
     extern "C" __global__ void __launch_bounds__(AB_NT, MINB) attention_f32_backward_d##D(AttnF32BwdArgs a) { \
-        attention_f32_bwd<D>(a);                                                                             \
+        const AttnMask none = {};                                                                            \
+        attention_f32_bwd<D, false>(a, none);                                                                \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(AB_NT, MINB)                                                \
+        attention_f32_backward_masked_d##D(AttnF32BwdArgs a, AttnMask m) {                                   \
+        attention_f32_bwd<D, true>(a, m);                                                                    \
     }
 
 ATTENTION_F32_BWD(32, 2)

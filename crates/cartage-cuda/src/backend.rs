@@ -86,6 +86,8 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
         for dtype in crate::launch::attention::DTYPES {
             caps.add(Op::Attention, dtype);
         }
+        // An additive mask: the f32 kernels' masked variants (bf16 and f16 are composed).
+        caps.add(Op::AttentionMask, DType::F32);
     }
     // The fused linear layer (`crate::linear`, cuBLASLt's bias and activation epilogues), for
     // every dtype with a matmul.

@@ -1,6 +1,7 @@
 //! Fused scaled dot-product attention (`Kernel::Attention`): cuDNN's fused attention where
 //! `attention_cudnn` takes the call and chooses it, else the flash-attention forward of
-//! `attention.cu`, one block per batch entry and tile of query rows.
+//! `attention.cu`, one block per batch entry and tile of query rows. With an additive mask only
+//! f32 is fused (the masked variant of [`super::attention_f32`]).
 //!
 //! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); f32 goes to its own
 //! kernel on the CUDA cores ([`super::attention_f32`]). q, k and v are read in
@@ -9,6 +10,7 @@
 //! with [`Error::Unsupported`], so the frontend composes the result instead. With an `lse`
 //! operand the kernel also writes each query row's log-sum-exp, for the tiled backward.
 
+use cartage_core::kernel::AttentionMask;
 use cartage_core::{DType, Error, Result, TensorArg};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
@@ -61,9 +63,23 @@ pub(super) fn attention(
     qkv: [&TensorArg; 3],
     scale: f64,
     causal: bool,
+    mask: Option<&AttentionMask>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
+    if let Some(mask) = mask {
+        // An additive mask: the f32 kernel's masked variant; bf16 and f16 are composed.
+        return match qkv[0].dtype {
+            DType::F32 => super::attention_f32::attention_f32(backend, qkv, scale, causal, Some(mask), out, lse),
+            other => Err(Error::unsupported(
+                "attention",
+                other,
+                backend.device,
+                "the fused attention takes an additive mask in f32 only; the frontend composes masked \
+                 bf16 and f16 attention",
+            )),
+        };
+    }
     let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, out, lse);
     if crate::attention_cudnn::forward(backend, qkv, scale, causal, out, lse, &kernel)? {
         return Ok(());
@@ -84,7 +100,7 @@ fn flash(
     let dtype = match q.dtype {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
-        DType::F32 => return super::attention_f32::attention_f32(backend, [q, k, v], scale, causal, out, lse),
+        DType::F32 => return super::attention_f32::attention_f32(backend, [q, k, v], scale, causal, None, out, lse),
         other => {
             return Err(refuse(format!(
                 "the fused attention kernels take bf16, f16 and f32, not {other}; the frontend composes it"

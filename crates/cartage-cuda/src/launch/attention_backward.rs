@@ -91,12 +91,18 @@ fn compute_bytes(dtype: DType) -> usize {
 /// attention where `attention_cudnn` takes the call, else through cartage's kernels.
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
     if a.mask.is_some() {
-        return Err(Error::unsupported(
-            "attention_backward",
-            a.q.dtype,
-            backend.device,
-            "the fused attention backward takes no additive mask here; the frontend composes it",
-        ));
+        // An additive mask: the tiled f32 kernel's masked variant (with the saved forward), else
+        // the frontend composes the gradients.
+        return match super::attention_f32_backward::eligible(a) {
+            Some(saved) => super::attention_f32_backward::attention_f32_backward(backend, a, saved),
+            None => Err(Error::unsupported(
+                "attention_backward",
+                a.q.dtype,
+                backend.device,
+                "the fused attention backward takes an additive mask in f32 with the saved forward \
+                 only; the frontend composes it",
+            )),
+        };
     }
     if crate::attention_cudnn::backward(backend, a, &|other| kernels(backend, other))? {
         return Ok(());

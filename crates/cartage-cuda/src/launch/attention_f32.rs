@@ -6,11 +6,14 @@
 //! dimension is dense and every row starts on 16 bytes (the tiles are copied with 16-byte
 //! `cp.async`). Anything else is refused with [`Error::Unsupported`], so the frontend composes the
 //! result instead. With an `lse` operand the kernel also writes each query row's log-sum-exp, for
-//! the tiled f32 backward ([`super::attention_f32_backward`]).
+//! the tiled f32 backward ([`super::attention_f32_backward`]). With an additive mask the
+//! `attention_f32_masked_d<D>` variant adds it to the scaled scores ([`MaskArgs`]); a row whose
+//! keys the mask removes gives 0, as the kernel contract says.
 
+use cartage_core::kernel::AttentionMask;
 use cartage_core::{Error, Result, TensorArg};
-use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::attention::AttentionArgs;
 use super::{device_ptr, launch_kernel};
@@ -39,19 +42,54 @@ pub(crate) fn head_part(head: usize) -> Option<&'static str> {
     })
 }
 
+/// `struct AttnMask` of attention_f32.cuh: the additive mask `[outer, inner, L, S]` of the masked
+/// kernels (forward and backward), strides in elements.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct MaskArgs {
+    values: u64,
+    outer: i64,
+    inner: i64,
+    row: i64,
+    col: i64,
+    inner_count: u32,
+    pad: u32,
+}
+
+// SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
+unsafe impl DeviceRepr for MaskArgs {}
+
+impl MaskArgs {
+    /// The kernels' view of `mask` (validated by `Kernel::validate`: `[outer, inner, L, S]` in
+    /// q's dtype, `outer · inner` = the batch).
+    pub(super) fn of(mask: &AttentionMask) -> MaskArgs {
+        let st = mask.values.layout.strides();
+        MaskArgs {
+            values: device_ptr(&mask.values),
+            outer: st[0] as i64,
+            inner: st[1] as i64,
+            row: st[2] as i64,
+            col: st[3] as i64,
+            inner_count: mask.values.layout.shape()[1].max(1) as u32,
+            pad: 0,
+        }
+    }
+}
+
 /// The kernel's dynamic shared memory in bytes (`AfSmem` of attention_f32.cu): the Q, K and V
 /// tiles of 64 rows of `head + 4` floats, and the 64 × 68 probability tile.
 const fn smem_bytes(head: usize) -> usize {
     (3 * 64 * (head + 4) + 64 * 68) * 4
 }
 
-/// Queue `out = softmax(scale · q kᵀ) v` in f32 for `[q, k, v]` (validated f32 operands), and
-/// each row's log-sum-exp into `lse` when given.
+/// Queue `out = softmax(scale · q kᵀ + mask) v` in f32 for `[q, k, v]` (validated f32 operands),
+/// and each row's log-sum-exp into `lse` when given.
 pub(super) fn attention_f32(
     backend: &CudaBackend,
     [q, k, v]: [&TensorArg; 3],
     scale: f64,
     causal: bool,
+    mask: Option<&AttentionMask>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
@@ -105,10 +143,14 @@ pub(super) fn attention_f32(
         scale_log2,
         causal: i32::from(causal),
     };
-    let kernel = backend.modules.kernel(KernelName::new(
-        SourceFile::AttentionF32,
-        ["attention_f32", head, "", ""],
-    ))?;
+    let name = if mask.is_some() {
+        "attention_f32_masked"
+    } else {
+        "attention_f32"
+    };
+    let kernel = backend
+        .modules
+        .kernel(KernelName::new(SourceFile::AttentionF32, [name, head, "", ""]))?;
     let smem = smem_bytes(e);
     kernel
         .function
@@ -125,21 +167,43 @@ pub(super) fn attention_f32(
         block_dim: (BLOCK_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    match lse {
-        Some(lse) => launch_kernel!(
+    match (lse, mask) {
+        (Some(lse), None) => launch_kernel!(
             backend,
             kernel,
             cfg,
             [q.buffer, k.buffer, v.buffer, out.buffer, lse.buffer],
             &args
         ),
-        None => launch_kernel!(backend, kernel, cfg, [q.buffer, k.buffer, v.buffer, out.buffer], &args),
+        (None, None) => launch_kernel!(backend, kernel, cfg, [q.buffer, k.buffer, v.buffer, out.buffer], &args),
+        (Some(lse), Some(mask)) => {
+            let m = MaskArgs::of(mask);
+            launch_kernel!(
+                backend,
+                kernel,
+                cfg,
+                [q.buffer, k.buffer, v.buffer, mask.values.buffer, out.buffer, lse.buffer],
+                &args,
+                &m
+            )
+        }
+        (None, Some(mask)) => {
+            let m = MaskArgs::of(mask);
+            launch_kernel!(
+                backend,
+                kernel,
+                cfg,
+                [q.buffer, k.buffer, v.buffer, mask.values.buffer, out.buffer],
+                &args,
+                &m
+            )
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{AttentionArgs, HEAD_DIMS, head_part, smem_bytes};
+    use super::{AttentionArgs, HEAD_DIMS, MaskArgs, head_part, smem_bytes};
     use crate::modules::{KernelName, SourceFile};
 
     /// Every head dim the launch names is built into the committed PTX, taking the argument
@@ -152,6 +216,9 @@ mod tests {
             let name = KernelName::new(SourceFile::AttentionF32, ["attention_f32", part, "", ""]);
             let params = super::super::ptx_param_bytes(name.file, &name.symbol());
             assert_eq!(params, [size], "{}", name.symbol());
+            let masked = KernelName::new(SourceFile::AttentionF32, ["attention_f32_masked", part, "", ""]);
+            let params = super::super::ptx_param_bytes(masked.file, &masked.symbol());
+            assert_eq!(params, [size, std::mem::size_of::<MaskArgs>()], "{}", masked.symbol());
         }
         for head in [0, 16, 40, 65, 127, 129, 256] {
             assert_eq!(head_part(head), None, "head dim {head}");

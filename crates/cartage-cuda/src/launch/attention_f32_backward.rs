@@ -6,15 +6,18 @@
 //! entry and tile of 64 keys, exact f32 FMAs on the CUDA cores; dK and dV in registers, dQ added
 //! into `grad_q` with f32 atomics). Nothing of size L × S is stored.
 //!
+//! With the forward's additive mask the main kernel's `_masked` variant adds it to the
+//! recomputed scores ([`super::attention_f32::MaskArgs`]).
+//!
 //! [`eligible`] says whether the kernel takes a call; the caller runs the warp-per-row kernels
-//! of `attention_backward.cu` otherwise.
+//! of `attention_backward.cu` otherwise (or, with a mask, refuses the call).
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
 use cartage_core::{DType, Result, TensorArg};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
-use super::attention_f32::head_part;
+use super::attention_f32::{MaskArgs, head_part};
 use super::geometry::THREADS;
 use super::{device_ptr, launch_kernel, max_blocks};
 use crate::backend::CudaBackend;
@@ -99,7 +102,7 @@ pub(super) fn attention_f32_backward(
     if batch == 0 || (l == 0 && s == 0) {
         return Ok(());
     }
-    let names = kernel_names(head).ok_or_else(|| {
+    let names = kernel_names(head, a.mask.is_some()).ok_or_else(|| {
         cartage_core::Error::unsupported(
             "attention_backward",
             DType::F32,
@@ -189,7 +192,14 @@ pub(super) fn attention_f32_backward(
                 a.grad_v.buffer,
                 slice,
             ];
-            launch_kernel!(backend, main, cfg, touched, &args)?;
+            match &a.mask {
+                None => launch_kernel!(backend, main, cfg, touched, &args)?,
+                Some(mask) => {
+                    let m = MaskArgs::of(mask);
+                    let touched = [&touched[..], &[mask.values.buffer]].concat();
+                    launch_kernel!(backend, main, cfg, touched, &args, &m)?
+                }
+            }
         }
         Ok(())
     })();
@@ -198,26 +208,29 @@ pub(super) fn attention_f32_backward(
     queued
 }
 
-/// The two kernels (preprocess, main) for head dim `head`, if it is one of [`HEAD_DIMS`].
+/// The two kernels (preprocess, main: its masked variant when `masked`) for head dim `head`, if
+/// it is one of [`HEAD_DIMS`].
 ///
 /// [`HEAD_DIMS`]: super::attention_f32::HEAD_DIMS
-fn kernel_names(head: usize) -> Option<[KernelName; 2]> {
+fn kernel_names(head: usize, masked: bool) -> Option<[KernelName; 2]> {
+    let main = if masked {
+        "attention_f32_backward_masked"
+    } else {
+        "attention_f32_backward"
+    };
     Some([
         KernelName::new(
             SourceFile::AttentionF32Backward,
             ["attention_f32_backward_prep", "", "", ""],
         ),
-        KernelName::new(
-            SourceFile::AttentionF32Backward,
-            ["attention_f32_backward", head_part(head)?, "", ""],
-        ),
+        KernelName::new(SourceFile::AttentionF32Backward, [main, head_part(head)?, "", ""]),
     ])
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::attention_f32::HEAD_DIMS;
-    use super::{F32BwdArgs, kernel_names, smem_bytes};
+    use super::{F32BwdArgs, MaskArgs, kernel_names, smem_bytes};
     use crate::modules::SourceFile;
 
     /// The argument struct is what the kernels declare, and every kernel the launch names is
@@ -227,19 +240,22 @@ mod tests {
         let size = std::mem::size_of::<F32BwdArgs>();
         assert_eq!(size, 10 * 8 + 10 * 8 + 8 * 4);
         for head in HEAD_DIMS {
-            let names = kernel_names(head).expect("a listed head dim");
+            let names = kernel_names(head, false).expect("a listed head dim");
             for name in &names {
                 assert_eq!(name.file, SourceFile::AttentionF32Backward);
                 let params = super::super::ptx_param_bytes(name.file, &name.symbol());
                 assert_eq!(params, [size], "{}", name.symbol());
             }
+            let masked = kernel_names(head, true).expect("a listed head dim")[1];
+            let params = super::super::ptx_param_bytes(masked.file, &masked.symbol());
+            assert_eq!(params, [size, std::mem::size_of::<MaskArgs>()], "{}", masked.symbol());
             assert!(
                 names[1].symbol().ends_with(&format!("_d{head}")),
                 "{}",
                 names[1].symbol()
             );
         }
-        assert!(kernel_names(256).is_none());
+        assert!(kernel_names(256, false).is_none());
     }
 
     /// The shared memory fits an sm_80 block (163 KiB with the opt-in the launch sets).
