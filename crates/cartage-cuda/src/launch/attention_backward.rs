@@ -9,7 +9,8 @@
 //!
 //! The kernels read q, k, v and the incoming gradient in place through their strides, and take
 //! head dims (E and Ev) up to [`MAX_HEAD_DIM`]; larger ones are refused with
-//! [`Error::Unsupported`], so that the frontend composes the gradients instead.
+//! [`Error::Unsupported`], so that the frontend composes the gradients instead. With an additive
+//! mask only the masked f32 kernel runs ([`super::attention_masked_backward`]).
 
 use cartage_core::kernel::AttentionBackwardArgs;
 use cartage_core::{DType, Error, Result, TensorArg};
@@ -90,19 +91,8 @@ fn compute_bytes(dtype: DType) -> usize {
 /// Queue the gradients of `softmax(scale · q kᵀ) v` (validated operands): through cuDNN's fused
 /// attention where `attention_cudnn` takes the call, else through cartage's kernels.
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
-    if a.mask.is_some() {
-        // An additive mask: the tiled f32 kernel's masked variant (with the saved forward), else
-        // the frontend composes the gradients.
-        return match super::attention_f32_backward::eligible(a) {
-            Some(saved) => super::attention_f32_backward::attention_f32_backward(backend, a, saved),
-            None => Err(Error::unsupported(
-                "attention_backward",
-                a.q.dtype,
-                backend.device,
-                "the fused attention backward takes an additive mask in f32 with the saved forward \
-                 only; the frontend composes it",
-            )),
-        };
+    if let Some(mask) = &a.mask {
+        return super::attention_masked_backward::attention_masked_backward(backend, a, mask);
     }
     if crate::attention_cudnn::backward(backend, a, &|other| kernels(backend, other))? {
         return Ok(());

@@ -18,6 +18,7 @@ pub(crate) mod attention_backward;
 pub(crate) mod attention_f32;
 pub(crate) mod attention_f32_backward;
 pub(crate) mod attention_flash_backward;
+mod attention_masked_backward;
 mod attention_operands;
 pub(crate) mod backward;
 mod column_sum;
