@@ -16,6 +16,9 @@
 // - Causal (top-left: key j masked for query i when j > i): key tiles past the tile's last row are
 //   skipped, and only tiles crossing the diagonal or the end of S are masked element-wise.
 // - A row that sees no key (S = 0) divides 0 by 0: NaN, as the kernel contract says.
+// - `attention_masked_<bf16|f16>_d<D>` adds a mask of the element type ([outer, inner, L, S], any
+//   strides: AttnMask of attention_mma.cuh) to the scaled scores before the softmax, every tile
+//   element-wise; a row whose keys the mask removes (all −inf) writes 0 and a log-sum-exp of −inf.
 // - With a nonzero `lse`, each row's natural log-sum-exp of its scaled scores goes there in f32
 //   ([B, L], contiguous): what the tiled backward (attention_flash_backward.cu) needs to
 //   recompute the probabilities without a second pass.
@@ -26,7 +29,8 @@
 #endif
 
 // BM query rows per block, MT tiles of 16 rows per warp: BM / (16 MT) warps.
-template <typename T, int D, int BM, int MT> __device__ __forceinline__ void attention_fwd(const AttnArgs& a) {
+template <typename T, int D, int BM, int MT, bool MASK>
+__device__ __forceinline__ void attention_fwd(const AttnArgs& a, const AttnMask& mk) {
     typedef AttMma<T> M;
     constexpr int WR = 16 * MT;                 // rows per warp
     constexpr int NT = BM / WR * 32;            // threads per block
@@ -41,6 +45,7 @@ template <typename T, int D, int BM, int MT> __device__ __forceinline__ void att
     const u16* qg = (const u16*)a.q + (i64)b * a.q_batch + (i64)m0 * a.q_row;
     const u16* kg = (const u16*)a.k + (i64)b * a.k_batch;
     const u16* vg = (const u16*)a.v + (i64)b * a.v_batch;
+    const T* mask = MASK ? att_mask_plane<T>(mk, b) : nullptr;
     const u32 sq = att_smem_addr(smem);
     const u32 sk = sq, sv = sq + ATT_BN * D * 2;
 
@@ -112,11 +117,11 @@ template <typename T, int D, int BM, int MT> __device__ __forceinline__ void att
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     float x = s[mt][nt][e] * a.scale_log2;
-                    if (masked) {
-                        const int col = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-                        const int row = row0 + mt * 16 + (e >> 1) * 8;
-                        if (col >= S || (a.causal && col > row)) x = att_neg_inf();
-                    }
+                    const int col = n0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+                    const int row = row0 + mt * 16 + (e >> 1) * 8;
+                    if (MASK && row < L && col < S)
+                        x += load(mask[(i64)row * mk.row + (i64)col * mk.col]) * 1.4426950408889634f;
+                    if (masked && (col >= S || (a.causal && col > row))) x = att_neg_inf();
                     s[mt][nt][e] = x;
                 }
             }
@@ -191,7 +196,8 @@ template <typename T, int D, int BM, int MT> __device__ __forceinline__ void att
             float l = lrow[mt][h];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = 1.f / l;
+            // A masked row that sees no key: 0 (l = 0 would give 0 / 0).
+            const float inv = MASK && l == 0.f ? 0.f : 1.f / l;
             const int row = row0 + mt * 16 + h * 8;
             if (a.lse != 0 && row < L && (lane & 3) == 0) {
                 // ln(sum_j exp(scale s_ij)) = ln 2 (m + log2 l), m the running max in base 2;
@@ -212,7 +218,12 @@ template <typename T, int D, int BM, int MT> __device__ __forceinline__ void att
 // `config` in src/launch/attention.rs.
 #define ATTENTION(TN, T, D, BM_, MT_, MINB)                                                                         \
     extern "C" __global__ void __launch_bounds__(BM_ / (16 * MT_) * 32, MINB) attention_##TN##_d##D(AttnArgs a) { \
-        attention_fwd<T, D, BM_, MT_>(a);                                                                           \
+        const AttnMask none = {};                                                                                   \
+        attention_fwd<T, D, BM_, MT_, false>(a, none);                                                              \
+    }                                                                                                               \
+    extern "C" __global__ void __launch_bounds__(BM_ / (16 * MT_) * 32, MINB)                                      \
+        attention_masked_##TN##_d##D(AttnArgs a, AttnMask m) {                                                      \
+        attention_fwd<T, D, BM_, MT_, true>(a, m);                                                                  \
     }
 
 // Measured on an H200 (B·H = 128, L = S = 1024): head dim 64 is fastest with 4 warps of 32 rows

@@ -18,7 +18,7 @@
 //   skipped, and only tiles crossing the diagonal or the end of S are masked element-wise.
 // - A row that sees no key (S = 0) divides 0 by 0: NaN, as the kernel contract says.
 // - `attention_f32_masked_d<D>` adds an f32 mask ([outer, inner, L, S], any strides: AttnMask of
-//   attention_f32.cuh) to the scaled scores before the softmax, every tile element-wise; a row
+//   attention_mma.cuh) to the scaled scores before the softmax, every tile element-wise; a row
 //   whose keys the mask removes (all −inf) writes 0 and a log-sum-exp of −inf.
 // - With a nonzero `lse`, each row's natural log-sum-exp of its scaled scores goes there in f32
 //   ([B, L], contiguous), for the tiled backward (attention_f32_backward.cu).
@@ -57,7 +57,7 @@ template <int D, bool MASK> __device__ __forceinline__ void attention_f32_fwd(co
     const float* qg = (const float*)a.q + (i64)b * a.q_batch + (i64)m0 * a.q_row;
     const float* kg = (const float*)a.k + (i64)b * a.k_batch;
     const float* vg = (const float*)a.v + (i64)b * a.v_batch;
-    const float* mask = MASK ? af_mask_plane(m, b) : nullptr;
+    const float* mask = MASK ? att_mask_plane<float>(m, b) : nullptr;
     const u32 base = att_smem_addr(af_smem);
     const float* qs = (const float*)(af_smem + SM::Q);
     const float* ks = (const float*)(af_smem + SM::K);

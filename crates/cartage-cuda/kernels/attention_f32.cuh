@@ -91,22 +91,3 @@ __device__ __forceinline__ float af_half_sum(float x) {
     for (int m = 1; m < 16; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
     return x;
 }
-
-// The additive mask of the `_masked` kernels (Kernel::Attention's `AttentionMask`): f32 values
-// [outer, inner, L, S] with strides in elements (0 along a broadcast dimension); batch entry b
-// reads entry (b / inner_count, b % inner_count). Mirrors `MaskArgs` in
-// src/launch/attention_f32.rs.
-struct AttnMask {
-    u64 values;
-    i64 outer;
-    i64 inner;
-    i64 row;
-    i64 col;
-    u32 inner_count;
-    u32 pad;
-};
-
-// Batch entry b's [L, S] plane of the mask.
-__device__ __forceinline__ const float* af_mask_plane(const AttnMask& m, u32 b) {
-    return (const float*)m.values + (i64)(b / m.inner_count) * m.outer + (i64)(b % m.inner_count) * m.inner;
-}

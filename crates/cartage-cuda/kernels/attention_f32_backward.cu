@@ -22,7 +22,7 @@
 // atomics varies from run to run (the last bits of grad_q may differ); grad_k and grad_v have one
 // writer per element.
 // `attention_f32_backward_masked_d<D>` adds the forward's f32 mask (AttnMask of
-// attention_f32.cuh) to the recomputed scores; a row whose keys the mask removed (its lse is
+// attention_mma.cuh) to the recomputed scores; a row whose keys the mask removed (its lse is
 // −inf) gets zero probabilities, so zero gradients, as the forward's zero output.
 
 #define AB_BM 64   // query rows per tile
@@ -118,7 +118,7 @@ __device__ __forceinline__ void attention_f32_bwd(const AttnF32BwdArgs& a, const
     const float* gg = (const float*)a.grad + (i64)b * a.g_batch;
     const float* lse = (const float*)a.lse + (i64)b * L;
     const float* delta = (const float*)a.delta + (i64)b * L;
-    const float* mask = MASK ? af_mask_plane(m, b) : nullptr;
+    const float* mask = MASK ? att_mask_plane<float>(m, b) : nullptr;
     const int j0 = ty * 4;  // the thread's first key within the tile (and first query for dQ)
 
     af_load_tile<D, BN, NT>(base + SM::K, (const float*)a.k + (i64)b * a.k_batch + (i64)n0 * a.k_row, a.k_row,

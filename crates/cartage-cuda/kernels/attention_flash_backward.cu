@@ -20,6 +20,10 @@
 //   computes its share of dQ = dS K for the tile and adds it to the f32 accumulator with atomics.
 //   Only tiles crossing the diagonal or the end of S are masked element-wise.
 // - `attention_flash_backward_dq_<dtype>`: grad_q = scale · the accumulator, rounded once.
+// `attention_flash_backward_masked_<dtype>_d<D>_m<BM>_w<NW>` adds the forward's mask (AttnMask of
+// attention_mma.cuh) to the recomputed scores; a row whose keys the mask removed (its lse is
+// −inf, made +inf by the preprocess) gets zero probabilities, so zero gradients, as the forward's
+// zero output.
 // A key that no query sees (causal, j >= L) gets zero grad_k and grad_v. The accumulation order
 // of dQ's atomics varies from run to run (the last bits of grad_q may differ); grad_k and grad_v
 // have one writer per element.
@@ -102,8 +106,9 @@ template <typename T, int D> __device__ __forceinline__ void attention_flash_pre
         }
         if (lane == 0) {
             ((float*)a.delta)[r] = dot;
-            ((float*)a.lse2)[r] = real ? ((const float*)a.lse)[b * a.l + i] * 1.4426950408889634f
-                                       : __int_as_float(0x7f800000);
+            // Rows past L, and masked rows that see no key (lse −inf): +inf, so that P = 0.
+            const float lse = real ? ((const float*)a.lse)[b * a.l + i] : att_neg_inf();
+            ((float*)a.lse2)[r] = lse == att_neg_inf() ? __int_as_float(0x7f800000) : lse * 1.4426950408889634f;
         }
     }
 }
@@ -125,7 +130,8 @@ template <int D, int BM, int NW> struct FbSmem {
 
 extern __shared__ __align__(128) u8 fb_smem[];
 
-template <typename T, int D, int BM, int NW> __device__ __forceinline__ void attention_flash_bwd(const FlashBwdArgs& a) {
+template <typename T, int D, int BM, int NW, bool MASK>
+__device__ __forceinline__ void attention_flash_bwd(const FlashBwdArgs& a, const AttnMask& mk) {
     typedef AttMma<T> M;
     typedef FbSmem<D, BM, NW> SM;
     constexpr int BN = SM::BN;
@@ -148,6 +154,7 @@ template <typename T, int D, int BM, int NW> __device__ __forceinline__ void att
     const u16* gg = (const u16*)a.grad + (i64)b * a.g_batch;
     const float* lse2 = (const float*)a.lse2 + (u64)b * a.lp;
     const float* delta = (const float*)a.delta + (u64)b * a.lp;
+    const T* mask = MASK ? att_mask_plane<T>(mk, b) : nullptr;
 
     // Queue the copy of query tile t (Q, dO, lse, D) into buffer `buf`.
     auto load_rows = [&](int t, int buf) {
@@ -225,11 +232,19 @@ template <typename T, int D, int BM, int NW> __device__ __forceinline__ void att
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int il = nt * 8 + 2 * (lane & 3) + (e & 1);
-                float p = att_exp2(fmaf(st[nt][e], a.scale_log2, -lse_t[il]));
-                if (masked) {
-                    const int j = key0 + (e >> 1) * 8;
-                    if (j >= S || (a.causal && j > m0 + il)) p = 0.f;
+                const int j = key0 + (e >> 1) * 8;
+                float x;
+                if (MASK) {
+                    // The scaled score plus the mask, as the forward added them, then less the lse.
+                    x = st[nt][e] * a.scale_log2;
+                    if (j < S && m0 + il < L)
+                        x += load(mask[(i64)(m0 + il) * mk.row + (i64)j * mk.col]) * 1.4426950408889634f;
+                    x -= lse_t[il];
+                } else {
+                    x = fmaf(st[nt][e], a.scale_log2, -lse_t[il]);
                 }
+                float p = att_exp2(x);
+                if (masked && (j >= S || (a.causal && j > m0 + il))) p = 0.f;
                 st[nt][e] = p;
                 dpt[nt][e] = p * (dpt[nt][e] - dl_t[il]);
             }
@@ -342,7 +357,12 @@ template <typename T> __device__ __forceinline__ void attention_flash_dq(const F
 #define ATTENTION_FLASH_MAIN(TN, T, D, BM, NW)                                                                        \
     extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                          \
         attention_flash_backward_##TN##_d##D##_m##BM##_w##NW(FlashBwdArgs a) {                                          \
-        attention_flash_bwd<T, D, BM, NW>(a);                                                                         \
+        const AttnMask none = {};                                                                                     \
+        attention_flash_bwd<T, D, BM, NW, false>(a, none);                                                            \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * NW, 1)                                                          \
+        attention_flash_backward_masked_##TN##_d##D##_m##BM##_w##NW(FlashBwdArgs a, AttnMask m) {                       \
+        attention_flash_bwd<T, D, BM, NW, true>(a, m);                                                                \
     }
 #define ATTENTION_FLASH_DQ(TN, T)                                                                            \
     extern "C" __global__ void __launch_bounds__(256) attention_flash_backward_dq_##TN(FlashBwdArgs a) { \

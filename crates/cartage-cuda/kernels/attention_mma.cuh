@@ -32,6 +32,25 @@ struct AttnArgs {
     i32 causal;
 };
 
+// The additive mask of the `_masked` kernels (Kernel::Attention's `AttentionMask`), forward and
+// backward: values of the kernel's element type [outer, inner, L, S] with strides in elements (0
+// along a broadcast dimension); batch entry b reads entry (b / inner_count, b % inner_count).
+// Mirrors `MaskArgs` in src/launch/attention.rs.
+struct AttnMask {
+    u64 values;
+    i64 outer;
+    i64 inner;
+    i64 row;
+    i64 col;
+    u32 inner_count;
+    u32 pad;
+};
+
+// Batch entry b's [L, S] plane of the mask.
+template <typename T> __device__ __forceinline__ const T* att_mask_plane(const AttnMask& m, u32 b) {
+    return (const T*)m.values + (i64)(b / m.inner_count) * m.outer + (i64)(b % m.inner_count) * m.inner;
+}
+
 __device__ __forceinline__ float att_neg_inf() { return __int_as_float(0xff800000); }
 
 __device__ __forceinline__ float att_exp2(float x) {

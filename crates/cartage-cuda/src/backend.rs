@@ -85,9 +85,9 @@ pub fn capabilities_for(cc: (i32, i32)) -> Capabilities {
         // The fused flash-attention kernel (mma.sync and cp.async: sm_80 and later).
         for dtype in crate::launch::attention::DTYPES {
             caps.add(Op::Attention, dtype);
+            // An additive mask: the kernels' masked variants.
+            caps.add(Op::AttentionMask, dtype);
         }
-        // An additive mask: the f32 kernels' masked variants (bf16 and f16 are composed).
-        caps.add(Op::AttentionMask, DType::F32);
     }
     // The fused linear layer (`crate::linear`, cuBLASLt's bias and activation epilogues), for
     // every dtype with a matmul.

@@ -18,8 +18,9 @@ const B: usize = 2;
 const H: usize = 3;
 const L: usize = 5;
 const S: usize = 7;
-/// A head dim the fused f32 kernels take (CUDA's: multiples of 16 from 32 to 128).
-const E: usize = 32;
+/// A head dim every fused kernel takes (CUDA's: 64 and 128 in bf16 and f16, multiples of 16 from
+/// 32 to 128 in f32).
+const E: usize = 64;
 
 fn devices() -> Vec<Device> {
     let mut all = vec![Device::cpu()];
@@ -237,22 +238,28 @@ fn no_key_at_all_gives_zeros_on_every_device() -> Result<()> {
 /// Part of the test above: a mask removing the first 100 of 150 keys of every row, so that a
 /// fused kernel's first key tiles see nothing but −inf before any live key (its running maximum
 /// starts at −inf), alone and with causal (rows 0 to 99 then see no key): the device's path
-/// against the composed one, output and gradients.
+/// against the composed one, output and gradients, in f32 and (on the GPUs) bf16, with head dims
+/// 32 (f32 only on CUDA) and 64.
 fn whole_leading_tiles_masked() -> Result<()> {
-    let (l, s, e) = (120, 150, 32);
+    let (l, s) = (120, 150);
     for device in devices() {
         let keep: Vec<bool> = (0..l * s).map(|i| i % s >= 100).collect();
         let keep = Tensor::from_slice(&keep, &[l, s], &device)?;
-        for causal in [false, true] {
-            let run = |composed| run_sized(&device, DType::F32, &[2], [l, s, e], &keep, causal, composed);
-            let (got, want) = (run(false)?, run(true)?);
-            for (part, (g, w)) in ["output", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
-                assert_close(
-                    &format!("{device} leading tiles masked, causal {causal}: {part}"),
-                    g,
-                    w,
-                    1e-5,
-                );
+        for (dtype, e, tol) in [(DType::F32, 32, 1e-5), (DType::F32, 64, 1e-5), (DType::BF16, 64, 3e-2)] {
+            if dtype == DType::BF16 && device == Device::cpu() {
+                continue;
+            }
+            for causal in [false, true] {
+                let run = |composed| run_sized(&device, dtype, &[2], [l, s, e], &keep, causal, composed);
+                let (got, want) = (run(false)?, run(true)?);
+                for (part, (g, w)) in ["output", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
+                    assert_close(
+                        &format!("{device} {dtype} head dim {e}, leading tiles masked, causal {causal}: {part}"),
+                        g,
+                        w,
+                        tol,
+                    );
+                }
             }
         }
     }

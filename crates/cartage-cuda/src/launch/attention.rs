@@ -1,7 +1,8 @@
 //! Fused scaled dot-product attention (`Kernel::Attention`): cuDNN's fused attention where
 //! `attention_cudnn` takes the call and chooses it, else the flash-attention forward of
-//! `attention.cu`, one block per batch entry and tile of query rows. With an additive mask only
-//! f32 is fused (the masked variant of [`super::attention_f32`]).
+//! `attention.cu`, one block per batch entry and tile of query rows. With an additive mask the
+//! flash kernel's masked variant runs (`attention_masked_<dtype>_d<D>`, [`MaskArgs`]; f32: the
+//! masked variant of [`super::attention_f32`]); cuDNN is not asked.
 //!
 //! The kernel takes bf16 and f16 with head dims 64 and 128 (`Ev` = `E`); f32 goes to its own
 //! kernel on the CUDA cores ([`super::attention_f32`]). q, k and v are read in
@@ -55,6 +56,40 @@ pub(super) struct AttentionArgs {
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
 unsafe impl DeviceRepr for AttentionArgs {}
 
+/// `struct AttnMask` of attention_mma.cuh: the additive mask `[outer, inner, L, S]` of the masked
+/// kernels (forward and backward), strides in elements.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct MaskArgs {
+    values: u64,
+    outer: i64,
+    inner: i64,
+    row: i64,
+    col: i64,
+    inner_count: u32,
+    pad: u32,
+}
+
+// SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
+unsafe impl DeviceRepr for MaskArgs {}
+
+impl MaskArgs {
+    /// The kernels' view of `mask` (validated by `Kernel::validate`: `[outer, inner, L, S]` in
+    /// q's dtype, `outer · inner` = the batch).
+    pub(super) fn of(mask: &AttentionMask) -> MaskArgs {
+        let st = mask.values.layout.strides();
+        MaskArgs {
+            values: device_ptr(&mask.values),
+            outer: st[0] as i64,
+            inner: st[1] as i64,
+            row: st[2] as i64,
+            col: st[3] as i64,
+            inner_count: mask.values.layout.shape()[1].max(1) as u32,
+            pad: 0,
+        }
+    }
+}
+
 /// Queue `out = softmax(scale · q kᵀ) v` for `[q, k, v]` (validated operands), and each row's
 /// log-sum-exp into `lse` when given: through cuDNN's fused attention where `attention_cudnn`
 /// takes the call and chooses it, else through the flash kernel.
@@ -67,24 +102,15 @@ pub(super) fn attention(
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
-    if let Some(mask) = mask {
-        // An additive mask: the f32 kernel's masked variant; bf16 and f16 are composed.
-        return match qkv[0].dtype {
-            DType::F32 => super::attention_f32::attention_f32(backend, qkv, scale, causal, Some(mask), out, lse),
-            other => Err(Error::unsupported(
-                "attention",
-                other,
-                backend.device,
-                "the fused attention takes an additive mask in f32 only; the frontend composes masked \
-                 bf16 and f16 attention",
-            )),
-        };
+    if mask.is_some() {
+        // An additive mask: the flash kernels' masked variants.
+        return flash(backend, qkv, scale, causal, mask, out, lse);
     }
-    let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, out, lse);
+    let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, None, out, lse);
     if crate::attention_cudnn::forward(backend, qkv, scale, causal, out, lse, &kernel)? {
         return Ok(());
     }
-    flash(backend, qkv, scale, causal, out, lse)
+    flash(backend, qkv, scale, causal, None, out, lse)
 }
 
 /// Queue the flash kernel of `attention.cu` (see [`attention`]).
@@ -93,6 +119,7 @@ fn flash(
     [q, k, v]: [&TensorArg; 3],
     scale: f64,
     causal: bool,
+    mask: Option<&AttentionMask>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
@@ -100,7 +127,7 @@ fn flash(
     let dtype = match q.dtype {
         DType::BF16 => "bf16",
         DType::F16 => "f16",
-        DType::F32 => return super::attention_f32::attention_f32(backend, [q, k, v], scale, causal, None, out, lse),
+        DType::F32 => return super::attention_f32::attention_f32(backend, [q, k, v], scale, causal, mask, out, lse),
         other => {
             return Err(refuse(format!(
                 "the fused attention kernels take bf16, f16 and f32, not {other}; the frontend composes it"
@@ -158,23 +185,28 @@ fn flash(
         scale_log2,
         causal: i32::from(causal),
     };
+    let name = if mask.is_some() {
+        "attention_masked"
+    } else {
+        "attention"
+    };
     let kernel = backend
         .modules
-        .kernel(KernelName::new(SourceFile::Attention, ["attention", dtype, head, ""]))?;
+        .kernel(KernelName::new(SourceFile::Attention, [name, dtype, head, ""]))?;
     let cfg = LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
         block_dim: (block_threads, 1, 1),
         shared_mem_bytes: 0,
     };
-    match lse {
-        Some(lse) => launch_kernel!(
-            backend,
-            kernel,
-            cfg,
-            [q.buffer, k.buffer, v.buffer, out.buffer, lse.buffer],
-            &args
-        ),
-        None => launch_kernel!(backend, kernel, cfg, [q.buffer, k.buffer, v.buffer, out.buffer], &args),
+    let mut touched = vec![q.buffer, k.buffer, v.buffer, out.buffer];
+    touched.extend(lse.map(|lse| lse.buffer));
+    match mask {
+        None => launch_kernel!(backend, kernel, cfg, touched, &args),
+        Some(mask) => {
+            touched.push(mask.values.buffer);
+            let m = MaskArgs::of(mask);
+            launch_kernel!(backend, kernel, cfg, touched, &args, &m)
+        }
     }
 }
 
@@ -182,8 +214,25 @@ fn flash(
 mod tests {
     use cartage_core::Op;
 
-    use super::DTYPES;
+    use super::{AttentionArgs, DTYPES, MaskArgs};
     use crate::capabilities_for;
+    use crate::modules::{KernelName, SourceFile};
+
+    /// The 16-bit kernels the launch names are built into the committed PTX with the parameters
+    /// it passes: the argument struct, and the mask after it for the masked variants.
+    #[test]
+    fn kernels_take_the_argument_structs() {
+        let (args, mask) = (std::mem::size_of::<AttentionArgs>(), std::mem::size_of::<MaskArgs>());
+        for dtype in ["bf16", "f16"] {
+            for head in ["d64", "d128"] {
+                for (name, params) in [("attention", vec![args]), ("attention_masked", vec![args, mask])] {
+                    let kernel = KernelName::new(SourceFile::Attention, [name, dtype, head, ""]);
+                    let found = super::super::ptx_param_bytes(kernel.file, &kernel.symbol());
+                    assert_eq!(found, params, "{}", kernel.symbol());
+                }
+            }
+        }
+    }
 
     /// The fused kernels are listed for bf16, f16 (mma.sync) and f32 from Ampere on (cp.async),
     /// and for nothing else; other dtypes go through the composed path.
@@ -194,7 +243,13 @@ mod tests {
         for dtype in cartage_core::DType::ALL {
             let fused = DTYPES.contains(&dtype);
             assert_eq!(hopper.supports(Op::Attention, dtype), fused, "{dtype} on sm_90");
+            assert_eq!(
+                hopper.supports(Op::AttentionMask, dtype),
+                fused,
+                "{dtype} masked on sm_90"
+            );
             assert!(!turing.supports(Op::Attention, dtype), "{dtype} on sm_75");
+            assert!(!turing.supports(Op::AttentionMask, dtype), "{dtype} masked on sm_75");
         }
     }
 }

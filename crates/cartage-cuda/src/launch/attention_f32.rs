@@ -7,15 +7,15 @@
 //! `cp.async`). Anything else is refused with [`Error::Unsupported`], so the frontend composes the
 //! result instead. With an `lse` operand the kernel also writes each query row's log-sum-exp, for
 //! the tiled f32 backward ([`super::attention_f32_backward`]). With an additive mask the
-//! `attention_f32_masked_d<D>` variant adds it to the scaled scores ([`MaskArgs`]); a row whose
+//! `attention_f32_masked_d<D>` variant adds it to the scaled scores ([`MaskArgs`](super::attention::MaskArgs)); a row whose
 //! keys the mask removes gives 0, as the kernel contract says.
 
 use cartage_core::kernel::AttentionMask;
 use cartage_core::{Error, Result, TensorArg};
+use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{DeviceRepr, LaunchConfig};
 
-use super::attention::AttentionArgs;
+use super::attention::{AttentionArgs, MaskArgs};
 use super::{device_ptr, launch_kernel};
 use crate::backend::CudaBackend;
 use crate::modules::{KernelName, SourceFile};
@@ -40,40 +40,6 @@ pub(crate) fn head_part(head: usize) -> Option<&'static str> {
         128 => "d128",
         _ => return None,
     })
-}
-
-/// `struct AttnMask` of attention_f32.cuh: the additive mask `[outer, inner, L, S]` of the masked
-/// kernels (forward and backward), strides in elements.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct MaskArgs {
-    values: u64,
-    outer: i64,
-    inner: i64,
-    row: i64,
-    col: i64,
-    inner_count: u32,
-    pad: u32,
-}
-
-// SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
-unsafe impl DeviceRepr for MaskArgs {}
-
-impl MaskArgs {
-    /// The kernels' view of `mask` (validated by `Kernel::validate`: `[outer, inner, L, S]` in
-    /// q's dtype, `outer · inner` = the batch).
-    pub(super) fn of(mask: &AttentionMask) -> MaskArgs {
-        let st = mask.values.layout.strides();
-        MaskArgs {
-            values: device_ptr(&mask.values),
-            outer: st[0] as i64,
-            inner: st[1] as i64,
-            row: st[2] as i64,
-            col: st[3] as i64,
-            inner_count: mask.values.layout.shape()[1].max(1) as u32,
-            pad: 0,
-        }
-    }
 }
 
 /// The kernel's dynamic shared memory in bytes (`AfSmem` of attention_f32.cu): the Q, K and V

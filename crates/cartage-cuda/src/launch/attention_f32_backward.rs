@@ -7,7 +7,7 @@
 //! into `grad_q` with f32 atomics). Nothing of size L × S is stored.
 //!
 //! With the forward's additive mask the main kernel's `_masked` variant adds it to the
-//! recomputed scores ([`super::attention_f32::MaskArgs`]).
+//! recomputed scores ([`super::attention::MaskArgs`]).
 //!
 //! [`eligible`] says whether the kernel takes a call; the caller runs the warp-per-row kernels
 //! of `attention_backward.cu` otherwise (or, with a mask, refuses the call).
@@ -17,7 +17,8 @@ use cartage_core::{DType, Result, TensorArg};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
-use super::attention_f32::{MaskArgs, head_part};
+use super::attention::MaskArgs;
+use super::attention_f32::head_part;
 use super::geometry::THREADS;
 use super::{device_ptr, launch_kernel, max_blocks};
 use crate::backend::CudaBackend;

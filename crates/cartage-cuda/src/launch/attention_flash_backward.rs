@@ -7,6 +7,9 @@
 //! (`B·L·E` f32 for dQ and two `[B, L]` f32 rows, L rounded up to the query tile) comes from the
 //! caching allocator; nothing of size L × S is stored.
 //!
+//! With an additive mask (`a.mask`) the main kernel's masked variant adds it to the recomputed
+//! scores ([`MaskArgs`]).
+//!
 //! [`eligible`] says whether the kernel takes a call; the caller runs the warp-per-row kernels
 //! of `attention_backward.cu` otherwise.
 
@@ -15,6 +18,7 @@ use cartage_core::{DType, Result, TensorArg};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
+use super::attention::MaskArgs;
 use super::geometry::THREADS;
 use super::{device_ptr, launch_kernel, max_blocks};
 use crate::backend::CudaBackend;
@@ -158,7 +162,7 @@ pub(super) fn attention_flash_backward(
         pad: 0,
     };
     let queued = (|| {
-        let names = kernel_names(dtype, head);
+        let names = kernel_names(dtype, head, a.mask.is_some());
         let inputs = [
             a.q.buffer,
             a.k.buffer,
@@ -196,7 +200,7 @@ pub(super) fn attention_flash_backward(
                 block_dim: (32 * nw as u32, 1, 1),
                 shared_mem_bytes: smem as u32,
             };
-            let touched = [
+            let mut touched = vec![
                 inputs[0],
                 inputs[1],
                 inputs[2],
@@ -205,7 +209,14 @@ pub(super) fn attention_flash_backward(
                 a.grad_v.buffer,
                 slice,
             ];
-            launch_kernel!(backend, main, cfg, touched, &args)?;
+            match &a.mask {
+                None => launch_kernel!(backend, main, cfg, touched, &args)?,
+                Some(mask) => {
+                    touched.push(mask.values.buffer);
+                    let m = MaskArgs::of(mask);
+                    launch_kernel!(backend, main, cfg, touched, &args, &m)?
+                }
+            }
         }
         if l > 0 {
             let dq = backend.modules.kernel(names[2])?;
@@ -223,8 +234,9 @@ pub(super) fn attention_flash_backward(
     queued
 }
 
-/// The three kernels (preprocess, main, dQ conversion) for `dtype` and head dim `head`.
-fn kernel_names(dtype: DType, head: usize) -> [KernelName; 3] {
+/// The three kernels (preprocess, main: its masked variant when `masked`, dQ conversion) for
+/// `dtype` and head dim `head`.
+fn kernel_names(dtype: DType, head: usize, masked: bool) -> [KernelName; 3] {
     let (head_part, main_part) = match head {
         64 => ("d64", "d64_m64_w8"),
         _ => ("d128", "d128_m32_w8"),
@@ -236,7 +248,16 @@ fn kernel_names(dtype: DType, head: usize) -> [KernelName; 3] {
         ),
         KernelName::new(
             SourceFile::AttentionFlashBackward,
-            ["attention_flash_backward", dtype.name(), main_part, ""],
+            [
+                if masked {
+                    "attention_flash_backward_masked"
+                } else {
+                    "attention_flash_backward"
+                },
+                dtype.name(),
+                main_part,
+                "",
+            ],
         ),
         KernelName::new(
             SourceFile::AttentionFlashBackward,
@@ -247,7 +268,7 @@ fn kernel_names(dtype: DType, head: usize) -> [KernelName; 3] {
 
 #[cfg(test)]
 mod tests {
-    use super::{DTYPES, FlashBwdArgs, config, kernel_names, smem_bytes};
+    use super::{DTYPES, FlashBwdArgs, MaskArgs, config, kernel_names, smem_bytes};
     use crate::modules::SourceFile;
 
     /// The argument struct is what the kernels declare, every kernel the launch names is built
@@ -259,12 +280,16 @@ mod tests {
         assert_eq!(size, 12 * 8 + 10 * 8 + 10 * 4);
         for dtype in DTYPES {
             for head in [64, 128] {
-                let names = kernel_names(dtype, head);
+                let names = kernel_names(dtype, head, false);
                 for name in &names {
                     assert_eq!(name.file, SourceFile::AttentionFlashBackward);
                     let params = super::super::ptx_param_bytes(name.file, &name.symbol());
                     assert_eq!(params, [size], "{}", name.symbol());
                 }
+                let masked = kernel_names(dtype, head, true)[1];
+                assert!(masked.symbol().starts_with("attention_flash_backward_masked_"));
+                let params = super::super::ptx_param_bytes(masked.file, &masked.symbol());
+                assert_eq!(params, [size, std::mem::size_of::<MaskArgs>()], "{}", masked.symbol());
                 let (bm, nw) = config(head);
                 assert!(
                     names[1].symbol().ends_with(&format!("_d{head}_m{bm}_w{nw}")),
