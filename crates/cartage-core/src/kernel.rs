@@ -78,7 +78,12 @@
 //!   removes is 0; with no key at all (S = 0) a row is NaN (0 / 0; the frontend composes that
 //!   case, where PyTorch gives 0). The optional `lse` [B, L] (f32, contiguous) receives each
 //!   row's `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for none); a
-//!   backend that cannot write it refuses the kernel.
+//!   backend that cannot write it refuses the kernel. The batch may also come as two dimensions
+//!   that need not merge into one stride: q [B1, B2, L, E], k [B1, B2, S, E], v [B1, B2, S, Ev]
+//!   and `out` [B1, B2, L, Ev] (still contiguous), B = B1·B2 for `lse` and the mask (batch entry
+//!   `b1·B2 + b2`): the heads of a packed `[B, T, 3, H, E]` projection read in place. A backend
+//!   that reads only one batch stride refuses such operands with `Unsupported` (the frontend
+//!   then copies them into `[B, L, E]`).
 //!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
 //!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, and
 //!   every window must have a tap inside the input, which dilation can break; average pooling
@@ -104,7 +109,9 @@
 //!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
 //!   keeps no L × S matrix. The optional `saved` forward output and `lse` let a backend recompute
 //!   `P = exp(scale · q kᵀ − lse)` directly (a tiled kernel may round P and dS to a 16-bit dtype
-//!   for its products); a backend may ignore them.
+//!   for its products); a backend may ignore them. As the forward's, the operands may carry two
+//!   batch dimensions [B1, B2, ..] (q, k, v, `grad`, the saved output and the three gradients
+//!   alike; the gradients contiguous, the saved `lse` [B1·B2, L]).
 //! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and
 //!   activation): `input` `[M, K]` and `weight` `[N, K]` (both any strides), the optional `bias`
 //!   `[N]` (any stride) give the contiguous `out` `[M, N]` = `act(input · weightᵀ + bias)` with
@@ -194,7 +201,8 @@ pub struct UpdateSet {
 /// The operands of a [`Kernel::AttentionBackward`].
 #[derive(Clone, Debug)]
 pub struct AttentionBackwardArgs {
-    /// The forward's queries [B, L, E].
+    /// The forward's queries [B, L, E] (or [B1, B2, L, E], every operand alike: see the module
+    /// docs of [`Kernel`]).
     pub q: TensorArg,
     /// The forward's keys [B, S, E].
     pub k: TensorArg,
@@ -862,11 +870,11 @@ pub enum Kernel {
     },
     /// Fused scaled dot-product attention (an optional fused kernel; see the module docs).
     Attention {
-        /// Queries [B, L, E].
+        /// Queries [B, L, E] (or [B1, B2, L, E]: see the module docs).
         q: TensorArg,
-        /// Keys [B, S, E].
+        /// Keys [B, S, E] (or [B1, B2, S, E]).
         k: TensorArg,
-        /// Values [B, S, Ev].
+        /// Values [B, S, Ev] (or [B1, B2, S, Ev]).
         v: TensorArg,
         /// Multiplies q·kᵀ before the softmax.
         scale: f64,
@@ -876,7 +884,8 @@ pub enum Kernel {
         /// every kernel stays small). A backend that cannot apply it refuses the kernel with
         /// `Unsupported`.
         mask: Option<Box<AttentionMask>>,
-        /// Destination [B, L, Ev], contiguous. A row whose keys the mask removes is 0.
+        /// Destination [B, L, Ev] (or [B1, B2, L, Ev]), contiguous. A row whose keys the mask
+        /// removes is 0.
         out: TensorArg,
         /// Optional destination [B, L] (f32, contiguous) for each query row's natural
         /// log-sum-exp `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for

@@ -830,15 +830,26 @@ fn attention(
 ) -> Result<()> {
     let name = "attention";
     let (qs, ks, vs, os) = (q.layout.shape(), k.layout.shape(), v.layout.shape(), out.layout.shape());
-    let ranks = qs.len() == 3 && ks.len() == 3 && vs.len() == 3 && os.len() == 3;
-    if !ranks || ks[0] != qs[0] || vs[0] != qs[0] || ks[2] != qs[2] || vs[1] != ks[1] || os != [qs[0], qs[1], vs[2]] {
+    let r = qs.len();
+    let ranks = (r == 3 || r == 4) && ks.len() == r && vs.len() == r && os.len() == r;
+    let fits = ranks
+        && ks[..r - 2] == qs[..r - 2]
+        && vs[..r - 2] == qs[..r - 2]
+        && ks[r - 1] == qs[r - 1]
+        && vs[r - 2] == ks[r - 2]
+        && os[..r - 1] == qs[..r - 1]
+        && os[r - 1] == vs[r - 1];
+    if !fits {
         return Err(mismatch(
             name,
             q,
             k,
-            "the attention kernel takes q [B, L, E], k [B, S, E], v [B, S, Ev] and writes [B, L, Ev]",
+            "the attention kernel takes q [B, L, E], k [B, S, E], v [B, S, Ev] and writes [B, L, Ev] \
+             (or the same with two batch dimensions [B1, B2, ..])",
         ));
     }
+    let batch: usize = qs[..r - 2].iter().product();
+    let (l, s) = (qs[r - 2], ks[r - 2]);
     if !scale.is_finite() {
         return Err(Error::invalid(name, format!("the scale must be finite, got {scale}")));
     }
@@ -855,11 +866,11 @@ fn attention(
     apart(name, k, out)?;
     apart(name, v, out)?;
     if let Some(mask) = mask {
-        attention_backward::mask(name, mask, q, [qs[0], qs[1], ks[1]])?;
+        attention_backward::mask(name, mask, q, [batch, l, s])?;
         apart(name, &mask.values, out)?;
     }
     if let Some(lse) = lse {
-        attention_backward::lse_rows(name, lse, [qs[0], qs[1]])?;
+        attention_backward::lse_rows(name, lse, [batch, l])?;
         for input in [q, k, v, out].into_iter().chain(mask.map(|m| &m.values)) {
             apart(name, input, lse)?;
         }

@@ -1,5 +1,7 @@
 // attention.cu: fused scaled dot-product attention forward (Kernel::Attention), a
 // FlashAttention-2-style kernel on the tensor cores.
+// q, k, v (and, backward, dO and O) are [B, rows, D] or [B1, B2, rows, D], the heads of a packed
+// projection read in place: batch entry b starts at att_batch(b, heads, ..) (attention_mma.cuh).
 // `attention_<bf16|f16>_d<64|128>`: q [B, L, D], k [B, S, D], v [B, S, D] (last dim dense, batch
 // and row strides in elements, multiples of 8, 16-byte aligned bases), out [B, L, D] contiguous.
 // - One block per (batch, tile of BM query rows), BM / (16 MT) warps; each warp owns MT tiles of
@@ -42,9 +44,9 @@ __device__ __forceinline__ void attention_fwd(const AttnArgs& a, const AttnMask&
     const u32 b = blockIdx.x % a.batch;
     const int m0 = (int)mb * BM;
     const int L = (int)a.l, S = (int)a.s;
-    const u16* qg = (const u16*)a.q + (i64)b * a.q_batch + (i64)m0 * a.q_row;
-    const u16* kg = (const u16*)a.k + (i64)b * a.k_batch;
-    const u16* vg = (const u16*)a.v + (i64)b * a.v_batch;
+    const u16* qg = (const u16*)a.q + att_batch(b, a.heads, a.q_batch, a.q_inner) + (i64)m0 * a.q_row;
+    const u16* kg = (const u16*)a.k + att_batch(b, a.heads, a.k_batch, a.k_inner);
+    const u16* vg = (const u16*)a.v + att_batch(b, a.heads, a.v_batch, a.v_inner);
     const T* mask = MASK ? att_mask_plane<T>(mk, b) : nullptr;
     const u32 sq = att_smem_addr(smem);
     const u32 sk = sq, sv = sq + ATT_BN * D * 2;

@@ -1,5 +1,7 @@
 // attention_f32.cu: fused scaled dot-product attention forward (Kernel::Attention) in f32, a
 // FlashAttention-2-style kernel on the CUDA cores with exact f32 FMAs (no TF32).
+// q, k, v (and, backward, dO and O) are [B, rows, D] or [B1, B2, rows, D], the heads of a packed
+// projection read in place: batch entry b starts at att_batch(b, heads, ..) (attention_mma.cuh).
 // `attention_f32_d<D>`: q [B, L, D], k [B, S, D], v [B, S, D] (last dim dense, batch and row
 // strides in elements, multiples of 4, 16-byte aligned bases), out [B, L, D] contiguous, D a
 // multiple of 16 from 32 to 128.
@@ -54,9 +56,9 @@ template <int D, bool MASK> __device__ __forceinline__ void attention_f32_fwd(co
     const u32 b = blockIdx.x % a.batch;
     const int m0 = (int)mb * BM;
     const int L = (int)a.l, S = (int)a.s;
-    const float* qg = (const float*)a.q + (i64)b * a.q_batch + (i64)m0 * a.q_row;
-    const float* kg = (const float*)a.k + (i64)b * a.k_batch;
-    const float* vg = (const float*)a.v + (i64)b * a.v_batch;
+    const float* qg = (const float*)a.q + att_batch(b, a.heads, a.q_batch, a.q_inner) + (i64)m0 * a.q_row;
+    const float* kg = (const float*)a.k + att_batch(b, a.heads, a.k_batch, a.k_inner);
+    const float* vg = (const float*)a.v + att_batch(b, a.heads, a.v_batch, a.v_inner);
     const float* mask = MASK ? att_mask_plane<float>(m, b) : nullptr;
     const u32 base = att_smem_addr(af_smem);
     const float* qs = (const float*)(af_smem + SM::Q);

@@ -8,6 +8,8 @@
 // 16-byte aligned. Two launches:
 // - `attention_f32_backward_prep`: a thread per query row: D_i = dO_i.O_i into a [B, L] scratch
 //   row; and grad_q zeroed (the main kernel adds into it).
+// q, k, v (and, backward, dO and O) are [B, rows, D] or [B1, B2, rows, D], the heads of a packed
+// projection read in place: batch entry b starts at att_batch(b, heads, ..) (attention_mma.cuh).
 // - `attention_f32_backward_d<D>`: one block of AB_NT = 256 threads per (batch, tile of AB_BN =
 //   64 keys); K and V stay in shared memory while the block walks the query tiles of AB_BM = 64
 //   rows that see its keys (from the diagonal on when causal, so fully masked tiles are
@@ -51,6 +53,11 @@ struct AttnF32BwdArgs {
     i64 g_row;
     i64 o_batch;
     i64 o_row;
+    i64 q_inner;  // inner batch strides of [B1, B2, rows, D] operands (0 for [B, rows, D])
+    i64 k_inner;
+    i64 v_inner;
+    i64 g_inner;
+    i64 o_inner;
     u32 batch;
     u32 l;
     u32 s;
@@ -58,7 +65,7 @@ struct AttnF32BwdArgs {
     f32 scale;
     f32 scale_log2;
     i32 causal;
-    u32 pad;
+    u32 heads;  // B2 (1 for [B, rows, D] operands)
 };
 
 // The dynamic shared memory, byte offsets: K, V [BN, D + 4], Q, dO [BM, D + 4], the Pᵀ / dSᵀ tile
@@ -82,8 +89,8 @@ extern "C" __global__ void __launch_bounds__(256) attention_f32_backward_prep(At
     const int d4 = (int)a.d / 4;
     for (u64 r = global_thread(); r < rows; r += grid_threads()) {
         const u64 b = r / a.l, i = r % a.l;
-        const float4* g = (const float4*)((const float*)a.grad + (i64)b * a.g_batch + (i64)i * a.g_row);
-        const float4* o = (const float4*)((const float*)a.out + (i64)b * a.o_batch + (i64)i * a.o_row);
+        const float4* g = (const float4*)((const float*)a.grad + att_batch((u32)b, a.heads, a.g_batch, a.g_inner) + (i64)i * a.g_row);
+        const float4* o = (const float4*)((const float*)a.out + att_batch((u32)b, a.heads, a.o_batch, a.o_inner) + (i64)i * a.o_row);
         // In the order the main kernel sums dO_i.v_j: where O_i = v_j (one key seen), dS = 0
         // exactly.
         float dot = 0.f;
@@ -114,16 +121,16 @@ __device__ __forceinline__ void attention_f32_bwd(const AttnF32BwdArgs& a, const
     float* rs = (float*)(af_smem + SM::R);
     float* lse_s = (float*)(af_smem + SM::LSE);
     float* dl_s = (float*)(af_smem + SM::DL);
-    const float* qg = (const float*)a.q + (i64)b * a.q_batch;
-    const float* gg = (const float*)a.grad + (i64)b * a.g_batch;
+    const float* qg = (const float*)a.q + att_batch((u32)b, a.heads, a.q_batch, a.q_inner);
+    const float* gg = (const float*)a.grad + att_batch((u32)b, a.heads, a.g_batch, a.g_inner);
     const float* lse = (const float*)a.lse + (i64)b * L;
     const float* delta = (const float*)a.delta + (i64)b * L;
     const float* mask = MASK ? att_mask_plane<float>(m, b) : nullptr;
     const int j0 = ty * 4;  // the thread's first key within the tile (and first query for dQ)
 
-    af_load_tile<D, BN, NT>(base + SM::K, (const float*)a.k + (i64)b * a.k_batch + (i64)n0 * a.k_row, a.k_row,
+    af_load_tile<D, BN, NT>(base + SM::K, (const float*)a.k + att_batch((u32)b, a.heads, a.k_batch, a.k_inner) + (i64)n0 * a.k_row, a.k_row,
                             min(BN, S - n0));
-    af_load_tile<D, BN, NT>(base + SM::V, (const float*)a.v + (i64)b * a.v_batch + (i64)n0 * a.v_row, a.v_row,
+    af_load_tile<D, BN, NT>(base + SM::V, (const float*)a.v + att_batch((u32)b, a.heads, a.v_batch, a.v_inner) + (i64)n0 * a.v_row, a.v_row,
                             min(BN, S - n0));
     att_cp_commit();
 

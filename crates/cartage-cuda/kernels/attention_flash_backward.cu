@@ -9,6 +9,8 @@
 //   lse_i·log2(e), and a zeroed row of the f32 dQ accumulator. The two per-row values go to a
 //   [B, LP] scratch pair, LP = L rounded up to the query tile, the rows past L holding D = 0 and
 //   lse = +inf (so that P = 0 there without a mask).
+// q, k, v (and, backward, dO and O) are [B, rows, D] or [B1, B2, rows, D], the heads of a packed
+// projection read in place: batch entry b starts at att_batch(b, heads, ..) (attention_mma.cuh).
 // - `attention_flash_backward_<dtype>_d<D>_m<BM>_w<NW>`: one block per (batch, tile of BN = 16 NW
 //   keys), NW warps, each owning 16 keys. K and V stay in shared memory; the block walks the
 //   query tiles of BM rows that see its keys (from the diagonal on when causal, so fully masked
@@ -52,6 +54,11 @@ struct FlashBwdArgs {
     i64 g_row;
     i64 o_batch;
     i64 o_row;
+    i64 q_inner;  // inner batch strides of [B1, B2, rows, D] operands (0 for [B, rows, D])
+    i64 k_inner;
+    i64 v_inner;
+    i64 g_inner;
+    i64 o_inner;
     u32 batch;
     u32 l;
     u32 s;
@@ -61,7 +68,7 @@ struct FlashBwdArgs {
     f32 scale_log2;
     i32 causal;
     u32 d;  // head dim
-    u32 pad;
+    u32 heads;  // B2 (1 for [B, rows, D] operands)
 };
 
 // The two values of a 32-bit pair of 16-bit elements.
@@ -86,8 +93,8 @@ template <typename T, int D> __device__ __forceinline__ void attention_flash_pre
         const bool real = i < a.l;
         float dot = 0.f;
         if (real) {
-            const u32* g = (const u32*)((const u16*)a.grad + (i64)b * a.g_batch + (i64)i * a.g_row);
-            const u32* o = (const u32*)((const u16*)a.out + (i64)b * a.o_batch + (i64)i * a.o_row);
+            const u32* g = (const u32*)((const u16*)a.grad + att_batch((u32)b, a.heads, a.g_batch, a.g_inner) + (i64)i * a.g_row);
+            const u32* o = (const u32*)((const u16*)a.out + att_batch((u32)b, a.heads, a.o_batch, a.o_inner) + (i64)i * a.o_row);
 #pragma unroll
             for (int t = 0; t < D / 64; ++t) {
                 float g0, g1, o0, o1;
@@ -150,8 +157,8 @@ __device__ __forceinline__ void attention_flash_bwd(const FlashBwdArgs& a, const
     const u32 sk = base + SM::K, sv = base + SM::V, sds = base + SM::DS;
     const float* lse_s = (const float*)(fb_smem + SM::LSE);
     const float* dl_s = (const float*)(fb_smem + SM::DL);
-    const u16* qg = (const u16*)a.q + (i64)b * a.q_batch;
-    const u16* gg = (const u16*)a.grad + (i64)b * a.g_batch;
+    const u16* qg = (const u16*)a.q + att_batch((u32)b, a.heads, a.q_batch, a.q_inner);
+    const u16* gg = (const u16*)a.grad + att_batch((u32)b, a.heads, a.g_batch, a.g_inner);
     const float* lse2 = (const float*)a.lse2 + (u64)b * a.lp;
     const float* delta = (const float*)a.delta + (u64)b * a.lp;
     const T* mask = MASK ? att_mask_plane<T>(mk, b) : nullptr;
@@ -173,8 +180,8 @@ __device__ __forceinline__ void attention_flash_bwd(const FlashBwdArgs& a, const
 
     const int t_tiles = (L + BM - 1) / BM;
     const int t0 = a.causal ? n0 / BM : 0;  // earlier query tiles see none of these keys
-    att_load_tile<D, BN, NT>(sk, (const u16*)a.k + (i64)b * a.k_batch + (i64)n0 * a.k_row, a.k_row, min(BN, S - n0));
-    att_load_tile<D, BN, NT>(sv, (const u16*)a.v + (i64)b * a.v_batch + (i64)n0 * a.v_row, a.v_row, min(BN, S - n0));
+    att_load_tile<D, BN, NT>(sk, (const u16*)a.k + att_batch((u32)b, a.heads, a.k_batch, a.k_inner) + (i64)n0 * a.k_row, a.k_row, min(BN, S - n0));
+    att_load_tile<D, BN, NT>(sv, (const u16*)a.v + att_batch((u32)b, a.heads, a.v_batch, a.v_inner) + (i64)n0 * a.v_row, a.v_row, min(BN, S - n0));
     if (t0 < t_tiles) load_rows(t0, 0);
     att_cp_commit();
 

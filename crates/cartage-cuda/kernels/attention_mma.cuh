@@ -11,7 +11,8 @@
 // packed to 16 bits is thus the A fragment of k-step kk of the next product.
 
 // The forward kernels' argument (attention.cu and attention_f32.cu); mirrors `AttentionArgs`
-// in src/launch/attention.rs.
+// in src/launch/attention.rs. q, k and v are [B, rows, D] or [B1, B2, rows, D] (the heads of a
+// packed projection read in place): batch entry b starts at att_batch(b, heads, *_batch, *_inner).
 struct AttnArgs {
     u64 q;
     u64 k;
@@ -24,13 +25,24 @@ struct AttnArgs {
     i64 k_row;
     i64 v_batch;
     i64 v_row;
-    u32 batch;
+    i64 q_inner;  // the inner batch stride of [B1, B2, rows, D] operands (0 for [B, rows, D])
+    i64 k_inner;
+    i64 v_inner;
+    u32 batch;  // B = B1 B2
     u32 l;
     u32 s;
     u32 m_blocks;
     f32 scale_log2;
     i32 causal;
+    u32 heads;  // B2 (1 for [B, rows, D] operands)
+    u32 pad;
 };
+
+// The element offset of batch entry b (= b1 B2 + b2) of an operand [B1, B2, rows, D] with batch
+// strides `outer` and `inner` (a [B, rows, D] operand: heads = 1, inner = 0).
+__device__ __forceinline__ i64 att_batch(u32 b, u32 heads, i64 outer, i64 inner) {
+    return (i64)(b / heads) * outer + (i64)(b % heads) * inner;
+}
 
 // The additive mask of the `_masked` kernels (Kernel::Attention's `AttentionMask`), forward and
 // backward: values of the kernel's element type [outer, inner, L, S] with strides in elements (0

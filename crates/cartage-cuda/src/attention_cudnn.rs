@@ -174,6 +174,11 @@ fn key(
     if !matches!(q.dtype, DType::BF16 | DType::F16) {
         return Err(format!("cuDNN's fused attention takes bf16 and f16, not {}", q.dtype));
     }
+    if inputs.iter().chain(outputs).any(|arg| arg.layout.rank() != 3) {
+        return Err(
+            "cartage's cuDNN graphs read one batch stride; two batch dimensions go to the flash kernels".into(),
+        );
+    }
     let (qs, ks, vs) = (q.layout.shape(), k.layout.shape(), v.layout.shape());
     let sizes = [qs[0], qs[1], ks[1], qs[2], vs[2]];
     let [b, l, s, e, ev] = sizes;
@@ -248,7 +253,8 @@ pub(crate) fn forward(
     lse: Option<&TensorArg>,
     kernel: &dyn Fn(&TensorArg, Option<&TensorArg>) -> Result<()>,
 ) -> Result<bool> {
-    if !may_try(backend) {
+    // Two batch dimensions (heads read in place): the flash kernels (see `key`).
+    if !may_try(backend) || q.layout.rank() != 3 {
         return Ok(false);
     }
     let device = backend.device;

@@ -37,6 +37,10 @@ enum Lay {
     Offset,
     /// The last two dimensions swapped (last stride ≠ 1): may be refused.
     Transposed,
+    /// Two batch dimensions [2, B / 2, N, E] that merge into no single stride, the heads of a
+    /// [2, N, B / 2, E] buffer read in place (a packed projection's): may be refused (the
+    /// frontend then copies). Every operand of a case takes it, or none.
+    TwoBatch,
 }
 
 impl Lay {
@@ -54,12 +58,22 @@ impl Lay {
             Lay::Padded => parts(ViewKind::Narrowed, b * n * (e + 8), [n * (e + 8), e + 8, 1], 0),
             Lay::Offset => view(ViewKind::Offset, &shape),
             Lay::Transposed => view(ViewKind::Transposed, &shape),
+            Lay::TwoBatch => {
+                let inner = b / 2;
+                assert_eq!(2 * inner, b, "two batch dimensions split an even batch");
+                View {
+                    kind: ViewKind::Permuted,
+                    base_len: b * n * e,
+                    layout: Layout::from_parts(&[2, inner, n, e], &[n * inner * e, e, inner * e, 1], 0)
+                        .expect("suite shapes are small"),
+                }
+            }
         }
     }
 
     /// Layouts a fused kernel is expected to read (the others it may refuse).
     fn expected(self) -> bool {
-        !matches!(self, Lay::Offset | Lay::Transposed)
+        !matches!(self, Lay::Offset | Lay::Transposed | Lay::TwoBatch)
     }
 }
 
@@ -162,7 +176,12 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
     let k = operand(c.lays[1], [c.b, c.s, c.e]);
     let v = operand(c.lays[2], [c.b, c.s, c.ev]);
     let scale = 1.0 / (c.e as f64).sqrt() * 2.0;
-    let out_shape = [c.b, c.l, c.ev];
+    // The output keeps the operands' batch dimensions (two with `Lay::TwoBatch`).
+    let out_shape: Vec<usize> = if c.lays[0] == Lay::TwoBatch {
+        vec![2, c.b / 2, c.l, c.ev]
+    } else {
+        vec![c.b, c.l, c.ev]
+    };
     // Eight poisoned elements either side: nothing outside the output may be written.
     let numel = c.b * c.l * c.ev;
     let out = h.poisoned(dtype, numel + 16);
@@ -270,6 +289,8 @@ pub fn attention(h: &Harness) {
             case(2, 33, 20, 40, causal, dense),
             case(2, 33, 20, 64, causal, [Offset, Dense, Dense]),
             case(2, 33, 20, 64, causal, [Dense, Transposed, Dense]),
+            case(6, 70, 90, 64, causal, [TwoBatch; 3]),
+            case(4, 33, 33, 128, causal, [TwoBatch; 3]),
             Case {
                 ev: 32,
                 ..case(2, 19, 23, 64, causal, dense)
@@ -283,6 +304,7 @@ pub fn attention(h: &Harness) {
                 (2, 17, 23, 64, dense),
                 (3, 100, 37, 64, [Heads, Heads, Heads]),
                 (2, 130, 129, 128, [Padded, Broadcast, Heads]),
+                (4, 40, 70, 64, [TwoBatch; 3]),
             ] {
                 masked.push(Case {
                     mask,

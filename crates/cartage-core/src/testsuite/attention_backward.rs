@@ -44,6 +44,10 @@ enum Lay {
     Offset,
     /// The last two dimensions swapped (last stride ≠ 1): may be refused.
     Transposed,
+    /// Two batch dimensions [2, B / 2, N, E] that merge into no single stride, the heads of a
+    /// [2, N, B / 2, E] buffer read in place (a packed projection's): may be refused (the
+    /// frontend then copies). Every operand of a case takes it, or none.
+    TwoBatch,
 }
 
 impl Lay {
@@ -61,12 +65,22 @@ impl Lay {
             Lay::Padded => parts(ViewKind::Narrowed, b * n * (e + 8), [n * (e + 8), e + 8, 1]),
             Lay::Offset => view(ViewKind::Offset, &shape),
             Lay::Transposed => view(ViewKind::Transposed, &shape),
+            Lay::TwoBatch => {
+                let inner = b / 2;
+                assert_eq!(2 * inner, b, "two batch dimensions split an even batch");
+                View {
+                    kind: ViewKind::Permuted,
+                    base_len: b * n * e,
+                    layout: Layout::from_parts(&[2, inner, n, e], &[n * inner * e, e, inner * e, 1], 0)
+                        .expect("suite shapes are small"),
+                }
+            }
         }
     }
 
     /// Layouts a fused kernel is expected to read.
     fn expected(self) -> bool {
-        !matches!(self, Lay::Offset | Lay::Transposed)
+        !matches!(self, Lay::Offset | Lay::Transposed | Lay::TwoBatch)
     }
 }
 
@@ -211,7 +225,11 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
     let scale = 2.0 / (c.e.max(1) as f64).sqrt();
     // Each gradient eight elements into a poisoned buffer with eight more after it: nothing
     // outside the gradients may be written.
+    // The gradients keep the operands' batch dimensions (two with `Lay::TwoBatch`).
+    let two = c.lays[0] == Lay::TwoBatch;
+    let batched = |[b, n, e]: [usize; 3]| -> Vec<usize> { if two { vec![2, b / 2, n, e] } else { vec![b, n, e] } };
     let out = |shape: [usize; 3]| {
+        let shape = batched(shape);
         let numel: usize = shape.iter().product();
         let layout = Layout::from_parts(&shape, &contiguous_strides(&shape), 8).expect("suite shapes are small");
         (h.poisoned(dtype, numel + 16), layout)
@@ -258,7 +276,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
         grad_k: outs[1].0.arg(&outs[1].1),
         grad_v: outs[2].0.arg(&outs[2].1),
         saved: saved_bufs.as_ref().map(|(out, lse)| AttentionSaved {
-            out: out.contiguous(&[c.b, c.l, c.ev]),
+            out: out.contiguous(&batched([c.b, c.l, c.ev])),
             lse: lse.contiguous(&[c.b, c.l]),
         }),
     }));
@@ -314,6 +332,9 @@ pub fn attention_backward(h: &Harness) {
             case(2, 20, 45, 32, 48, causal, [Heads, Padded, Broadcast, Dense]),
             case(2, 9, 11, 64, 64, causal, [Offset, Dense, Transposed, Dense]),
             case(1, 6, 5, 300, 260, causal, dense),
+            case(6, 70, 90, 64, 64, causal, [TwoBatch; 4]),
+            case(4, 33, 33, 128, 128, causal, [TwoBatch; 4]),
+            case(4, 20, 30, 32, 32, causal, [TwoBatch; 4]),
         ]);
     }
     let mut masked = Vec::new();
@@ -323,6 +344,7 @@ pub fn attention_backward(h: &Harness) {
                 (2, 17, 23, 64, dense),
                 (3, 100, 37, 64, [Heads, Heads, Heads, Dense]),
                 (2, 37, 100, 128, [Padded, Broadcast, Heads, Padded]),
+                (4, 40, 70, 64, [TwoBatch; 4]),
             ] {
                 masked.push(Case {
                     mask,

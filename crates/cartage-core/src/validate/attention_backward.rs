@@ -6,6 +6,8 @@
 //! log-sum-exp is a contiguous f32 [B, L] (the forward's `lse` operand obeys the same rule). The
 //! causal mask is top-left aligned as the forward's, so it is defined for every L and S. The
 //! optional additive mask is `[outer, inner, L, S]` in q's dtype, `outer · inner = B`, any strides.
+//! Every operand may carry two batch dimensions instead of one ([B1, B2, ..], B = B1·B2 for the
+//! log-sum-exp and the mask), all alike.
 
 use super::{aligned, apart, dtype_is, mismatch, same_dtype, writable};
 use crate::dtype::DType;
@@ -70,29 +72,35 @@ pub(super) fn attention_backward(a: &AttentionBackwardArgs) -> Result<()> {
         v.layout.shape(),
         grad.layout.shape(),
     );
-    let ranks = [qs, ks, vs, gs].iter().all(|s| s.len() == 3);
-    if !ranks || ks[0] != qs[0] || vs[0] != qs[0] || ks[2] != qs[2] || vs[1] != ks[1] {
+    let r = qs.len();
+    let ranks = (r == 3 || r == 4) && [ks, vs, gs].iter().all(|s| s.len() == r);
+    if !ranks
+        || ks[..r - 2] != qs[..r - 2]
+        || vs[..r - 2] != qs[..r - 2]
+        || ks[r - 1] != qs[r - 1]
+        || vs[r - 2] != ks[r - 2]
+    {
         return Err(mismatch(
             NAME,
             q,
             k,
             format!(
                 "the attention backward takes the forward's q [B, L, E], k [B, S, E] and \
-                 v [B, S, Ev]; the value is {vs:?}"
+                 v [B, S, Ev] (or the same with two batch dimensions [B1, B2, ..]); the value is {vs:?}"
             ),
         ));
     }
-    if gs != [qs[0], qs[1], vs[2]] {
+    let out_shape: Vec<usize> = qs[..r - 1].iter().chain(&vs[r - 1..]).copied().collect();
+    if gs != out_shape {
         return Err(mismatch(
             NAME,
             grad,
             q,
-            format!(
-                "the incoming gradient must have the forward output's shape [B, L, Ev] = {:?}",
-                [qs[0], qs[1], vs[2]]
-            ),
+            format!("the incoming gradient must have the forward output's shape [B, L, Ev] = {out_shape:?}"),
         ));
     }
+    let batch: usize = qs[..r - 2].iter().product();
+    let (l, s) = (qs[r - 2], ks[r - 2]);
     if !a.scale.is_finite() {
         return Err(Error::invalid(
             NAME,
@@ -146,10 +154,10 @@ pub(super) fn attention_backward(a: &AttentionBackwardArgs) -> Result<()> {
         }
         same_dtype(NAME, q, &saved.out)?;
         aligned(NAME, &saved.out)?;
-        lse_rows(NAME, &saved.lse, [qs[0], qs[1]])?;
+        lse_rows(NAME, &saved.lse, [batch, l])?;
     }
     if let Some(m) = &a.mask {
-        mask(NAME, m, q, [qs[0], qs[1], ks[1]])?;
+        mask(NAME, m, q, [batch, l, s])?;
     }
     let masks = a.mask.iter().map(|m| &m.values);
     let saved = a.saved.iter().flat_map(|s| [&s.out, &s.lse]).chain(masks);

@@ -15,6 +15,7 @@ use cartage_core::kernel::AttentionMask;
 use cartage_core::{DType, Error, Result, TensorArg};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
+use super::attention_operands::{BatchStrides, dims};
 use super::{device_ptr, launch_kernel};
 use crate::backend::CudaBackend;
 use crate::modules::{KernelName, SourceFile};
@@ -45,16 +46,60 @@ pub(super) struct AttentionArgs {
     pub(super) k_row: i64,
     pub(super) v_batch: i64,
     pub(super) v_row: i64,
+    pub(super) q_inner: i64,
+    pub(super) k_inner: i64,
+    pub(super) v_inner: i64,
     pub(super) batch: u32,
     pub(super) l: u32,
     pub(super) s: u32,
     pub(super) m_blocks: u32,
     pub(super) scale_log2: f32,
     pub(super) causal: i32,
+    pub(super) heads: u32,
+    pub(super) pad: u32,
 }
 
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
 unsafe impl DeviceRepr for AttentionArgs {}
+
+impl AttentionArgs {
+    /// The arguments of a forward kernel over `[q, k, v]` (validated operands, one or two batch
+    /// dimensions, `B` entries merged, `L` query rows, `S` keys) in `m_blocks` query tiles.
+    pub(super) fn new(
+        [q, k, v]: [&TensorArg; 3],
+        out: &TensorArg,
+        lse: Option<&TensorArg>,
+        [batch, l, s, m_blocks]: [usize; 4],
+        scale_log2: f32,
+        causal: bool,
+    ) -> AttentionArgs {
+        let [qs, ks, vs] = [q, k, v].map(BatchStrides::of);
+        AttentionArgs {
+            q: device_ptr(q),
+            k: device_ptr(k),
+            v: device_ptr(v),
+            out: device_ptr(out),
+            lse: lse.map_or(0, device_ptr),
+            q_batch: qs.outer,
+            q_row: qs.row,
+            k_batch: ks.outer,
+            k_row: ks.row,
+            v_batch: vs.outer,
+            v_row: vs.row,
+            q_inner: qs.inner,
+            k_inner: ks.inner,
+            v_inner: vs.inner,
+            batch: batch as u32,
+            l: l as u32,
+            s: s as u32,
+            m_blocks: m_blocks as u32,
+            scale_log2,
+            causal: i32::from(causal),
+            heads: super::attention_operands::heads(q),
+            pad: 0,
+        }
+    }
+}
 
 /// `struct AttnMask` of attention_mma.cuh: the additive mask `[outer, inner, L, S]` of the masked
 /// kernels (forward and backward), strides in elements.
@@ -134,8 +179,7 @@ fn flash(
             )));
         }
     };
-    let (qs, ks, vs) = (q.layout.shape(), k.layout.shape(), v.layout.shape());
-    let (batch, l, s, e, ev) = (qs[0], qs[1], ks[1], qs[2], vs[2]);
+    let ((batch, l, e), (_, s, _), (_, _, ev)) = (dims(q), dims(k), dims(v));
     let head = match (e, ev) {
         (64, 64) => "d64",
         (128, 128) => "d128",
@@ -165,26 +209,14 @@ fn flash(
             "the fused attention kernel takes a scale within f32, got {scale}"
         )));
     }
-    let stride = |arg: &TensorArg, i: usize| arg.layout.strides()[i] as i64;
-    let args = AttentionArgs {
-        q: device_ptr(q),
-        k: device_ptr(k),
-        v: device_ptr(v),
-        out: device_ptr(out),
-        lse: lse.map_or(0, device_ptr),
-        q_batch: stride(q, 0),
-        q_row: stride(q, 1),
-        k_batch: stride(k, 0),
-        k_row: stride(k, 1),
-        v_batch: stride(v, 0),
-        v_row: stride(v, 1),
-        batch: batch as u32,
-        l: l as u32,
-        s: s as u32,
-        m_blocks: m_blocks as u32,
+    let args = AttentionArgs::new(
+        [q, k, v],
+        out,
+        lse,
+        [batch, l, s, m_blocks as usize],
         scale_log2,
-        causal: i32::from(causal),
-    };
+        causal,
+    );
     let name = if mask.is_some() {
         "attention_masked"
     } else {

@@ -116,6 +116,13 @@ fn kernels(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
             "the fused attention backward takes f32, f64, f16 and bf16, not {dtype}"
         )));
     }
+    if a.q.layout.rank() != 3 {
+        return Err(refuse(
+            "the warp-per-row attention backward reads one batch stride; operands with two batch \
+             dimensions go through the tiled kernels (the frontend copies them into [B, L, E] otherwise)"
+                .into(),
+        ));
+    }
     let (qs, ks, vs) = (a.q.layout.shape(), a.k.layout.shape(), a.v.layout.shape());
     let (batch, l, s, e, ev) = (qs[0], qs[1], ks[1], qs[2], vs[2]);
     let head = e.max(ev);

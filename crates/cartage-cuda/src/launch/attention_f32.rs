@@ -16,7 +16,8 @@ use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::CUfunction_attribute;
 
 use super::attention::{AttentionArgs, MaskArgs};
-use super::{device_ptr, launch_kernel};
+use super::attention_operands::dims;
+use super::launch_kernel;
 use crate::backend::CudaBackend;
 use crate::modules::{KernelName, SourceFile};
 
@@ -60,8 +61,7 @@ pub(super) fn attention_f32(
     lse: Option<&TensorArg>,
 ) -> Result<()> {
     let refuse = |reason: String| Error::unsupported("attention", q.dtype, backend.device, reason);
-    let (qs, ks, vs) = (q.layout.shape(), k.layout.shape(), v.layout.shape());
-    let (batch, l, s, e, ev) = (qs[0], qs[1], ks[1], qs[2], vs[2]);
+    let ((batch, l, e), (_, s, _), (_, _, ev)) = (dims(q), dims(k), dims(v));
     let head = match head_part(e) {
         Some(part) if e == ev => part,
         _ => {
@@ -89,26 +89,14 @@ pub(super) fn attention_f32(
             "the fused f32 attention kernel takes a scale within f32, got {scale}"
         )));
     }
-    let stride = |arg: &TensorArg, i: usize| arg.layout.strides()[i] as i64;
-    let args = AttentionArgs {
-        q: device_ptr(q),
-        k: device_ptr(k),
-        v: device_ptr(v),
-        out: device_ptr(out),
-        lse: lse.map_or(0, device_ptr),
-        q_batch: stride(q, 0),
-        q_row: stride(q, 1),
-        k_batch: stride(k, 0),
-        k_row: stride(k, 1),
-        v_batch: stride(v, 0),
-        v_row: stride(v, 1),
-        batch: batch as u32,
-        l: l as u32,
-        s: s as u32,
-        m_blocks: m_blocks as u32,
+    let args = AttentionArgs::new(
+        [q, k, v],
+        out,
+        lse,
+        [batch, l, s, m_blocks as usize],
         scale_log2,
-        causal: i32::from(causal),
-    };
+        causal,
+    );
     let name = if mask.is_some() {
         "attention_f32_masked"
     } else {

@@ -13,12 +13,13 @@
 //! of `attention_backward.cu` otherwise (or, with a mask, refuses the call).
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
-use cartage_core::{DType, Result, TensorArg};
+use cartage_core::{DType, Result};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::attention::MaskArgs;
 use super::attention_f32::head_part;
+use super::attention_operands::{BatchStrides, dims};
 use super::geometry::THREADS;
 use super::{device_ptr, launch_kernel, max_blocks};
 use crate::backend::CudaBackend;
@@ -58,6 +59,11 @@ struct F32BwdArgs {
     g_row: i64,
     o_batch: i64,
     o_row: i64,
+    q_inner: i64,
+    k_inner: i64,
+    v_inner: i64,
+    g_inner: i64,
+    o_inner: i64,
     batch: u32,
     l: u32,
     s: u32,
@@ -65,7 +71,7 @@ struct F32BwdArgs {
     scale: f32,
     scale_log2: f32,
     causal: i32,
-    pad: u32,
+    heads: u32,
 }
 
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
@@ -80,8 +86,7 @@ pub(super) fn eligible(a: &AttentionBackwardArgs) -> Option<&AttentionSaved> {
     if a.q.dtype != DType::F32 {
         return None;
     }
-    let (qs, ks, vs) = (a.q.layout.shape(), a.k.layout.shape(), a.v.layout.shape());
-    let (batch, l, s, e, ev) = (qs[0], qs[1], ks[1], qs[2], vs[2]);
+    let ((batch, l, e), (_, s, _), (_, _, ev)) = (dims(&a.q), dims(&a.k), dims(&a.v));
     if head_part(e).is_none() || e != ev {
         return None;
     }
@@ -98,8 +103,7 @@ pub(super) fn attention_f32_backward(
     a: &AttentionBackwardArgs,
     saved: &AttentionSaved,
 ) -> Result<()> {
-    let (qs, ks) = (a.q.layout.shape(), a.k.layout.shape());
-    let (batch, l, s, head) = (qs[0], qs[1], ks[1], qs[2]);
+    let ((batch, l, head), (_, s, _)) = (dims(&a.q), dims(&a.k));
     if batch == 0 || (l == 0 && s == 0) {
         return Ok(());
     }
@@ -114,7 +118,7 @@ pub(super) fn attention_f32_backward(
     let n_blocks = s.div_ceil(BLOCK_KEYS);
     let scratch = backend.allocator.alloc((batch * l * 4).max(16))?;
     let slice = scratch.slice();
-    let stride = |arg: &TensorArg, i: usize| arg.layout.strides()[i] as i64;
+    let [qs, ks, vs, gs, os] = [&a.q, &a.k, &a.v, &a.grad, &saved.out].map(BatchStrides::of);
     let args = F32BwdArgs {
         q: device_ptr(&a.q),
         k: device_ptr(&a.k),
@@ -126,16 +130,21 @@ pub(super) fn attention_f32_backward(
         grad_k: device_ptr(&a.grad_k),
         grad_v: device_ptr(&a.grad_v),
         delta: slice.addr(),
-        q_batch: stride(&a.q, 0),
-        q_row: stride(&a.q, 1),
-        k_batch: stride(&a.k, 0),
-        k_row: stride(&a.k, 1),
-        v_batch: stride(&a.v, 0),
-        v_row: stride(&a.v, 1),
-        g_batch: stride(&a.grad, 0),
-        g_row: stride(&a.grad, 1),
-        o_batch: stride(&saved.out, 0),
-        o_row: stride(&saved.out, 1),
+        q_batch: qs.outer,
+        q_row: qs.row,
+        k_batch: ks.outer,
+        k_row: ks.row,
+        v_batch: vs.outer,
+        v_row: vs.row,
+        g_batch: gs.outer,
+        g_row: gs.row,
+        o_batch: os.outer,
+        o_row: os.row,
+        q_inner: qs.inner,
+        k_inner: ks.inner,
+        v_inner: vs.inner,
+        g_inner: gs.inner,
+        o_inner: os.inner,
         batch: batch as u32,
         l: l as u32,
         s: s as u32,
@@ -143,7 +152,7 @@ pub(super) fn attention_f32_backward(
         scale: a.scale as f32,
         scale_log2: (a.scale * std::f64::consts::LOG2_E) as f32,
         causal: i32::from(a.causal),
-        pad: 0,
+        heads: super::attention_operands::heads(&a.q),
     };
     let queued = (|| {
         let rows = (batch * l) as u64;
@@ -239,7 +248,7 @@ mod tests {
     #[test]
     fn kernels_take_the_argument_struct() {
         let size = std::mem::size_of::<F32BwdArgs>();
-        assert_eq!(size, 10 * 8 + 10 * 8 + 8 * 4);
+        assert_eq!(size, 10 * 8 + 15 * 8 + 8 * 4);
         for head in HEAD_DIMS {
             let names = kernel_names(head, false).expect("a listed head dim");
             for name in &names {

@@ -14,11 +14,12 @@
 //! of `attention_backward.cu` otherwise.
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
-use cartage_core::{DType, Result, TensorArg};
+use cartage_core::{DType, Result};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::attention::MaskArgs;
+use super::attention_operands::{BatchStrides, dims};
 use super::geometry::THREADS;
 use super::{device_ptr, launch_kernel, max_blocks};
 use crate::backend::CudaBackend;
@@ -69,6 +70,11 @@ struct FlashBwdArgs {
     g_row: i64,
     o_batch: i64,
     o_row: i64,
+    q_inner: i64,
+    k_inner: i64,
+    v_inner: i64,
+    g_inner: i64,
+    o_inner: i64,
     batch: u32,
     l: u32,
     s: u32,
@@ -78,7 +84,7 @@ struct FlashBwdArgs {
     scale_log2: f32,
     causal: i32,
     d: u32,
-    pad: u32,
+    heads: u32,
 }
 
 // SAFETY: plain `repr(C)` data with the layout of the C struct the kernels declare.
@@ -93,8 +99,7 @@ pub(super) fn eligible(a: &AttentionBackwardArgs) -> Option<&AttentionSaved> {
     if !DTYPES.contains(&a.q.dtype) {
         return None;
     }
-    let (qs, ks, vs) = (a.q.layout.shape(), a.k.layout.shape(), a.v.layout.shape());
-    let (batch, l, s, e, ev) = (qs[0], qs[1], ks[1], qs[2], vs[2]);
+    let ((batch, l, e), (_, s, _), (_, _, ev)) = (dims(&a.q), dims(&a.k), dims(&a.v));
     if !matches!(e, 64 | 128) || e != ev {
         return None;
     }
@@ -113,8 +118,7 @@ pub(super) fn attention_flash_backward(
     saved: &AttentionSaved,
 ) -> Result<()> {
     let dtype = a.q.dtype;
-    let (qs, ks) = (a.q.layout.shape(), a.k.layout.shape());
-    let (batch, l, s, head) = (qs[0], qs[1], ks[1], qs[2]);
+    let ((batch, l, head), (_, s, _)) = (dims(&a.q), dims(&a.k));
     if batch == 0 || (l == 0 && s == 0) {
         return Ok(());
     }
@@ -126,7 +130,7 @@ pub(super) fn attention_flash_backward(
     let row_bytes = batch * lp * 4;
     let scratch = backend.allocator.alloc((acc_bytes + 2 * row_bytes).max(16))?;
     let slice = scratch.slice();
-    let stride = |arg: &TensorArg, i: usize| arg.layout.strides()[i] as i64;
+    let [qs, ks, vs, gs, os] = [&a.q, &a.k, &a.v, &a.grad, &saved.out].map(BatchStrides::of);
     let args = FlashBwdArgs {
         q: device_ptr(&a.q),
         k: device_ptr(&a.k),
@@ -140,16 +144,21 @@ pub(super) fn attention_flash_backward(
         dq_acc: slice.addr(),
         lse2: slice.addr() + acc_bytes as u64,
         delta: slice.addr() + (acc_bytes + row_bytes) as u64,
-        q_batch: stride(&a.q, 0),
-        q_row: stride(&a.q, 1),
-        k_batch: stride(&a.k, 0),
-        k_row: stride(&a.k, 1),
-        v_batch: stride(&a.v, 0),
-        v_row: stride(&a.v, 1),
-        g_batch: stride(&a.grad, 0),
-        g_row: stride(&a.grad, 1),
-        o_batch: stride(&saved.out, 0),
-        o_row: stride(&saved.out, 1),
+        q_batch: qs.outer,
+        q_row: qs.row,
+        k_batch: ks.outer,
+        k_row: ks.row,
+        v_batch: vs.outer,
+        v_row: vs.row,
+        g_batch: gs.outer,
+        g_row: gs.row,
+        o_batch: os.outer,
+        o_row: os.row,
+        q_inner: qs.inner,
+        k_inner: ks.inner,
+        v_inner: vs.inner,
+        g_inner: gs.inner,
+        o_inner: os.inner,
         batch: batch as u32,
         l: l as u32,
         s: s as u32,
@@ -159,7 +168,7 @@ pub(super) fn attention_flash_backward(
         scale_log2: (a.scale * std::f64::consts::LOG2_E) as f32,
         causal: i32::from(a.causal),
         d: head as u32,
-        pad: 0,
+        heads: super::attention_operands::heads(&a.q),
     };
     let queued = (|| {
         let names = kernel_names(dtype, head, a.mask.is_some());
@@ -277,7 +286,7 @@ mod tests {
     #[test]
     fn kernels_take_the_argument_struct() {
         let size = std::mem::size_of::<FlashBwdArgs>();
-        assert_eq!(size, 12 * 8 + 10 * 8 + 10 * 4);
+        assert_eq!(size, 12 * 8 + 15 * 8 + 10 * 4);
         for dtype in DTYPES {
             for head in [64, 128] {
                 let names = kernel_names(dtype, head, false);

@@ -39,14 +39,19 @@ pub(super) fn attention_masked_backward(
     }
     // No saved forward: the masked forward writes the output (q's dtype) and the f32 lse into one
     // block, the output first, rounded up to 16 bytes so that the lse starts on 16 bytes.
-    let (qs, vs) = (a.q.layout.shape(), a.v.layout.shape());
-    let (batch, l, ev) = (qs[0], qs[1], vs[2]);
+    let ((batch, l, _), (_, _, ev)) = (
+        super::attention_operands::dims(&a.q),
+        super::attention_operands::dims(&a.v),
+    );
+    // The output keeps q's batch dimensions (one or two), as the forward's contract asks.
+    let qs = a.q.layout.shape();
+    let out_shape: Vec<usize> = qs[..qs.len() - 1].iter().copied().chain([ev]).collect();
     let out_bytes = (batch * l * ev * a.q.dtype.size_in_bytes()).next_multiple_of(16);
     let block = backend.allocator.alloc((out_bytes + batch * l * 4).max(16))?;
     let outcome = (|| {
         let out = TensorArg {
             buffer: block.slice(),
-            layout: Layout::contiguous(&[batch, l, ev])?,
+            layout: Layout::contiguous(&out_shape)?,
             dtype: a.q.dtype,
         };
         let lse = TensorArg {

@@ -1,21 +1,66 @@
 //! The operand checks the fused attention kernels share (`attention.rs`, `attention_f32.rs` and
 //! their tiled backward passes): each tile is copied with 16-byte `cp.async`, so every operand
 //! needs a dense last dimension, batch and row strides that keep rows on 16 bytes, and a start
-//! on 16 bytes.
+//! on 16 bytes. Operands come as `[B, rows, width]` or with two batch dimensions
+//! `[B1, B2, rows, width]` (`Kernel::Attention`'s contract); the kernels take both through
+//! [`BatchStrides`]: batch entry `b` of the merged batch starts at `b / B2 · outer + b % B2 ·
+//! inner`.
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
 use cartage_core::{Error, TensorArg};
 
 use super::device_ptr;
 
-/// Whether `arg` (`[batch, rows, dim]`) has a dense last dimension, rows and batch entries on
+/// The strides (in elements) the kernels read an operand with: batch entry `b` of the merged
+/// batch at `b / heads · outer + b % heads · inner`, its rows `row` apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct BatchStrides {
+    pub(super) outer: i64,
+    pub(super) inner: i64,
+    pub(super) row: i64,
+}
+
+impl BatchStrides {
+    /// The strides of `arg`, `[B, rows, width]` (inner 0) or `[B1, B2, rows, width]`.
+    pub(super) fn of(arg: &TensorArg) -> BatchStrides {
+        let st = arg.layout.strides();
+        match *st {
+            [outer, inner, row, _] => BatchStrides {
+                outer: outer as i64,
+                inner: inner as i64,
+                row: row as i64,
+            },
+            _ => BatchStrides {
+                outer: st[0] as i64,
+                inner: 0,
+                row: st[1] as i64,
+            },
+        }
+    }
+}
+
+/// `(B, rows, width)` of `arg`, the batch dimensions merged.
+pub(super) fn dims(arg: &TensorArg) -> (usize, usize, usize) {
+    let shape = arg.layout.shape();
+    let r = shape.len();
+    (shape[..r - 2].iter().product(), shape[r - 2], shape[r - 1])
+}
+
+/// B2, the inner batch dimension of `arg` (1 for `[B, rows, width]`, at least 1).
+pub(super) fn heads(arg: &TensorArg) -> u32 {
+    let shape = arg.layout.shape();
+    if shape.len() == 4 { shape[1].max(1) as u32 } else { 1 }
+}
+
+/// Whether `arg` (`[batch.., rows, dim]`) has a dense last dimension, rows and batch entries on
 /// 16 bytes, and a 16-byte aligned start.
 pub(super) fn rows_on_16(arg: &TensorArg) -> bool {
     let st = arg.layout.strides();
     let per_16 = (16 / arg.dtype.size_in_bytes()).max(1);
-    st.len() == 3
-        && st[2] == 1
-        && st[..2].iter().all(|x| x.is_multiple_of(per_16))
+    let r = st.len();
+    (r == 3 || r == 4)
+        && st[r - 1] == 1
+        && st[..r - 1].iter().all(|x| x.is_multiple_of(per_16))
         && device_ptr(arg).is_multiple_of(16)
 }
 

@@ -214,6 +214,24 @@ pub(crate) fn check_supported(backend: &WgpuBackend, op: &str, dtype: DType, d: 
     Ok(())
 }
 
+/// Refuse operands with two batch dimensions ([B1, B2, rows, E], `Kernel::Attention`'s contract
+/// allows them): the shaders read one batch stride, so the frontend copies them into [B, L, E].
+pub(crate) fn check_one_batch_dim(backend: &WgpuBackend, op: &str, q: &TensorArg) -> Result<()> {
+    if q.layout.rank() == 3 {
+        return Ok(());
+    }
+    Err(Error::unsupported(
+        op,
+        q.dtype,
+        backend.ctx.cartage_device,
+        format!(
+            "the fused attention shaders read one batch stride, [B, L, E]; got q {:?} with two batch \
+             dimensions (the frontend copies it into [B, L, E])",
+            q.layout.shape()
+        ),
+    ))
+}
+
 /// The refusal for an adapter whose limits fit no tiling.
 pub(crate) fn no_tiling(backend: &WgpuBackend, op: &str, dtype: DType, d: &Dims) -> Error {
     let limits = &backend.ctx.limits;
@@ -352,6 +370,7 @@ pub(crate) fn attention(
     lse: Option<&TensorArg>,
 ) -> Result<()> {
     const OP: &str = "attention";
+    check_one_batch_dim(backend, OP, q)?;
     let d = Dims::of(q, k, v);
     check_supported(backend, OP, q.dtype, &d)?;
     let tiles = forward_tiles(&backend.ctx.limits, &d).ok_or_else(|| no_tiling(backend, OP, q.dtype, &d))?;

@@ -86,6 +86,7 @@ fn tilings(limits: &wgpu::Limits, d: &Dims) -> Option<(Tiles, Tiles, Tiles)> {
 /// optional).
 pub(crate) fn attention_backward(backend: &WgpuBackend, a: &AttentionBackwardArgs) -> Result<()> {
     let dtype = a.q.dtype;
+    super::attention::check_one_batch_dim(backend, OP, &a.q)?;
     let d = Dims::of(&a.q, &a.k, &a.v);
     check_supported(backend, OP, dtype, &d)?;
     let ctx = &backend.ctx;

@@ -325,61 +325,77 @@ fn attention_fused(
         },
         None => None,
     };
-    let merged = |t: &Tensor| -> Result<Tensor> {
-        let (n, d) = (t.shape()[rank - 2], t.shape()[rank - 1]);
-        t.reshape(&[batch, n, d])
-    };
     let mut g = g.to_dtype(dtype)?;
     if saved.is_some() && g.layout().strides().last() != Some(&1) {
         // The tiled kernel reads rows with a dense last dimension.
         g = g.contiguous()?;
     }
-    let inputs = [merged(q)?, merged(k)?, merged(v)?, merged(&g)?];
-    let saved = match saved {
-        Some((out, lse)) => Some([merged(out)?, lse.clone()]),
+    // q, k, v, dO and the saved output as the kernel takes them: merged views, else (rank 4) as
+    // they are, two batch strides, and merged copies where the backend refuses those.
+    let mut operands: Vec<&Tensor> = vec![q, k, v, &g];
+    operands.extend(saved.map(|(out, _)| out));
+    let lse = saved.map(|(_, lse)| lse);
+    let run = |ops: &[Tensor]| attention_fused_run(ops, lse, mask4.as_ref(), causal, scale);
+    let (first, copies_left) = crate::tensor::nn::attention_operands(&operands)?;
+    let mut grads = match first {
+        Some(ops) => run(&ops)?,
         None => None,
     };
-    let device = q.device();
-    let grads = [
-        Tensor::empty(inputs[0].shape(), dtype, &device)?,
-        Tensor::empty(inputs[1].shape(), dtype, &device)?,
-        Tensor::empty(inputs[2].shape(), dtype, &device)?,
-    ];
-    let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
-        q: inputs[0].as_arg(),
-        k: inputs[1].as_arg(),
-        v: inputs[2].as_arg(),
-        grad: inputs[3].as_arg(),
-        scale,
-        causal,
-        mask: mask4.as_ref().map(|m| AttentionMask { values: m.as_arg() }),
-        grad_q: grads[0].as_arg(),
-        grad_k: grads[1].as_arg(),
-        grad_v: grads[2].as_arg(),
-        saved: saved.as_ref().map(|[out, lse]| AttentionSaved {
-            out: out.as_arg(),
-            lse: lse.as_arg(),
-        }),
-    }));
-    let operands: Vec<&Tensor> = inputs
-        .iter()
-        .chain(saved.iter().flatten())
-        .chain(&mask4)
-        .chain(&grads)
-        .collect();
-    let buffers: Vec<_> = operands.iter().map(|t| t.storage().device_buffer()).collect();
-    crate::graph::hold(operands.iter().copied());
-    match kernel.run(&buffers) {
-        Ok(()) => {}
-        Err(Error::Unsupported { .. }) => return Ok(None),
-        Err(e) => return Err(e),
+    if grads.is_none() && copies_left {
+        grads = run(&crate::tensor::nn::merged_copies(&operands, crate::tensor::caller())?)?;
     }
+    let Some(grads) = grads else {
+        return Ok(None);
+    };
     let [gq, gk, gv] = grads;
     Ok(Some([
         gq.reshape(q.shape())?,
         gk.reshape(k.shape())?,
         gv.reshape(v.shape())?,
     ]))
+}
+
+/// One attempt of [`attention_fused`]: `ops` = q, k, v, dO and (with `lse`) the saved output,
+/// all with one batch dimension or all with two; the gradients in their shapes, contiguous, or
+/// `None` where the backend refuses with `Unsupported`.
+fn attention_fused_run(
+    ops: &[Tensor],
+    lse: Option<&Tensor>,
+    mask4: Option<&Tensor>,
+    causal: bool,
+    scale: f64,
+) -> Result<Option<[Tensor; 3]>> {
+    let (dtype, device) = (ops[0].dtype(), ops[0].device());
+    let grads = [
+        Tensor::empty(ops[0].shape(), dtype, &device)?,
+        Tensor::empty(ops[1].shape(), dtype, &device)?,
+        Tensor::empty(ops[2].shape(), dtype, &device)?,
+    ];
+    let saved = ops.get(4).zip(lse);
+    let kernel = Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
+        q: ops[0].as_arg(),
+        k: ops[1].as_arg(),
+        v: ops[2].as_arg(),
+        grad: ops[3].as_arg(),
+        scale,
+        causal,
+        mask: mask4.map(|m| AttentionMask { values: m.as_arg() }),
+        grad_q: grads[0].as_arg(),
+        grad_k: grads[1].as_arg(),
+        grad_v: grads[2].as_arg(),
+        saved: saved.map(|(out, lse)| AttentionSaved {
+            out: out.as_arg(),
+            lse: lse.as_arg(),
+        }),
+    }));
+    let operands: Vec<&Tensor> = ops.iter().chain(lse).chain(mask4).chain(&grads).collect();
+    let buffers: Vec<_> = operands.iter().map(|t| t.storage().device_buffer()).collect();
+    crate::graph::hold(operands.iter().copied());
+    match kernel.run(&buffers) {
+        Ok(()) => Ok(Some(grads)),
+        Err(Error::Unsupported { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The backward of `out = layer_norm(x, γ, β) · Wᵀ + b` ([`Tensor::layer_norm_linear`]). The

@@ -194,10 +194,14 @@ pub(crate) fn attention_probabilities(
     }
 }
 
-/// `Kernel::Attention` into a fresh contiguous output, with the batch dimensions merged into one
-/// (a view where the strides allow it, else a contiguous copy). `None` sends the caller to the
-/// composed path: the backend does not list the op for the dtype, the batch dimensions of q, k
-/// and v differ (broadcasting), or the backend refuses these sizes or strides with `Unsupported`.
+/// `Kernel::Attention` into a fresh contiguous output. The batch dimensions go to the kernel
+/// merged into one where that is a view; otherwise rank-4 operands with a dense last dimension
+/// first go as they are (`[B1, B2, n, d]`, two batch strides: the heads of a packed projection
+/// read in place, see [`attention_operands`]), and where the backend refuses those, or the
+/// strides allow neither, each is merged through a contiguous copy. `None` sends the caller to
+/// the composed path: the backend does not list the op for the dtype, the batch dimensions of
+/// q, k and v differ (broadcasting), or the backend refuses these sizes or strides with
+/// `Unsupported`.
 /// With `want_lse` (a backward will follow) the kernel also writes each query row's log-sum-exp
 /// ([B, L] f32, B the merged batch), returned beside the output for the fused backward; a
 /// backend that cannot write it runs the plain kernel and the second value is `None`.
@@ -218,50 +222,119 @@ pub(super) fn fused(
     if !same_batch(k) || !same_batch(v) {
         return Ok(None);
     }
-    let batch: usize = batch_dims.iter().product();
-    let merged = |t: &Tensor| -> Result<Tensor> {
-        let shape = [batch, t.shape()[rank - 2], t.shape()[rank - 1]];
-        if let Some(layout) = t.layout.reshape(&shape)? {
-            return Ok(t.with_layout(layout));
-        }
-        let dense = t.contiguous_at(site)?;
-        let layout = dense.layout.reshape(&shape)?.ok_or_else(|| {
-            Error::invalid(
-                NAME,
-                format!("a contiguous {:?} tensor did not reshape to {shape:?}", t.shape()),
-            )
-        })?;
-        Ok(dense.with_layout(layout))
-    };
-    let (q3, k3, v3) = (merged(q)?, merged(k)?, merged(v)?);
-    let (l, ev) = (q.shape()[rank - 2], v.shape()[rank - 1]);
     if k.shape()[rank - 2] == 0 {
         // No key at all: the kernels' rows would be 0 / 0; the composed path gives 0, as PyTorch.
         return Ok(None);
     }
+    let (l, s) = (q.shape()[rank - 2], k.shape()[rank - 2]);
     let mask4 = match mask {
         Some(_) if !q.backend().capabilities().supports(Op::AttentionMask, q.dtype) => return Ok(None),
-        Some(m) => match m.attention_mask_view(batch_dims, l, k.shape()[rank - 2])? {
+        Some(m) => match m.attention_mask_view(batch_dims, l, s)? {
             Some(view) => Some(view),
             None => return Ok(None),
         },
         None => None,
     };
-    let out = q.alloc_like(&[batch, l, ev], q.dtype, site)?;
+    let run = |ops: &[Tensor]| {
+        fused_run(
+            [&ops[0], &ops[1], &ops[2]],
+            mask4.as_ref(),
+            causal,
+            scale,
+            want_lse,
+            site,
+        )
+    };
+    let (first, copies_left) = attention_operands(&[q, k, v])?;
+    let mut done = match first {
+        Some(ops) => run(&ops)?,
+        None => None,
+    };
+    if done.is_none() && copies_left {
+        done = run(&merged_copies(&[q, k, v], site)?)?;
+    }
+    let Some((out, lse)) = done else {
+        return Ok(None);
+    };
+    let mut shape = batch_dims.to_vec();
+    shape.extend([l, out.shape()[out.rank() - 1]]);
+    Ok(Some((out.with_layout(Layout::contiguous(&shape)?), lse)))
+}
+
+/// The first way to hand `ts` (each `[batch.., n, d]`, one set of batch dimensions) to a fused
+/// attention kernel, and whether merged copies remain to be tried after it: every operand
+/// merged into a `[B, n, d]` view where all strides allow it (nothing copied, nothing left);
+/// else, for rank 4 with dense last dimensions, the operands as they are (two batch strides,
+/// which a backend may refuse; [`merged_copies`] left); else nothing first, only the copies.
+pub(crate) fn attention_operands(ts: &[&Tensor]) -> Result<(Option<Vec<Tensor>>, bool)> {
+    let rank = ts[0].rank();
+    let batch: usize = ts[0].shape()[..rank - 2].iter().product();
+    let mut views = Vec::with_capacity(ts.len());
+    for t in ts {
+        match t.layout.reshape(&[batch, t.shape()[rank - 2], t.shape()[rank - 1]])? {
+            Some(layout) => views.push(t.with_layout(layout)),
+            None => break,
+        }
+    }
+    if views.len() == ts.len() {
+        return Ok((Some(views), false));
+    }
+    let in_place = rank == 4 && ts.iter().all(|t| t.layout.strides().last() == Some(&1));
+    Ok((in_place.then(|| ts.iter().map(|t| (*t).clone()).collect()), true))
+}
+
+/// `ts` (each `[batch.., n, d]`) merged into `[B, n, d]` through contiguous copies.
+pub(crate) fn merged_copies(ts: &[&Tensor], site: Site) -> Result<Vec<Tensor>> {
+    ts.iter()
+        .map(|t| {
+            let rank = t.rank();
+            let shape = [
+                t.shape()[..rank - 2].iter().product(),
+                t.shape()[rank - 2],
+                t.shape()[rank - 1],
+            ];
+            let dense = t.contiguous_at(site)?;
+            let layout = dense.layout.reshape(&shape)?.ok_or_else(|| {
+                Error::invalid(
+                    NAME,
+                    format!("a contiguous {:?} tensor did not reshape to {shape:?}", t.shape()),
+                )
+            })?;
+            Ok(dense.with_layout(layout))
+        })
+        .collect()
+}
+
+/// One attempt of [`fused`] with the operands `[q, k, v]` as the kernel takes them (one or two
+/// batch dimensions): `None` where the backend refuses with `Unsupported`.
+fn fused_run(
+    [q, k, v]: [&Tensor; 3],
+    mask4: Option<&Tensor>,
+    causal: bool,
+    scale: f64,
+    want_lse: bool,
+    site: Site,
+) -> Result<Option<(Tensor, Option<Tensor>)>> {
+    let rank = q.rank();
+    let batch: usize = q.shape()[..rank - 2].iter().product();
+    let l = q.shape()[rank - 2];
+    let mut out_shape = q.shape()[..rank - 1].to_vec();
+    out_shape.push(v.shape()[rank - 1]);
+    let out = q.alloc_like(&out_shape, q.dtype, site)?;
     let kernel = |lse: Option<&Tensor>| Kernel::Attention {
-        q: q3.as_arg(),
-        k: k3.as_arg(),
-        v: v3.as_arg(),
+        q: q.as_arg(),
+        k: k.as_arg(),
+        v: v.as_arg(),
         scale,
         causal,
-        mask: mask4.as_ref().map(|m| Box::new(AttentionMask { values: m.as_arg() })),
+        mask: mask4.map(|m| Box::new(AttentionMask { values: m.as_arg() })),
         out: out.as_arg(),
         lse: lse.map(Tensor::as_arg),
     };
     let mut lse = None;
     if want_lse && out.numel() > 0 {
         let rows = q.alloc_like(&[batch, l], DType::F32, site)?;
-        let operands: Vec<&Tensor> = [&out, &rows, &q3, &k3, &v3].into_iter().chain(&mask4).collect();
+        let operands: Vec<&Tensor> = [&out, &rows, q, k, v].into_iter().chain(mask4).collect();
         let buffers: Vec<_> = operands.iter().map(|t| t.storage().device_buffer()).collect();
         crate::graph::hold(operands.iter().copied());
         match kernel(Some(&rows)).run(&buffers) {
@@ -271,14 +344,12 @@ pub(super) fn fused(
         }
     }
     if lse.is_none() {
-        let inputs: Vec<&Tensor> = [&q3, &k3, &v3].into_iter().chain(&mask4).collect();
+        let inputs: Vec<&Tensor> = [q, k, v].into_iter().chain(mask4).collect();
         match out.launch(&kernel(None), &inputs, out.numel()) {
             Ok(()) => {}
             Err(Error::Unsupported { .. }) => return Ok(None),
             Err(e) => return Err(e),
         }
     }
-    let mut shape = batch_dims.to_vec();
-    shape.extend([l, ev]);
-    Ok(Some((out.with_layout(Layout::contiguous(&shape)?), lse)))
+    Ok(Some((out, lse)))
 }

@@ -32,7 +32,7 @@ mod regression_loss;
 mod softplus;
 mod window;
 
-pub(crate) use attention::attention_probabilities;
+pub(crate) use attention::{attention_operands, attention_probabilities, merged_copies};
 pub use conv::Conv2dOptions;
 pub use loss::{CrossEntropy, Reduction};
 
