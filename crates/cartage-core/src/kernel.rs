@@ -80,10 +80,12 @@
 //!   row's `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for none); a
 //!   backend that cannot write it refuses the kernel. The batch may also come as two dimensions
 //!   that need not merge into one stride: q [B1, B2, L, E], k [B1, B2, S, E], v [B1, B2, S, Ev]
-//!   and `out` [B1, B2, L, Ev] (still contiguous), B = B1·B2 for `lse` and the mask (batch entry
-//!   `b1·B2 + b2`): the heads of a packed `[B, T, 3, H, E]` projection read in place. A backend
-//!   that reads only one batch stride refuses such operands with `Unsupported` (the frontend
-//!   then copies them into `[B, L, E]`).
+//!   and `out` [B1, B2, L, Ev], B = B1·B2 for `lse` and the mask (batch entry `b1·B2 + b2`):
+//!   the heads of a packed `[B, T, 3, H, E]` projection read in place. Such an `out` may be any
+//!   non-overlapping view with a dense last dimension (the heads of a `[B1, L, B2, Ev]` block,
+//!   written where the next layer reads them). A backend that reads only one batch stride, or
+//!   writes only a contiguous output, refuses such operands with `Unsupported` (the frontend then
+//!   copies them into `[B, L, E]`).
 //!   `Pool2d`: input [N, C, H, W] (any strides) gives the contiguous `out` [N, C, OH, OW] under a
 //!   [`crate::PoolWindow`] (`OH` as `Conv2d`'s; padding at most half the kernel per axis, and
 //!   every window must have a tap inside the input, which dilation can break; average pooling
@@ -884,8 +886,9 @@ pub enum Kernel {
         /// every kernel stays small). A backend that cannot apply it refuses the kernel with
         /// `Unsupported`.
         mask: Option<Box<AttentionMask>>,
-        /// Destination [B, L, Ev] (or [B1, B2, L, Ev]), contiguous. A row whose keys the mask
-        /// removes is 0.
+        /// Destination [B, L, Ev], contiguous (or [B1, B2, L, Ev], contiguous or a
+        /// non-overlapping view with a dense last dimension). A row whose keys the mask removes
+        /// is 0.
         out: TensorArg,
         /// Optional destination [B, L] (f32, contiguous) for each query row's natural
         /// log-sum-exp `ln Σ_j exp(scale · q_i·k_j + mask_ij)` over its unmasked keys (−inf for

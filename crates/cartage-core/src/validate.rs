@@ -856,8 +856,19 @@ fn attention(
     same_dtype(name, q, k)?;
     same_dtype(name, q, v)?;
     same_dtype(name, q, out)?;
-    if !out.layout.is_contiguous() {
-        return Err(Error::invalid(name, "the output must be contiguous [B, L, Ev]"));
+    // Contiguous; with two batch dimensions also any non-overlapping view with a dense last
+    // dimension (the heads of a [B1, L, B2, Ev] block, the layout a packed projection's consumer
+    // reads on).
+    let strided_ok = r == 4 && out.layout.strides()[3] == 1 && out.layout.is_non_overlapping();
+    if !out.layout.is_contiguous() && !strided_ok {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "the output must be contiguous [B, L, Ev] (or, with two batch dimensions, a \
+                 non-overlapping view with a dense last dimension); got strides {:?}",
+                out.layout.strides()
+            ),
+        ));
     }
     for arg in [q, k, v, out] {
         aligned(name, arg)?;

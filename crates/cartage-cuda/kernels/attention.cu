@@ -190,7 +190,7 @@ __device__ __forceinline__ void attention_fwd(const AttnArgs& a, const AttnMask&
         __syncthreads();  // every warp is done with V_j
     }
 
-    u16* og = (u16*)a.out + ((i64)b * L) * D;
+    u16* og = (u16*)a.out + att_batch(b, a.heads, a.o_batch, a.o_inner);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -207,7 +207,7 @@ __device__ __forceinline__ void attention_fwd(const AttnArgs& a, const AttnMask&
                 ((float*)a.lse)[(i64)b * L + row] = (mrow[mt][h] + att_log2(l)) * 0.6931471805599453f;
             }
             if (row < L) {
-                u32* dst = (u32*)(og + (i64)row * D + 2 * (lane & 3));
+                u32* dst = (u32*)(og + (i64)row * a.o_row + 2 * (lane & 3));
 #pragma unroll
                 for (int dt = 0; dt < D / 8; ++dt)
                     dst[dt * 4] = M::pack(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);

@@ -177,7 +177,7 @@ template <int D, bool MASK> __device__ __forceinline__ void attention_f32_fwd(co
     }
     att_cp_wait<0>();  // nothing left in flight (no key tile at all: the Q copy)
 
-    float* og = (float*)a.out + (i64)b * L * D;
+    float* og = (float*)a.out + att_batch(b, a.heads, a.o_batch, a.o_inner);
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
         const float l = af_half_sum(lrow[r]);
@@ -189,7 +189,7 @@ template <int D, bool MASK> __device__ __forceinline__ void attention_f32_fwd(co
                 ((float*)a.lse)[(i64)b * L + row] = mrow[r] * 0.6931471805599453f + logf(l);
             }
             // A masked row that sees no key: 0 (l = 0 would give 0 / 0).
-            af_write_cols<D>(og + (i64)row * D, tx, o[r], MASK && l == 0.f ? 0.f : 1.f / l);
+            af_write_cols<D>(og + (i64)row * a.o_row, tx, o[r], MASK && l == 0.f ? 0.f : 1.f / l);
         }
     }
 }

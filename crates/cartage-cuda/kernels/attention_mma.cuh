@@ -28,6 +28,9 @@ struct AttnArgs {
     i64 q_inner;  // the inner batch stride of [B1, B2, rows, D] operands (0 for [B, rows, D])
     i64 k_inner;
     i64 v_inner;
+    i64 o_batch;  // the output's strides: outer, inner (0 for [B, L, D]) and row
+    i64 o_inner;
+    i64 o_row;
     u32 batch;  // B = B1 B2
     u32 l;
     u32 s;

@@ -185,8 +185,15 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
     // Eight poisoned elements either side: nothing outside the output may be written.
     let numel = c.b * c.l * c.ev;
     let out = h.poisoned(dtype, numel + 16);
-    let out_layout = Layout::from_parts(&out_shape, &crate::layout::contiguous_strides(&out_shape), 8)
-        .expect("suite shapes are small");
+    // With two batch dimensions the output is the heads of a [2, L, B / 2, Ev] block (a strided
+    // view the contract allows, a backend may refuse); else contiguous.
+    let out_strides = if c.lays[0] == Lay::TwoBatch {
+        let inner = c.b / 2;
+        vec![c.l * inner * c.ev, c.ev, inner * c.ev, 1]
+    } else {
+        crate::layout::contiguous_strides(&out_shape).to_vec()
+    };
+    let out_layout = Layout::from_parts(&out_shape, &out_strides, 8).expect("suite shapes are small");
     let what = format!(
         "attention {dtype} B {} L {} S {} E {} Ev {} {} (q {:?}, k {:?}, v {:?}, mask {:?})",
         c.b,

@@ -49,6 +49,9 @@ pub(super) struct AttentionArgs {
     pub(super) q_inner: i64,
     pub(super) k_inner: i64,
     pub(super) v_inner: i64,
+    pub(super) o_batch: i64,
+    pub(super) o_inner: i64,
+    pub(super) o_row: i64,
     pub(super) batch: u32,
     pub(super) l: u32,
     pub(super) s: u32,
@@ -73,7 +76,7 @@ impl AttentionArgs {
         scale_log2: f32,
         causal: bool,
     ) -> AttentionArgs {
-        let [qs, ks, vs] = [q, k, v].map(BatchStrides::of);
+        let [qs, ks, vs, os] = [q, k, v, out].map(BatchStrides::of);
         AttentionArgs {
             q: device_ptr(q),
             k: device_ptr(k),
@@ -89,6 +92,9 @@ impl AttentionArgs {
             q_inner: qs.inner,
             k_inner: ks.inner,
             v_inner: vs.inner,
+            o_batch: os.outer,
+            o_inner: os.inner,
+            o_row: os.row,
             batch: batch as u32,
             l: l as u32,
             s: s as u32,

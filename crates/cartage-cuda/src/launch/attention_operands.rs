@@ -82,9 +82,11 @@ pub(super) fn forward_operands(
             )));
         }
     }
-    if !device_ptr(out).is_multiple_of(16) {
+    if !rows_on_16(out) {
         return Err(refuse(format!(
-            "the {kernel} writes an output starting on 16 bytes; it is at byte offset {}",
+            "the {kernel} writes an output with a dense last dimension, rows on 16 bytes and a start \
+             on 16 bytes; it has strides {:?} at byte offset {}",
+            out.layout.strides(),
             out.byte_offset()
         )));
     }

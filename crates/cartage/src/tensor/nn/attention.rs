@@ -256,6 +256,10 @@ pub(super) fn fused(
     let Some((out, lse)) = done else {
         return Ok(None);
     };
+    if out.rank() == rank {
+        // Two batch dimensions: the output is already [B1, B2, L, Ev] (a view of [B1, L, B2, Ev]).
+        return Ok(Some((out, lse)));
+    }
     let mut shape = batch_dims.to_vec();
     shape.extend([l, out.shape()[out.rank() - 1]]);
     Ok(Some((out.with_layout(Layout::contiguous(&shape)?), lse)))
@@ -318,9 +322,17 @@ fn fused_run(
     let rank = q.rank();
     let batch: usize = q.shape()[..rank - 2].iter().product();
     let l = q.shape()[rank - 2];
-    let mut out_shape = q.shape()[..rank - 1].to_vec();
-    out_shape.push(v.shape()[rank - 1]);
-    let out = q.alloc_like(&out_shape, q.dtype, site)?;
+    let ev = v.shape()[rank - 1];
+    let out = if rank == 4 {
+        // Two batch dimensions [B1, B2, L, Ev]: written as the heads of a [B1, L, B2, Ev] block,
+        // so that `out.transpose(1, 2)` (the heads side by side again) is contiguous.
+        let [b1, b2] = [q.shape()[0], q.shape()[1]];
+        let block = q.alloc_like(&[b1, l, b2, ev], q.dtype, site)?;
+        let layout = block.layout.permute(&[0, 2, 1, 3])?;
+        block.with_layout(layout)
+    } else {
+        q.alloc_like(&[batch, l, ev], q.dtype, site)?
+    };
     let kernel = |lse: Option<&Tensor>| Kernel::Attention {
         q: q.as_arg(),
         k: k.as_arg(),
