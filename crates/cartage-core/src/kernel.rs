@@ -111,7 +111,9 @@
 //!   or `j ≥ L` when causal) zero `grad_k` and `grad_v`. It computes in f32 (f64 for f64) and
 //!   keeps no L × S matrix. The optional `saved` forward output and `lse` let a backend recompute
 //!   `P = exp(scale · q kᵀ − lse)` directly (a tiled kernel may round P and dS to a 16-bit dtype
-//!   for its products); a backend may ignore them. As the forward's, the operands may carry two
+//!   for its products); a backend may ignore them. With a mask and without them, a backend may
+//!   run its own forward first and then the saved path (its output rounded to the dtype, as a
+//!   saved one is). As the forward's, the operands may carry two
 //!   batch dimensions [B1, B2, ..] (q, k, v, `grad`, the saved output and the three gradients
 //!   alike; the gradients contiguous, the saved `lse` [B1·B2, L]).
 //! - `Linear` is an optional fused kernel too (a matmul with its epilogue, cuBLASLt's bias and

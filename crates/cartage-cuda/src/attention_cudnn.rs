@@ -174,7 +174,8 @@ fn key(
     if !matches!(q.dtype, DType::BF16 | DType::F16) {
         return Err(format!("cuDNN's fused attention takes bf16 and f16, not {}", q.dtype));
     }
-    if inputs.iter().chain(outputs).any(|arg| arg.layout.rank() != 3) {
+    // (The outputs have the inputs' rank, by `Kernel::validate`; the statistics are [B, L].)
+    if inputs.iter().any(|arg| arg.layout.rank() != 3) {
         return Err(
             "cartage's cuDNN graphs read one batch stride; two batch dimensions go to the flash kernels".into(),
         );
