@@ -194,11 +194,12 @@ pub(crate) fn attention_probabilities(
     }
 }
 
-/// `Kernel::Attention` into a fresh contiguous output. The batch dimensions go to the kernel
-/// merged into one where that is a view; otherwise rank-4 operands with a dense last dimension
-/// first go as they are (`[B1, B2, n, d]`, two batch strides: the heads of a packed projection
-/// read in place, see [`attention_operands`]), and where the backend refuses those, or the
-/// strides allow neither, each is merged through a contiguous copy. `None` sends the caller to
+/// `Kernel::Attention` into a fresh output. The batch dimensions go to the kernel merged into
+/// one where that is a view (the output contiguous); otherwise rank-4 operands with a dense last
+/// dimension first go as they are (`[B1, B2, n, d]`, two batch strides: the heads of a packed
+/// projection read in place, see [`attention_operands`]; the output the heads of a fresh
+/// `[B1, L, B2, Ev]` block), and where the backend refuses those, or the strides allow neither,
+/// each is merged through a contiguous copy (the output contiguous). `None` sends the caller to
 /// the composed path: the backend does not list the op for the dtype, the batch dimensions of
 /// q, k and v differ (broadcasting), or the backend refuses these sizes or strides with
 /// `Unsupported`.
