@@ -22,9 +22,9 @@ use super::reference::Tolerance;
 use super::views::{View, ViewKind, view};
 use super::{Operand, Spec};
 
-/// How q, k or v is laid out.
+/// How q, k or v (and, in the backward suite, the incoming gradient) is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lay {
+pub(super) enum Lay {
     /// Row-major [B, N, E].
     Dense,
     /// Heads interleaved: a [N, B, E] buffer seen as [B, N, E] (batch stride E).
@@ -44,7 +44,7 @@ enum Lay {
 }
 
 impl Lay {
-    fn view(self, shape: [usize; 3]) -> View {
+    pub(super) fn view(self, shape: [usize; 3]) -> View {
         let [b, n, e] = shape;
         let parts = |kind, base_len, strides: [usize; 3], offset| View {
             kind,
@@ -72,8 +72,18 @@ impl Lay {
     }
 
     /// Layouts a fused kernel is expected to read (the others it may refuse).
-    fn expected(self) -> bool {
+    pub(super) fn expected(self) -> bool {
         !matches!(self, Lay::Offset | Lay::Transposed | Lay::TwoBatch)
+    }
+
+    /// The shape `[b, n, e]` with the batch dimensions this layout gives a case's operands
+    /// (two, `[2, b / 2, n, e]`, for [`Lay::TwoBatch`]), as its outputs and gradients take it.
+    pub(super) fn batched(self, [b, n, e]: [usize; 3]) -> Vec<usize> {
+        if self == Lay::TwoBatch {
+            vec![2, b / 2, n, e]
+        } else {
+            vec![b, n, e]
+        }
     }
 }
 
@@ -177,11 +187,7 @@ fn attention_case(h: &Harness, dtype: DType, c: Case) {
     let v = operand(c.lays[2], [c.b, c.s, c.ev]);
     let scale = 1.0 / (c.e as f64).sqrt() * 2.0;
     // The output keeps the operands' batch dimensions (two with `Lay::TwoBatch`).
-    let out_shape: Vec<usize> = if c.lays[0] == Lay::TwoBatch {
-        vec![2, c.b / 2, c.l, c.ev]
-    } else {
-        vec![c.b, c.l, c.ev]
-    };
+    let out_shape = c.lays[0].batched([c.b, c.l, c.ev]);
     // Eight poisoned elements either side: nothing outside the output may be written.
     let numel = c.b * c.l * c.ev;
     let out = h.poisoned(dtype, numel + 16);

@@ -23,66 +23,11 @@ use crate::kernel::{AttentionBackwardArgs, AttentionMask, AttentionSaved};
 use crate::kernel::{Kernel, Op};
 use crate::layout::{Layout, contiguous_strides};
 
+use super::attention::Lay;
 use super::attention_mask::Mask;
 use super::harness::Harness;
 use super::reference::{Tolerance, accumulation_eps};
-use super::views::{View, ViewKind, view};
 use super::{Operand, Spec};
-
-/// How q, k, v or the incoming gradient is laid out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Lay {
-    /// Row-major [B, N, E].
-    Dense,
-    /// Heads interleaved: a [N, B, E] buffer seen as [B, N, E].
-    Heads,
-    /// One [1, N, E] block broadcast over the batch (stride 0).
-    Broadcast,
-    /// Rows padded to E + 8 elements.
-    Padded,
-    /// Dense, three elements into the buffer: may be refused.
-    Offset,
-    /// The last two dimensions swapped (last stride ≠ 1): may be refused.
-    Transposed,
-    /// Two batch dimensions [2, B / 2, N, E] that merge into no single stride, the heads of a
-    /// [2, N, B / 2, E] buffer read in place (a packed projection's): may be refused (the
-    /// frontend then copies). Every operand of a case takes it, or none.
-    TwoBatch,
-}
-
-impl Lay {
-    fn view(self, shape: [usize; 3]) -> View {
-        let [b, n, e] = shape;
-        let parts = |kind, base_len, strides: [usize; 3]| View {
-            kind,
-            base_len,
-            layout: Layout::from_parts(&shape, &strides, 0).expect("suite shapes are small"),
-        };
-        match self {
-            Lay::Dense => view(ViewKind::Contiguous, &shape),
-            Lay::Heads => parts(ViewKind::Permuted, n * b * e, [e, b * e, 1]),
-            Lay::Broadcast => parts(ViewKind::Broadcast, n * e, [0, e, 1]),
-            Lay::Padded => parts(ViewKind::Narrowed, b * n * (e + 8), [n * (e + 8), e + 8, 1]),
-            Lay::Offset => view(ViewKind::Offset, &shape),
-            Lay::Transposed => view(ViewKind::Transposed, &shape),
-            Lay::TwoBatch => {
-                let inner = b / 2;
-                assert_eq!(2 * inner, b, "two batch dimensions split an even batch");
-                View {
-                    kind: ViewKind::Permuted,
-                    base_len: b * n * e,
-                    layout: Layout::from_parts(&[2, inner, n, e], &[n * inner * e, e, inner * e, 1], 0)
-                        .expect("suite shapes are small"),
-                }
-            }
-        }
-    }
-
-    /// Layouts a fused kernel is expected to read.
-    fn expected(self) -> bool {
-        !matches!(self, Lay::Offset | Lay::Transposed | Lay::TwoBatch)
-    }
-}
 
 /// One case: sizes, mask, and the layouts of (q, k, v, grad).
 #[derive(Clone, Copy, Debug)]
@@ -228,8 +173,7 @@ fn attention_backward_case(h: &Harness, dtype: DType, c: Case, saved: bool) {
     // Each gradient eight elements into a poisoned buffer with eight more after it: nothing
     // outside the gradients may be written.
     // The gradients keep the operands' batch dimensions (two with `Lay::TwoBatch`).
-    let two = c.lays[0] == Lay::TwoBatch;
-    let batched = |[b, n, e]: [usize; 3]| -> Vec<usize> { if two { vec![2, b / 2, n, e] } else { vec![b, n, e] } };
+    let batched = |shape| c.lays[0].batched(shape);
     let out = |shape: [usize; 3]| {
         let shape = batched(shape);
         let numel: usize = shape.iter().product();
