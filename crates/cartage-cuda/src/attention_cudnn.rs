@@ -3,17 +3,23 @@
 //!
 //! - The forward and backward are the operation graphs cudnn-frontend's `sdpa` and
 //!   `sdpa_backward` build (`forward_graph`, `backward_graph`, `scores`), which cuDNN recognises
-//!   as its fused attention (on Hopper, its warp-specialised kernels). cartage's `[B, L, E]`
-//!   operands (B = batch · heads, merged by the frontend) are described as `[b, h, s, d]` with
-//!   `b = B`, `h = 1` and their real strides; Kᵀ (and Vᵀ in the backward) by swapping the last
-//!   two dims and strides, as the frontend does. The mask is top-left causal, as cartage's.
+//!   as its fused attention (on Hopper, its warp-specialised kernels). cartage's operands are
+//!   described as `[b, h, s, d]` with their real strides (`batch_split`): `[B1, B2, L, E]` (the
+//!   heads of a packed projection) as `b = B1`, `h = B2`; `[B, L, E]` (B = batch · heads, merged
+//!   by the frontend) as `b = B`, `h = 1`, or, with a mask, split as the mask splits the batch.
+//!   Kᵀ (and Vᵀ in the backward) by swapping the last two dims and strides, as the frontend
+//!   does. The causal mask is top-left, as cartage's; the additive mask is cuDNN's bias
+//!   (`Bias`: `[outer, 1 or inner, L, S]` in the I/O dtype, a broadcast batch or row keeping
+//!   stride 0), added to the scaled scores in both passes (no bias gradient: the kernel
+//!   contract computes none).
 //! - The forward always writes cuDNN's softmax statistics `max + ln Σ exp`, which is exactly the
 //!   natural log-sum-exp cartage keeps in `lse` (`[B, L]` f32): into `lse` when the call has one,
 //!   else into a scratch block. The backward recomputes the probabilities from the saved `lse`,
 //!   so it runs only with [`cartage_core::kernel::AttentionBackwardArgs::saved`].
 //! - Taken: bf16 and f16 (f32 compute), head dims that are multiples of 8 up to 256 (cuDNN's
 //!   engines decide the rest: 64 and 128 run everywhere from Ampere on), a dense last dimension
-//!   and no broadcast batch or row stride, non-empty sizes. The backward is also refused for
+//!   and no broadcast batch or row stride, a mask with a dense last dimension whose rows start
+//!   on 16 bytes and that splits two batch dimensions as they are, non-empty sizes. The backward is also refused for
 //!   key lengths not a multiple of 128 before cuDNN 9.15.1 (cudnn-frontend works around a bug
 //!   there with a padding mask, which this graph does not carry). Anything else returns
 //!   `Ok(false)`, and cartage's kernel runs (or refuses with `Unsupported`, and the frontend
@@ -44,7 +50,7 @@ mod scores;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-use cartage_core::kernel::AttentionBackwardArgs;
+use cartage_core::kernel::{AttentionBackwardArgs, AttentionMask};
 use cartage_core::raw::Allocation;
 use cartage_core::{DType, Device, Error, Kernel, Layout, Result, Scalar, TensorArg};
 use cudarc::cudnn::sys;
@@ -75,16 +81,38 @@ pub(crate) struct Key {
     pub(crate) dtype: DType,
     /// The causal mask.
     pub(crate) causal: bool,
-    /// `[B, L, S, E, Ev]`.
-    pub(crate) sizes: [usize; 5],
-    /// (batch, row) strides of q, k, v, and for the backward the saved output and dO (zeros in
-    /// the forward), size-1 dims given dense strides.
-    pub(crate) strides: [[i64; 2]; 5],
+    /// `[b, h, L, S, E, Ev]`: the batch as cuDNN's two batch dims (see [`batch_split`]).
+    pub(crate) sizes: [usize; 6],
+    /// (b, h, row) strides of q, k, v, the output (the forward's `out`, the backward's saved
+    /// output) and, for the backward, dO (zeros in the forward); size-1 dims given dense
+    /// strides.
+    pub(crate) strides: [[i64; 3]; 5],
+    /// The additive mask as cuDNN's bias, if any.
+    pub(crate) bias: Option<Bias>,
     /// Byte alignment of the operands: forward q, k, v, out, lse; backward q, k, v, o, dO, lse,
-    /// dq, dk, dv (zeros after the last).
-    pub(crate) alignment: [i64; 9],
+    /// dq, dk, dv (zeros after the last); then the mask's (0 without one).
+    pub(crate) alignment: [i64; 10],
     /// Whether the search orders this plan's engines.
     pub(crate) benchmark: bool,
+}
+
+impl Key {
+    /// `[B, L, S, E, Ev]` with B = b · h, as [`AttentionChoice`] reports them.
+    fn merged_sizes(&self) -> [usize; 5] {
+        let [b, h, l, s, e, ev] = self.sizes;
+        [b * h, l, s, e, ev]
+    }
+}
+
+/// cartage's additive mask as the graph's bias tensor `[b, h', L, S]` (in q's dtype): h' is 1
+/// where the mask is the same for every head (stride 0), and a batch or row the mask broadcasts
+/// keeps stride 0, as cudnn-frontend's users describe an expanded mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Bias {
+    /// `[b, h', L, S]`.
+    pub(crate) dims: [i64; 4],
+    /// Element strides (the last is 1).
+    pub(crate) strides: [i64; 4],
 }
 
 /// The cuDNN plans of one key.
@@ -137,22 +165,73 @@ fn alignment(arg: &TensorArg) -> i64 {
     }
 }
 
-/// The (batch, row) strides of a `[B, rows, width]` operand as cuDNN is told them (a size-1
-/// dim gets the dense stride), or `None` for a layout the graph does not take (a last dim that
-/// is not dense, a broadcast batch or row).
-fn batch_row_strides(arg: &TensorArg) -> Option<[i64; 2]> {
-    strides_of(arg.layout.shape(), arg.layout.strides())
+/// How the call's batch splits into cuDNN's `[b, h]`: two batch dimensions as they are; with a
+/// mask, the mask's `[outer, inner]` split (operands with two batch dimensions must split as it
+/// does); else `[B, 1]`. `None` when the mask splits two batch dimensions differently.
+fn batch_split(q: &TensorArg, mask: Option<&AttentionMask>) -> Option<[usize; 2]> {
+    let shape = q.layout.shape();
+    match (shape.len(), mask.map(AttentionMask::batch_split)) {
+        (4, None) => Some([shape[0], shape[1]]),
+        (4, Some((outer, inner))) => ((outer, inner) == (shape[0], shape[1])).then_some([outer, inner]),
+        (_, Some((outer, inner))) => Some([outer, inner]),
+        _ => Some([shape[0], 1]),
+    }
 }
 
-/// [`batch_row_strides`] of a `[B, rows, width]` shape and its strides.
-fn strides_of(shape: &[usize], st: &[usize]) -> Option<[i64; 2]> {
-    let (batch, rows, width) = (shape[0], shape[1], shape[2]);
-    if st[2] != 1 && width > 1 {
+/// The (b, h, row) strides of a `[B, rows, width]` or `[B1, B2, rows, width]` operand seen as
+/// `[b, h, rows, width]` (`split` = `[b, h]`, b · h = B), size-1 dims given dense strides, or
+/// `None` for a layout the graph does not take (a last dim that is not dense, a broadcast dim).
+fn split_strides(arg: &TensorArg, split: [usize; 2]) -> Option<[i64; 3]> {
+    strides_of(arg.layout.shape(), arg.layout.strides(), split)
+}
+
+/// [`split_strides`] of a shape and its strides.
+fn strides_of(shape: &[usize], st: &[usize], [b, h]: [usize; 2]) -> Option<[i64; 3]> {
+    let n = shape.len();
+    let (rows, width) = (shape[n - 2], shape[n - 1]);
+    if st[n - 1] != 1 && width > 1 {
         return None;
     }
-    let row = if rows == 1 { width } else { st[1] };
-    let whole = if batch == 1 { rows * row } else { st[0] };
-    (row > 0 && whole > 0).then_some([whole as i64, row as i64])
+    let row = if rows == 1 { width } else { st[n - 2] };
+    let (batch, head) = if n == 3 {
+        // One batch stride: entry (i, j) of [b, h] is entry i·h + j.
+        let whole = if shape[0] == 1 { rows * row } else { st[0] };
+        (h * whole, whole)
+    } else {
+        if [shape[0], shape[1]] != [b, h] {
+            return None;
+        }
+        let head = if h == 1 { rows * row } else { st[1] };
+        (if b == 1 { h * head } else { st[0] }, head)
+    };
+    (row > 0 && head > 0 && batch > 0).then_some([batch as i64, head as i64, row as i64])
+}
+
+/// The mask as the graph's bias (see [`Bias`]), or `None` for one the graph does not take (a
+/// last dim that is not dense, rows or a batch not on 16 bytes).
+fn bias_of(mask: &AttentionMask, dtype: DType) -> Option<Bias> {
+    bias_from(mask.values.layout.shape(), mask.values.layout.strides(), dtype)
+}
+
+/// [`bias_of`] of the mask's shape `[outer, inner, L, S]` and strides.
+fn bias_from(shape: &[usize], st: &[usize], dtype: DType) -> Option<Bias> {
+    let [outer, inner, l, s] = [shape[0], shape[1], shape[2], shape[3]];
+    if st[3] != 1 && s > 1 {
+        return None;
+    }
+    let heads = if st[1] == 0 { 1 } else { inner };
+    let row = if l == 1 { s } else { st[2] };
+    let head = if heads == 1 { l.max(1) * row.max(s) } else { st[1] };
+    let batch = if outer == 1 { heads * head } else { st[0] };
+    let strides = [batch, head, row, 1].map(|x| x as i64);
+    // Rows and entries on 16 bytes, as for the operands (0 is a broadcast).
+    let on_16 = strides[..3]
+        .iter()
+        .all(|&x| (x as usize * dtype.size_in_bytes()).is_multiple_of(16));
+    on_16.then_some(Bias {
+        dims: [outer, heads, l, s].map(|x| x as i64),
+        strides,
+    })
 }
 
 /// The cuDNN version (`cudnnGetVersion`), once cuDNN is known loaded.
@@ -162,28 +241,30 @@ fn version() -> usize {
     unsafe { sys::cudnnGetVersion() }
 }
 
-/// The key of a call, or why the graph does not take it.
+/// The key of a call, or why the graph does not take it. `inputs` are q, k, v (and for the
+/// backward the saved output and dO); `outputs` the forward's out and statistics, or the
+/// backward's statistics (read) and three gradients.
 fn key(
     pass: AttentionPass,
     causal: bool,
     benchmark: bool,
     inputs: &[&TensorArg],
     outputs: &[&TensorArg],
+    mask: Option<&AttentionMask>,
 ) -> std::result::Result<Key, String> {
     let (q, k, v) = (inputs[0], inputs[1], inputs[2]);
     if !matches!(q.dtype, DType::BF16 | DType::F16) {
         return Err(format!("cuDNN's fused attention takes bf16 and f16, not {}", q.dtype));
     }
-    // (The outputs have the inputs' rank, by `Kernel::validate`; the statistics are [B, L].)
-    if inputs.iter().any(|arg| arg.layout.rank() != 3) {
-        return Err(
-            "cartage's cuDNN graphs read one batch stride; two batch dimensions go to the flash kernels".into(),
-        );
-    }
-    let (qs, ks, vs) = (q.layout.shape(), k.layout.shape(), v.layout.shape());
-    let sizes = [qs[0], qs[1], ks[1], qs[2], vs[2]];
-    let [b, l, s, e, ev] = sizes;
-    if b == 0 || l == 0 || s == 0 {
+    let split = batch_split(q, mask).ok_or_else(|| {
+        "the mask splits the batch otherwise than the operands' two batch dimensions; the flash kernels run it"
+            .to_string()
+    })?;
+    let rows = |arg: &TensorArg| arg.layout.shape()[arg.layout.rank() - 2];
+    let width = |arg: &TensorArg| arg.layout.shape()[arg.layout.rank() - 1];
+    let sizes = [split[0], split[1], rows(q), rows(k), width(q), width(v)];
+    let [b, h, l, s, e, ev] = sizes;
+    if b * h == 0 || l == 0 || s == 0 {
         return Err("an empty batch or sequence".into());
     }
     if !(e.is_multiple_of(8) && ev.is_multiple_of(8) && e <= 256 && ev <= 256 && e > 0 && ev > 0) {
@@ -191,35 +272,59 @@ fn key(
             "cuDNN's fused attention takes head dims that are multiples of 8 up to 256, got E = {e}, Ev = {ev}"
         ));
     }
-    let mut strides = [[0i64; 2]; 5];
-    for (i, arg) in inputs.iter().enumerate() {
-        strides[i] = batch_row_strides(arg).ok_or_else(|| {
+    // The operands whose strides the graph carries: q, k, v, then the forward's output or the
+    // backward's saved output and dO.
+    let strided: Vec<&TensorArg> = match pass {
+        AttentionPass::Forward => vec![q, k, v, outputs[0]],
+        AttentionPass::Backward => inputs.to_vec(),
+    };
+    let mut strides = [[0i64; 3]; 5];
+    for (i, arg) in strided.iter().enumerate() {
+        strides[i] = split_strides(arg, split).ok_or_else(|| {
             format!(
-                "operand {i} has strides {:?}; cuDNN's fused attention reads a dense last dimension",
+                "operand {i} has strides {:?}; cuDNN's fused attention reads a dense last dimension and no broadcast",
                 arg.layout.strides()
             )
         })?;
     }
+    if pass == AttentionPass::Backward && !outputs[1..].iter().all(|g| g.layout.is_contiguous()) {
+        return Err("the backward's graph writes contiguous gradients".into());
+    }
     // cuDNN's attention engines load 16-byte vectors whatever alignment they are told (an
     // operand 6 bytes into its buffer faulted with a misaligned address on an H100): every
     // operand must start on 16 bytes and every row on 16 bytes, as for cartage's own kernel.
-    let rows_on_16 = strides.iter().take(inputs.len()).all(|st| {
+    let rows_on_16 = strides.iter().take(strided.len()).all(|st| {
         st.iter()
             .all(|&x| (x as usize * q.dtype.size_in_bytes()).is_multiple_of(16))
     });
-    let mut align = [0i64; 9];
+    let mut align = [0i64; 10];
     for (slot, arg) in align.iter_mut().zip(inputs.iter().chain(outputs)) {
         *slot = alignment(arg);
     }
     if !rows_on_16 || align.iter().take(inputs.len() + outputs.len()).any(|&a| a < 16) {
         return Err("cuDNN's fused attention takes operands and rows that start on 16 bytes".into());
     }
+    let bias = match mask {
+        None => None,
+        Some(mask) => {
+            align[9] = alignment(&mask.values);
+            let bias = bias_of(mask, q.dtype).filter(|_| align[9] >= 16).ok_or_else(|| {
+                format!(
+                    "the mask {:?} with strides {:?} is not a bias cuDNN reads (a dense last dimension, rows on 16 bytes)",
+                    mask.values.layout.shape(),
+                    mask.values.layout.strides()
+                )
+            })?;
+            Some(bias)
+        }
+    };
     Ok(Key {
         pass,
         dtype: q.dtype,
         causal,
         sizes,
         strides,
+        bias,
         alignment: align,
         benchmark,
     })
@@ -250,16 +355,16 @@ pub(crate) fn forward(
     [q, k, v]: [&TensorArg; 3],
     scale: f64,
     causal: bool,
+    mask: Option<&AttentionMask>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
     kernel: &dyn Fn(&TensorArg, Option<&TensorArg>) -> Result<()>,
 ) -> Result<bool> {
-    // Two batch dimensions (heads read in place): the flash kernels (see `key`).
-    if !may_try(backend) || q.layout.rank() != 3 {
+    if !may_try(backend) {
         return Ok(false);
     }
     let device = backend.device;
-    let [b, l] = [q.layout.shape()[0], q.layout.shape()[1]];
+    let (b, l, _) = crate::launch::attention_dims(q);
     // Without an `lse` of the call's, the statistics go to a scratch block.
     let mut own_lse = None;
     let stats = match lse {
@@ -281,6 +386,7 @@ pub(crate) fn forward(
         backend.conv_benchmark(),
         &[q, k, v],
         &[out, &stats],
+        mask,
     ) {
         Ok(key) => key,
         Err(reason) => {
@@ -293,9 +399,11 @@ pub(crate) fn forward(
     };
     let has_lse = lse.is_some();
     let run_kernel = |writes: &[TensorArg]| kernel(&writes[0], has_lse.then(|| &writes[1]));
+    let mut reads = vec![(scores::Q, q), (scores::K, k), (scores::V, v)];
+    reads.extend(mask.map(|m| (scores::BIAS, &m.values)));
     let call = Call {
         key,
-        reads: vec![(scores::Q, q), (scores::K, k), (scores::V, v)],
+        reads,
         writes: vec![(scores::O, out), (scores::STATS, &stats)],
         scale: scale as f32,
         kernel: &run_kernel,
@@ -329,9 +437,10 @@ pub(crate) fn backward(
         backend.conv_benchmark(),
         &[&a.q, &a.k, &a.v, &saved.out, &a.grad],
         &[&saved.lse, &a.grad_q, &a.grad_k, &a.grad_v],
+        a.mask.as_ref(),
     )
     .and_then(|key| {
-        let s = key.sizes[2];
+        let s = key.sizes[3];
         if version() < 91501 && !s.is_multiple_of(128) {
             Err(format!(
                 "cuDNN {} before 9.15.1 needs a padding mask for key lengths not a multiple of 128 (S = {s})",
@@ -355,16 +464,18 @@ pub(crate) fn backward(
         other.grad_v = writes[2].clone();
         kernel(&other)
     };
+    let mut reads = vec![
+        (scores::Q, &a.q),
+        (scores::K, &a.k),
+        (scores::V, &a.v),
+        (scores::O, &saved.out),
+        (scores::D_O, &a.grad),
+        (scores::STATS, &saved.lse),
+    ];
+    reads.extend(a.mask.as_ref().map(|m| (scores::BIAS, &m.values)));
     let call = Call {
         key,
-        reads: vec![
-            (scores::Q, &a.q),
-            (scores::K, &a.k),
-            (scores::V, &a.v),
-            (scores::O, &saved.out),
-            (scores::D_O, &a.grad),
-            (scores::STATS, &saved.lse),
-        ],
+        reads,
         writes: vec![
             (scores::D_Q, &a.grad_q),
             (scores::D_K, &a.grad_k),
@@ -580,7 +691,8 @@ fn run(
             && let Some((_, block)) = blocks.iter().find(|(uid, _)| *uid == scores::DQ_ACCUM)
         {
             // cuDNN before 9.6 accumulates dQ into the f32 buffer as it is: zero it first.
-            let [b, l, _, e, _] = key.sizes;
+            let [b, h, l, _, e, _] = key.sizes;
+            let b = b * h;
             let zero = Kernel::Fill {
                 out: TensorArg {
                     buffer: block.slice(),
@@ -727,15 +839,16 @@ pub(crate) fn choices(device: Device) -> Vec<AttentionChoice> {
         .map(|(key, ran)| AttentionChoice {
             pass: key.pass,
             dtype: key.dtype,
-            sizes: key.sizes,
+            sizes: key.merged_sizes(),
             causal: key.causal,
+            masked: key.bias.is_some(),
             cudnn: ran.cudnn,
             implementation: ran.implementation.clone(),
             cudnn_ms: ran.cudnn_ms,
             kernel_ms: ran.kernel_ms,
         })
         .collect();
-    out.sort_by_key(|a| (a.pass, a.sizes, a.causal));
+    out.sort_by_key(|a| (a.pass, a.sizes, a.causal, a.masked));
     out
 }
 
@@ -743,20 +856,67 @@ pub(crate) fn choices(device: Device) -> Vec<AttentionChoice> {
 mod tests {
     use super::*;
 
+    fn split(shape: &[usize], st: &[usize], bh: [usize; 2]) -> Option<[i64; 3]> {
+        strides_of(shape, st, bh)
+    }
+
     #[test]
     fn size_one_dims_get_dense_strides() {
-        assert_eq!(strides_of(&[8, 1024, 64], &[65536, 64, 1]), Some([65536, 64]));
+        assert_eq!(split(&[8, 1024, 64], &[65536, 64, 1], [8, 1]), Some([65536, 65536, 64]));
         // A lone batch entry or row: the stride is free, so the dense one is given.
-        assert_eq!(strides_of(&[1, 1024, 64], &[0, 64, 1]), Some([65536, 64]));
-        assert_eq!(strides_of(&[4, 1, 64], &[64, 7, 1]), Some([64, 64]));
+        assert_eq!(split(&[1, 1024, 64], &[0, 64, 1], [1, 1]), Some([65536, 65536, 64]));
+        assert_eq!(split(&[4, 1, 64], &[64, 7, 1], [4, 1]), Some([64, 64, 64]));
         // Heads merged from [N, L, H, E]: rows H·E apart.
-        assert_eq!(strides_of(&[16, 128, 64], &[64, 1024, 1]), Some([64, 1024]));
+        assert_eq!(split(&[16, 128, 64], &[64, 1024, 1], [16, 1]), Some([64, 64, 1024]));
+    }
+
+    #[test]
+    fn one_batch_stride_splits_as_the_mask_does() {
+        // [B = 2 · 4, L, E] dense, seen as [2, 4, L, E].
+        assert_eq!(split(&[8, 16, 64], &[1024, 64, 1], [2, 4]), Some([4096, 1024, 64]));
+    }
+
+    #[test]
+    fn two_batch_dims_keep_their_strides() {
+        // The heads of a packed [N, L, 3, H, E] projection: N = 2, L = 128, H = 4, E = 64.
+        let (l, h, e) = (128, 4, 64);
+        let st = [l * 3 * h * e, e, 3 * h * e, 1];
+        let want = [l * 3 * h * e, e, 3 * h * e].map(|x| x as i64);
+        assert_eq!(split(&[2, h, l, e], &st, [2, h]), Some(want));
+        // One head: its stride is free.
+        let want = [l * e, l * e, e].map(|x| x as i64);
+        assert_eq!(split(&[2, 1, l, e], &[l * e, 0, e, 1], [2, 1]), Some(want));
+        // A split other than the operand's own is refused.
+        assert_eq!(split(&[2, h, l, e], &st, [1, 2 * h]), None);
     }
 
     #[test]
     fn layouts_cudnn_cannot_read_are_refused() {
-        assert_eq!(strides_of(&[8, 16, 64], &[1024, 1, 16]), None);
-        assert_eq!(strides_of(&[8, 16, 64], &[0, 64, 1]), None);
-        assert_eq!(strides_of(&[8, 16, 64], &[1024, 0, 1]), None);
+        assert_eq!(split(&[8, 16, 64], &[1024, 1, 16], [8, 1]), None);
+        assert_eq!(split(&[8, 16, 64], &[0, 64, 1], [8, 1]), None);
+        assert_eq!(split(&[8, 16, 64], &[1024, 0, 1], [8, 1]), None);
+        assert_eq!(split(&[2, 4, 16, 64], &[4096, 0, 64, 1], [2, 4]), None);
+    }
+
+    #[test]
+    fn masks_become_biases_with_broadcasts_kept() {
+        // A key-padding mask [N, 1, 1, S] expanded over H heads and L rows.
+        let (n, h, l, s) = (8, 16, 1024, 1024);
+        let bias = bias_from(&[n, h, l, s], &[s, 0, 0, 1], DType::BF16).expect("bias");
+        assert_eq!(bias.dims, [8, 1, 1024, 1024]);
+        assert_eq!(bias.strides, [1024, (l * s) as i64, 0, 1]);
+        // A full mask per head.
+        let st = [4 * 64 * 128, 64 * 128, 128, 1];
+        let bias = bias_from(&[2, 4, 64, 128], &st, DType::F16).expect("bias");
+        assert_eq!(bias.dims, [2, 4, 64, 128]);
+        assert_eq!(bias.strides, st.map(|x| x as i64));
+    }
+
+    #[test]
+    fn masks_cudnn_cannot_read_are_refused() {
+        // Rows 3 elements apart (6 bytes): not on 16 bytes.
+        assert!(bias_from(&[1, 1, 4, 3], &[12, 12, 3, 1], DType::BF16).is_none());
+        // A transposed mask.
+        assert!(bias_from(&[1, 1, 64, 64], &[4096, 4096, 1, 64], DType::BF16).is_none());
     }
 }

@@ -305,7 +305,11 @@ fn run_backward(
 /// The choice `cuda` reports for `c`'s pass in `dtype`, if any.
 fn choice(cuda: &CudaBackend, pass: AttentionPass, c: &Case, dtype: DType) -> Option<AttentionChoice> {
     cuda.attention_choices().into_iter().find(|ch| {
-        ch.pass == pass && ch.dtype == dtype && ch.causal == c.causal && ch.sizes == [c.b, c.l, c.s, c.e, c.e]
+        ch.pass == pass
+            && ch.dtype == dtype
+            && ch.causal == c.causal
+            && !ch.masked
+            && ch.sizes == [c.b, c.l, c.s, c.e, c.e]
     })
 }
 

@@ -112,6 +112,8 @@ pub struct AttentionChoice {
     pub sizes: [usize; 5],
     /// The causal mask.
     pub causal: bool,
+    /// An additive mask (cuDNN's bias).
+    pub masked: bool,
     /// True when cuDNN's fused attention ran it, false for cartage's flash kernel.
     pub cudnn: bool,
     /// The implementation in words: `cuDNN fused attention (graph engine N)` or
@@ -129,10 +131,11 @@ impl fmt::Display for AttentionChoice {
         let [b, l, s, e, ev] = self.sizes;
         write!(
             f,
-            "{} {} B {b} L {l} S {s} E {e} Ev {ev}{}: {}",
+            "{} {} B {b} L {l} S {s} E {e} Ev {ev}{}{}: {}",
             self.pass.op(),
             self.dtype,
             if self.causal { " causal" } else { "" },
+            if self.masked { " masked" } else { "" },
             self.implementation
         )?;
         match (self.cudnn_ms, self.kernel_ms) {
@@ -200,6 +203,7 @@ mod tests {
             dtype: DType::BF16,
             sizes: [128, 1024, 1024, 64, 64],
             causal: true,
+            masked: false,
             cudnn: true,
             implementation: "cuDNN fused attention (graph engine 8)".into(),
             cudnn_ms: Some(0.5),

@@ -1,6 +1,8 @@
 //! What the forward and backward graphs share: the unique ids of their tensors, the 4-D view of
-//! cartage's `[B, L, E]` operands (`[b, h, s, d]` with `b = B`, `h = 1`, their real strides),
-//! and the scores chain `scale · Q·Kᵀ` with its causal mask.
+//! cartage's operands (`[b, h, s, d]` with their real strides: `[B, L, E]` as `b = B`, `h = 1`,
+//! or split as the mask splits the batch; `[B1, B2, L, E]` as `b = B1`, `h = B2`), and the
+//! scores chain `scale · Q·Kᵀ` with the additive mask (cuDNN's bias, added to the scaled scores
+//! as cudnn-frontend's `sdpa` does) and the causal mask.
 //!
 //! The mask is cudnn-frontend's top-left causal mask spelled out: the row index (axis 2) and the
 //! column index (axis 3) of the score matrix (`GEN_INDEX`, int32), `row ≥ col` (`CMP_GE`,
@@ -13,37 +15,39 @@ use sys::cudnnDataType_t as T;
 use sys::cudnnPointwiseMode_t as P;
 
 use super::Key;
-use crate::cudnn_graph::builder::{GraphBuilder, Inputs, Tensor};
+use crate::cudnn_graph::builder::{GraphBuilder, Inputs, Tensor, dense_strides};
 use crate::cudnn_graph::descriptor::Outcome;
 
-/// Queries `[B, 1, L, E]`.
+/// Queries `[b, h, L, E]`.
 pub(super) const Q: i64 = 1;
-/// Keys, described transposed as `Kᵀ [B, 1, E, S]`.
+/// Keys, described transposed as `Kᵀ [b, h, E, S]`.
 pub(super) const K: i64 = 2;
-/// Values `[B, 1, S, Ev]` (`Vᵀ` in the backward).
+/// Values `[b, h, S, Ev]` (`Vᵀ` in the backward).
 pub(super) const V: i64 = 3;
-/// The forward's output `[B, 1, L, Ev]` (written by the forward, read by the backward).
+/// The forward's output `[b, h, L, Ev]` (written by the forward, read by the backward).
 pub(super) const O: i64 = 4;
-/// The softmax statistics `[B, 1, L, 1]` f32: cartage's `lse`.
+/// The softmax statistics `[b, h, L, 1]` f32: cartage's `lse`.
 pub(super) const STATS: i64 = 5;
 /// The scale (pass-by-value f32).
 pub(super) const SCALE: i64 = 6;
 /// The masked scores' value (pass-by-value f32).
 pub(super) const NEG_INF: i64 = 7;
-/// The output gradient `[B, 1, L, Ev]`.
+/// The output gradient `[b, h, L, Ev]`.
 pub(super) const D_O: i64 = 8;
-/// The query gradient `[B, 1, L, E]`.
+/// The query gradient `[b, h, L, E]`.
 pub(super) const D_Q: i64 = 9;
-/// The key gradient `[B, 1, S, E]`.
+/// The key gradient `[b, h, S, E]`.
 pub(super) const D_K: i64 = 10;
-/// The value gradient `[B, 1, S, Ev]`.
+/// The value gradient `[b, h, S, Ev]`.
 pub(super) const D_V: i64 = 11;
-/// `Σ_d dO ∘ O` per query row `[B, 1, L, 1]` f32, a real tensor in scratch memory.
+/// `Σ_d dO ∘ O` per query row `[b, h, L, 1]` f32, a real tensor in scratch memory.
 pub(super) const SOFTMAX_SUM: i64 = 12;
-/// The f32 accumulator of the query gradient `[B, 1, L, E]`, a real tensor in scratch memory.
+/// The f32 accumulator of the query gradient `[b, h, L, E]`, a real tensor in scratch memory.
 pub(super) const DQ_ACCUM: i64 = 13;
 /// One (pass-by-value f32), the scale of `SOFTMAX_SUM` without dropout.
 pub(super) const ONE: i64 = 14;
+/// The additive mask as the bias `[b, h', L, S]` in the I/O dtype ([`super::Bias`]).
+pub(super) const BIAS: i64 = 15;
 /// The first unique id of the virtual tensors.
 pub(super) const FIRST_VIRTUAL: i64 = 100;
 
@@ -55,15 +59,19 @@ pub(super) fn io_type(key: &Key) -> T {
     }
 }
 
-/// `[b, h, s, d]` strides of an operand of `rows` rows with (batch, row) strides `bs` (h = 1:
-/// its stride is the batch stride).
-pub(super) fn four(bs: [i64; 2]) -> [i64; 4] {
-    [bs[0], bs[0], bs[1], 1]
+/// `[b, h, s, d]` strides of an operand with (b, h, row) strides `st` and a dense last dim.
+pub(super) fn four(st: [i64; 3]) -> [i64; 4] {
+    [st[0], st[1], st[2], 1]
 }
 
-/// The `[B, 1, rows, 1]` strides of a per-row f32 tensor.
-pub(super) fn row_strides(rows: i64) -> [i64; 4] {
-    [rows, rows, 1, 1]
+/// The `[b, h, rows, 1]` strides of a dense per-row f32 tensor.
+pub(super) fn row_strides(h: i64, rows: i64) -> [i64; 4] {
+    [h * rows, rows, 1, 1]
+}
+
+/// The dims `[b, h, rows, width]` of `key`'s operands.
+pub(super) fn dims(key: &Key, rows: usize, width: usize) -> [i64; 4] {
+    [key.sizes[0], key.sizes[1], rows, width].map(|n| n as i64)
 }
 
 /// The operand tensors and scalars both graphs start from.
@@ -74,22 +82,34 @@ pub(super) struct Inputs3 {
     /// The masked scores' value, for a causal key only (an unused tensor stays out of the
     /// variant pack).
     pub(super) neg_inf: Option<Tensor>,
+    /// The additive mask, for a key with one.
+    pub(super) bias: Option<Tensor>,
 }
 
 /// Q, Kᵀ and the two scalars of `key`, as real and pass-by-value tensors.
 pub(super) fn inputs(g: &mut GraphBuilder, key: &Key) -> Outcome<Inputs3> {
     let io = io_type(key);
-    let [b, l, s, e, _] = key.sizes.map(|n| n as i64);
-    let q = g.real(io, Q, [b, 1, l, e], four(key.strides[0]), key.alignment[0])?;
+    let [_, _, l, s, e, _] = key.sizes;
+    let q = g.real(io, Q, dims(key, l, e), four(key.strides[0]), key.alignment[0])?;
     let k = four(key.strides[1]);
-    let kt = g.real(io, K, [b, 1, e, s], [k[0], k[1], k[3], k[2]], key.alignment[1])?;
+    let kt = g.real(io, K, dims(key, e, s), [k[0], k[1], k[3], k[2]], key.alignment[1])?;
     let scale = g.by_value(T::CUDNN_DATA_FLOAT, SCALE)?;
     let neg_inf = if key.causal {
         Some(g.by_value(T::CUDNN_DATA_FLOAT, NEG_INF)?)
     } else {
         None
     };
-    Ok(Inputs3 { q, kt, scale, neg_inf })
+    let bias = match key.bias {
+        Some(bias) => Some(g.real(io, BIAS, bias.dims, bias.strides, key.alignment[9])?),
+        None => None,
+    };
+    Ok(Inputs3 {
+        q,
+        kt,
+        scale,
+        neg_inf,
+        bias,
+    })
 }
 
 /// A virtual f32 tensor of `like`'s dims and strides.
@@ -111,12 +131,17 @@ pub(super) fn unary(g: &mut GraphBuilder, mode: P, x: Tensor) -> Outcome<Tensor>
     Ok(y)
 }
 
-/// `scale · Q·Kᵀ` `[B, 1, L, S]` (f32, virtual).
+/// `scale · Q·Kᵀ (+ bias)` `[b, h, L, S]` (f32, virtual).
 pub(super) fn scaled_scores(g: &mut GraphBuilder, key: &Key, t: &Inputs3) -> Outcome<Tensor> {
-    let [b, l, s, _, _] = key.sizes.map(|n| n as i64);
-    let scores = g.virtual_tensor(T::CUDNN_DATA_FLOAT, [b, 1, l, s], [l * s, l * s, s, 1])?;
+    let [_, _, l, s, _, _] = key.sizes;
+    let dims = dims(key, l, s);
+    let scores = g.virtual_tensor(T::CUDNN_DATA_FLOAT, dims, dense_strides(dims))?;
     g.matmul(t.q, t.kt, scores)?;
-    binary(g, P::CUDNN_POINTWISE_MUL, scores, t.scale)
+    let scaled = binary(g, P::CUDNN_POINTWISE_MUL, scores, t.scale)?;
+    match t.bias {
+        Some(bias) => binary(g, P::CUDNN_POINTWISE_ADD, scaled, bias),
+        None => Ok(scaled),
+    }
 }
 
 /// `x` with the positions `(i, j)`, `j > i`, replaced by the `neg_inf` scalar (top-left causal)

@@ -153,15 +153,11 @@ pub(super) fn attention(
     out: &TensorArg,
     lse: Option<&TensorArg>,
 ) -> Result<()> {
-    if mask.is_some() {
-        // An additive mask: the flash kernels' masked variants.
-        return flash(backend, qkv, scale, causal, mask, out, lse);
-    }
-    let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, None, out, lse);
-    if crate::attention_cudnn::forward(backend, qkv, scale, causal, out, lse, &kernel)? {
+    let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, mask, out, lse);
+    if crate::attention_cudnn::forward(backend, qkv, scale, causal, mask, out, lse, &kernel)? {
         return Ok(());
     }
-    flash(backend, qkv, scale, causal, None, out, lse)
+    flash(backend, qkv, scale, causal, mask, out, lse)
 }
 
 /// Queue the flash kernel of `attention.cu` (see [`attention`]).

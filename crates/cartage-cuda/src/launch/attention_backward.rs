@@ -91,13 +91,14 @@ fn compute_bytes(dtype: DType) -> usize {
 /// Queue the gradients of `softmax(scale · q kᵀ) v` (validated operands): through cuDNN's fused
 /// attention where `attention_cudnn` takes the call, else through cartage's kernels.
 pub(super) fn attention_backward(backend: &CudaBackend, a: &AttentionBackwardArgs) -> Result<()> {
-    if let Some(mask) = &a.mask {
-        return super::attention_masked_backward::attention_masked_backward(backend, a, mask);
-    }
-    if crate::attention_cudnn::backward(backend, a, &|other| kernels(backend, other))? {
+    let kernels = |a: &AttentionBackwardArgs| match &a.mask {
+        Some(mask) => super::attention_masked_backward::attention_masked_backward(backend, a, mask),
+        None => kernels(backend, a),
+    };
+    if crate::attention_cudnn::backward(backend, a, &kernels)? {
         return Ok(());
     }
-    kernels(backend, a)
+    kernels(a)
 }
 
 /// Queue the gradients through cartage's kernels: the tiled flash backward where it takes the

@@ -72,7 +72,7 @@ pub(super) fn attention_masked_backward(
             saved: Some(AttentionSaved { out, lse }),
             ..a.clone()
         };
-        attention_masked_backward(backend, &with_saved, mask)
+        super::attention_backward::attention_backward(backend, &with_saved)
     })();
     // Safe to reuse at once: later users of the block are queued after these launches.
     backend.allocator.free(block);

@@ -40,7 +40,7 @@ impl BatchStrides {
 }
 
 /// `(B, rows, width)` of `arg`, the batch dimensions merged.
-pub(super) fn dims(arg: &TensorArg) -> (usize, usize, usize) {
+pub(crate) fn dims(arg: &TensorArg) -> (usize, usize, usize) {
     let shape = arg.layout.shape();
     let r = shape.len();
     (shape[..r - 2].iter().product(), shape[r - 2], shape[r - 1])

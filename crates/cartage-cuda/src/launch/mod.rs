@@ -20,6 +20,7 @@ pub(crate) mod attention_f32_backward;
 pub(crate) mod attention_flash_backward;
 mod attention_masked_backward;
 mod attention_operands;
+pub(crate) use attention_operands::dims as attention_dims;
 pub(crate) mod backward;
 mod column_sum;
 mod copy;

@@ -240,7 +240,7 @@ fn attention_implementations(op: &ModelOp, dtype: DType, device: &Device) -> Vec
         seq,
         head_dim,
         causal,
-        padded: false,
+        padded,
     } = *op
         && let Ok(backend) = cartage::backend(device)
         && let Some(cuda) = backend.as_any().downcast_ref::<cartage_cuda::CudaBackend>()
@@ -248,7 +248,7 @@ fn attention_implementations(op: &ModelOp, dtype: DType, device: &Device) -> Vec
         let sizes = [batch * heads, seq, seq, head_dim, head_dim];
         let mut found: Vec<(String, String)> = Vec::new();
         for choice in cuda.attention_choices() {
-            if choice.dtype != dtype || choice.sizes != sizes || choice.causal != causal {
+            if choice.dtype != dtype || choice.sizes != sizes || choice.causal != causal || choice.masked != padded {
                 continue;
             }
             let op = choice.pass.op().to_string();
