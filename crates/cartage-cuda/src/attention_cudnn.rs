@@ -347,15 +347,20 @@ impl Call<'_> {
     }
 }
 
+/// How a forward call scores its keys: `Kernel::Attention`'s scale, causal flag and mask.
+pub(crate) struct Scoring<'a> {
+    pub(crate) scale: f64,
+    pub(crate) causal: bool,
+    pub(crate) mask: Option<&'a AttentionMask>,
+}
+
 /// Run `Kernel::Attention` through cuDNN when it may and can: `Ok(true)` when queued,
 /// `Ok(false)` when cartage's kernel is to run it. `kernel(out, lse)` runs cartage's kernel into
 /// other outputs (for the comparison).
 pub(crate) fn forward(
     backend: &CudaBackend,
     [q, k, v]: [&TensorArg; 3],
-    scale: f64,
-    causal: bool,
-    mask: Option<&AttentionMask>,
+    Scoring { scale, causal, mask }: Scoring<'_>,
     out: &TensorArg,
     lse: Option<&TensorArg>,
     kernel: &dyn Fn(&TensorArg, Option<&TensorArg>) -> Result<()>,

@@ -154,7 +154,8 @@ pub(super) fn attention(
     lse: Option<&TensorArg>,
 ) -> Result<()> {
     let kernel = |out: &TensorArg, lse: Option<&TensorArg>| flash(backend, qkv, scale, causal, mask, out, lse);
-    if crate::attention_cudnn::forward(backend, qkv, scale, causal, mask, out, lse, &kernel)? {
+    let scoring = crate::attention_cudnn::Scoring { scale, causal, mask };
+    if crate::attention_cudnn::forward(backend, qkv, scoring, out, lse, &kernel)? {
         return Ok(());
     }
     flash(backend, qkv, scale, causal, mask, out, lse)
