@@ -24,6 +24,8 @@
 // - With a nonzero `lse`, each row's natural log-sum-exp of its scaled scores goes there in f32
 //   ([B, L], contiguous): what the tiled backward (attention_flash_backward.cu) needs to
 //   recompute the probabilities without a second pass.
+// - `attention_lse_unseen` (at the end) readies a log-sum-exp for a backward that does not treat
+//   a row that sees no key itself (cuDNN's).
 // The shared helpers (cp.async, ldmatrix, mma, swizzle) are in attention_mma.cuh.
 
 #ifndef ATT_BN
@@ -234,3 +236,14 @@ ATTENTION(bf16, bf16, 64, 128, 2, 1)
 ATTENTION(bf16, bf16, 128, 64, 1, 2)
 ATTENTION(f16, f16, 64, 128, 2, 1)
 ATTENTION(f16, f16, 128, 64, 1, 2)
+
+// `attention_lse_unseen`: the log-sum-exp a backward that recomputes P = exp(s − lse) can take
+// (cuDNN's fused backward with a mask): a row that sees no key has lse −inf, and its masked
+// scores are −inf too, so exp(−inf − (−inf)) would be NaN; +inf makes its probabilities 0, hence
+// its gradients 0, as the flash backward's preprocess does. out[i] = lse[i], −inf made +inf.
+extern "C" __global__ void __launch_bounds__(256) attention_lse_unseen(const float* lse, float* out, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const float x = lse[i];
+        out[i] = x == att_neg_inf() ? __int_as_float(0x7f800000) : x;
+    }
+}

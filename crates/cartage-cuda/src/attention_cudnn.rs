@@ -50,10 +50,11 @@ mod scores;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
-use cartage_core::kernel::{AttentionBackwardArgs, AttentionMask};
+use cartage_core::kernel::{AttentionBackwardArgs, AttentionMask, AttentionSaved};
 use cartage_core::raw::Allocation;
 use cartage_core::{DType, Device, Error, Kernel, Layout, Result, Scalar, TensorArg};
 use cudarc::cudnn::sys;
+use cudarc::driver::LaunchConfig;
 
 pub(crate) use choice::AttentionSwitch;
 use choice::kernel_words;
@@ -65,6 +66,7 @@ use crate::cudnn_graph::descriptor::Failure;
 use crate::cudnn_graph::engines::{self, ExecPlan};
 use crate::cudnn_graph::{execute, timing};
 use crate::launch::device_ptr;
+use crate::modules::{KernelName, SourceFile};
 
 /// cuDNN engines timed per shape at most.
 pub(crate) const SEARCH_COUNT: usize = 4;
@@ -451,6 +453,13 @@ pub(crate) fn backward(
                 "cuDNN {} before 9.15.1 needs a padding mask for key lengths not a multiple of 128 (S = {s})",
                 version()
             ))
+        } else if key.bias.is_some() && !s.is_multiple_of(128) {
+            // With a bias, cuDNN's backward scores the padded part of the last 128-key tile 0
+            // instead of −inf: exp(0 − lse) overflows for a row whose lse is below ln(f32::MAX),
+            // and dQ turns NaN (seen with cuDNN 9 on Hopper, S % 128 = 64).
+            Err(format!(
+                "cuDNN's backward with a mask takes key lengths that are multiples of 128 (S = {s})"
+            ))
         } else {
             Ok(key)
         }
@@ -461,6 +470,23 @@ pub(crate) fn backward(
             tracing::debug!(%device, %reason, "cuDNN's fused attention backward does not take this call; the kernel runs");
             return Ok(false);
         }
+    };
+    if key.bias.is_some() {
+        return masked_backward(backend, a, saved, key, kernel);
+    }
+    backward_call(backend, a, key, &saved.lse, kernel)
+}
+
+/// Queue the backward of `a` through cuDNN under `key`, reading `lse` as the statistics.
+fn backward_call(
+    backend: &CudaBackend,
+    a: &AttentionBackwardArgs,
+    key: Key,
+    lse: &TensorArg,
+    kernel: &dyn Fn(&AttentionBackwardArgs) -> Result<()>,
+) -> Result<bool> {
+    let Some(saved) = a.saved.as_ref() else {
+        return Ok(false);
     };
     let run_kernel = |writes: &[TensorArg]| {
         let mut other = a.clone();
@@ -475,7 +501,7 @@ pub(crate) fn backward(
         (scores::V, &a.v),
         (scores::O, &saved.out),
         (scores::D_O, &a.grad),
-        (scores::STATS, &saved.lse),
+        (scores::STATS, lse),
     ];
     reads.extend(a.mask.as_ref().map(|m| (scores::BIAS, &m.values)));
     let call = Call {
@@ -490,6 +516,75 @@ pub(crate) fn backward(
         kernel: &run_kernel,
     };
     attempt(backend, &call)
+}
+
+/// The masked backward through cuDNN: a row the mask leaves no key has lse −inf, where cuDNN's
+/// recomputed probabilities `exp(s − lse)` would be NaN (−inf − −inf); it reads a copy of the lse
+/// with −inf made +inf (`attention_lse_unseen` of `attention.cu`), so that such a row's
+/// probabilities and gradients are 0, as the kernel contract says. A shape already timed in
+/// favour of the kernel skips the copy.
+fn masked_backward(
+    backend: &CudaBackend,
+    a: &AttentionBackwardArgs,
+    saved: &AttentionSaved,
+    key: Key,
+    kernel: &dyn Fn(&AttentionBackwardArgs) -> Result<()>,
+) -> Result<bool> {
+    if decided_for_kernel(backend, &key) {
+        return Ok(false);
+    }
+    let n = saved.lse.layout.numel();
+    let block = backend.allocator.alloc((n * 4).max(16))?;
+    let outcome = (|| {
+        let lse = TensorArg {
+            buffer: block.slice(),
+            layout: Layout::contiguous(saved.lse.layout.shape())?,
+            dtype: DType::F32,
+        };
+        let function = backend.modules.kernel(KernelName::new(
+            SourceFile::Attention,
+            ["attention_lse_unseen", "", "", ""],
+        ))?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (n.div_ceil(256) as u64).clamp(1, backend.sm_count as u64 * 8) as u32,
+                1,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (from, to, count) = (device_ptr(&saved.lse), device_ptr(&lse), n as u64);
+        crate::launch::launch_kernel!(
+            backend,
+            function,
+            cfg,
+            [saved.lse.buffer, lse.buffer],
+            &from,
+            &to,
+            &count
+        )?;
+        backward_call(backend, a, key, &lse, kernel)
+    })();
+    // Given back in stream order: its users are queued before any later reuse.
+    backend.allocator.free(block);
+    outcome
+}
+
+/// True when `key` was timed under `Auto` and the kernel won (cuDNN will not run it).
+fn decided_for_kernel(backend: &CudaBackend, key: &Key) -> bool {
+    if backend.attention_api() != AttentionApi::Auto {
+        return false;
+    }
+    let Some(cudnn) = crate::conv::existing_cudnn(backend.device) else {
+        return false;
+    };
+    let cudnn = cudnn.lock().unwrap_or_else(|p| p.into_inner());
+    match cudnn.attention.plans.get(key) {
+        Some(Ok(plan)) => plan.compared && !plan.use_cudnn,
+        Some(Err(_)) => true,
+        None => false,
+    }
 }
 
 /// Whether cuDNN may be tried at all: not under [`AttentionApi::Kernel`], nor under `Auto` with
@@ -915,6 +1010,15 @@ mod tests {
         let bias = bias_from(&[2, 4, 64, 128], &st, DType::F16).expect("bias");
         assert_eq!(bias.dims, [2, 4, 64, 128]);
         assert_eq!(bias.strides, st.map(|x| x as i64));
+    }
+
+    /// The lse copy of the masked backward is built into the committed PTX with the three
+    /// parameters it is launched with (two addresses and a count).
+    #[test]
+    fn the_lse_kernel_takes_two_addresses_and_a_count() {
+        let name = KernelName::new(SourceFile::Attention, ["attention_lse_unseen", "", "", ""]);
+        let params = crate::launch::ptx_param_bytes(name.file, &name.symbol());
+        assert_eq!(params, vec![8, 8, 8]);
     }
 
     #[test]
