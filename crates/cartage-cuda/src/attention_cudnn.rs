@@ -19,9 +19,10 @@
 //! - Taken: bf16 and f16 (f32 compute), head dims that are multiples of 8 up to 256 (cuDNN's
 //!   engines decide the rest: 64 and 128 run everywhere from Ampere on), a dense last dimension
 //!   and no broadcast batch or row stride, a mask with a dense last dimension whose rows start
-//!   on 16 bytes and that splits two batch dimensions as they are, non-empty sizes. The backward is also refused for
-//!   key lengths not a multiple of 128 before cuDNN 9.15.1 (cudnn-frontend works around a bug
-//!   there with a padding mask, which this graph does not carry). Anything else returns
+//!   on 16 bytes and that splits two batch dimensions as they are, non-empty sizes. The
+//!   backward is also refused for key lengths not a multiple of 128 before cuDNN 9.15.1
+//!   (cudnn-frontend works around a bug there with a padding mask, which this graph does not
+//!   carry), and with a mask for any such key length. Anything else returns
 //!   `Ok(false)`, and cartage's kernel runs (or refuses with `Unsupported`, and the frontend
 //!   composes the op).
 //! - Which runs ([`AttentionApi`], [`crate::CudaBackend::set_attention_api`],
