@@ -13,18 +13,12 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
-use std::sync::{Arc, Mutex, MutexGuard};
-
-use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op, TensorArg};
-use half::f16;
-
-/// The tests of this binary run one at a time: one of them reads the device's peak allocated
-/// memory, which the others' allocations would raise while they run beside it.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op};
+use common::attention::{deinterleave, one_at_a_time, operand, relative_worst};
+use common::{download, poisoned, round, upload};
 
 /// `cuda:0` with the fused attention backward listed, or `None` after a SKIP line.
 fn backend(test: &str) -> Option<Arc<dyn Backend>> {
@@ -56,68 +50,12 @@ impl Case {
     }
 }
 
-/// `v` rounded to `dtype`.
-fn round(v: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => f16::from_f64(v).to_f64(),
-        other => common::round(v, other),
-    }
-}
-
 /// Deterministic values in [-1, 1), rounded to `dtype`.
 fn inputs(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
     common::values(n, seed, DType::F64)
         .into_iter()
         .map(|v| round(v / 4.0, dtype))
         .collect()
-}
-
-fn upload(b: &Arc<dyn Backend>, v: &[f64], dtype: DType) -> DeviceBuffer {
-    if dtype != DType::F16 {
-        return common::upload(b, v, dtype);
-    }
-    let bytes: Vec<u8> = v.iter().flat_map(|&x| f16::from_f64(x).to_le_bytes()).collect();
-    let buf = DeviceBuffer::new(b, bytes.len().max(1)).expect("alloc");
-    buf.write(0, &bytes).expect("write");
-    buf
-}
-
-fn download(buf: &DeviceBuffer, n: usize, dtype: DType) -> Vec<f64> {
-    if dtype != DType::F16 {
-        return common::download(buf, n, dtype);
-    }
-    let mut bytes = vec![0u8; n * 2];
-    buf.read(0, &mut bytes).expect("read");
-    bytes
-        .chunks(2)
-        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
-        .collect()
-}
-
-/// NaN everywhere, so an element the kernel leaves unwritten fails.
-fn poisoned(b: &Arc<dyn Backend>, n: usize, dtype: DType) -> DeviceBuffer {
-    upload(b, &vec![f64::NAN; n], dtype)
-}
-
-/// The logical `[B, N, D]` values of a buffer laid out as `[N, B, D]` (interleaved heads).
-fn deinterleave(raw: &[f64], b: usize, n: usize, d: usize) -> Vec<f64> {
-    let mut out = vec![0.0; raw.len()];
-    for bi in 0..b {
-        for i in 0..n {
-            out[(bi * n + i) * d..][..d].copy_from_slice(&raw[(i * b + bi) * d..][..d]);
-        }
-    }
-    out
-}
-
-/// The operand `[B, N, D]` over `buf`: dense, or with interleaved heads.
-fn operand(buf: &DeviceBuffer, [b, n, d]: [usize; 3], heads: bool, dtype: DType) -> TensorArg {
-    let layout = if heads {
-        Layout::from_parts(&[b, n, d], &[d, b * d, 1], 0).expect("layout")
-    } else {
-        Layout::contiguous(&[b, n, d]).expect("layout")
-    };
-    buf.arg(layout, dtype)
 }
 
 /// The composed formula in f64: `[dq, dk, dv]`, each row-major.
@@ -247,22 +185,6 @@ fn gradients_match_the_composed_formula() {
             check_case(&b, dtype, *c, 10 * n as u64);
         }
     }
-}
-
-/// The largest difference relative to the largest reference magnitude, at least `floor`.
-fn relative_worst(what: &str, got: &[f64], want: &[f64], floor: f64) -> f64 {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(floor, |m, v| m.max(v.abs()));
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_finite() {
-                (g - w).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
 }
 
 /// `softmax(scale · q kᵀ) v` in f64, row-major [B, L, Ev].

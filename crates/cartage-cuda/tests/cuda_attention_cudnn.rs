@@ -14,45 +14,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
-use cartage_core::{Backend, DType, DeviceBuffer, Kernel, Layout, Op, TensorArg};
+use cartage_core::{Backend, DType, DeviceBuffer, Kernel};
 use cartage_cuda::{AttentionApi, AttentionChoice, AttentionPass, CudaBackend};
-
-/// The tests of this binary run one at a time: they flip the backend's attention switches.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// `cuda:0` and its CUDA backend, or `None` after a SKIP line (no device, or no cuDNN: the
-/// backend lists `conv2d` exactly where cuDNN loads).
-fn backend(test: &str) -> Option<(Arc<dyn Backend>, Arc<CudaBackend>)> {
-    let b = common::backend(test)?;
-    if !b.capabilities().supports(Op::Conv2d, DType::F32) {
-        eprintln!("SKIP cuda/{test}: cuDNN 9 not found on cuda:0 (conv2d is not listed)");
-        return None;
-    }
-    let cuda = cartage_cuda::open_cuda(0).expect("cuda:0 opened above");
-    Some((b, cuda))
-}
-
-/// The backend's switches, put back on drop.
-struct Restore(Arc<CudaBackend>, AttentionApi, bool);
-
-impl Restore {
-    fn new(cuda: &Arc<CudaBackend>) -> Self {
-        Restore(cuda.clone(), cuda.attention_api(), cuda.conv_benchmark())
-    }
-}
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        self.0.set_attention_api(self.1);
-        self.0.set_conv_benchmark(self.2);
-    }
-}
+use common::attention::{Restore, cudnn_backend as backend, deinterleave, one_at_a_time, operand, relative_worst};
 
 /// One case: batch, query and key lengths, head dim (E = Ev), mask, and whether the operands
 /// interleave their heads in memory (a `[N, B, E]` buffer seen as `[B, N, E]`).
@@ -85,27 +52,6 @@ impl Case {
             [self.b, self.l, self.e],
         ]
     }
-}
-
-/// The logical `[B, N, D]` values of a buffer laid out as `[N, B, D]` (interleaved heads).
-fn deinterleave(raw: &[f64], b: usize, n: usize, d: usize) -> Vec<f64> {
-    let mut out = vec![0.0; raw.len()];
-    for bi in 0..b {
-        for i in 0..n {
-            out[(bi * n + i) * d..][..d].copy_from_slice(&raw[(i * b + bi) * d..][..d]);
-        }
-    }
-    out
-}
-
-/// The operand `[B, N, D]` over `buf`: dense, or with interleaved heads.
-fn operand(buf: &DeviceBuffer, [b, n, d]: [usize; 3], heads: bool, dtype: DType) -> TensorArg {
-    let layout = if heads {
-        Layout::from_parts(&[b, n, d], &[d, b * d, 1], 0).expect("layout")
-    } else {
-        Layout::contiguous(&[b, n, d]).expect("layout")
-    };
-    buf.arg(layout, dtype)
 }
 
 /// A case's inputs `[q, k, v, dO]` on the device and their logical values on the host.
@@ -204,23 +150,6 @@ fn backward_reference(c: &Case, x: &Inputs) -> [Vec<f64>; 3] {
         }
     }
     [dq, dk, dv]
-}
-
-/// The largest difference relative to the largest reference magnitude (at least `floor`); a
-/// non-finite element counts as infinite.
-fn relative_worst(got: &[f64], want: &[f64], floor: f64) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(floor, |m, v| m.max(v.abs()));
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_finite() {
-                (g - w).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
 }
 
 /// Each product rounds one operand (P, dS) to the dtype: a few of its units.
@@ -375,9 +304,9 @@ fn cudnn_attention_matches_the_kernel_and_the_host() {
             check_ran_cudnn(&cuda, AttentionPass::Forward, c, dtype);
             let (_, [kernel_out, kernel_lse]) = run_forward(&b, &cuda, AttentionApi::Kernel, c, &x, dtype);
             let tol = tolerance(dtype);
-            let err = relative_worst(&out, &want_out, 1e-3);
+            let err = relative_worst("out", &out, &want_out, 1e-3);
             assert!(err <= tol, "out {what}: worst error {err:.3e} against the host");
-            let err = relative_worst(&out, &kernel_out, 1e-3);
+            let err = relative_worst("out", &out, &kernel_out, 1e-3);
             assert!(err <= 2.0 * tol, "out {what}: worst error {err:.3e} against the kernel");
             for (i, ((g, k), w)) in lse.iter().zip(&kernel_lse).zip(&want_lse).enumerate() {
                 assert!(
@@ -397,9 +326,9 @@ fn cudnn_attention_matches_the_kernel_and_the_host() {
             let kernel_grads = run_backward(&b, &cuda, AttentionApi::Kernel, c, &x, &saved, dtype);
             let largest = want.iter().flatten().fold(1e-3f64, |m, v| m.max(v.abs()));
             for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
-                let err = relative_worst(&grads[n], &want[n], 0.1 * largest);
+                let err = relative_worst(&format!("gradient {n}"), &grads[n], &want[n], 0.1 * largest);
                 assert!(err <= tol, "{name} {what}: worst error {err:.3e} against the host");
-                let err = relative_worst(&grads[n], &kernel_grads[n], 0.1 * largest);
+                let err = relative_worst(&format!("gradient {n}"), &grads[n], &kernel_grads[n], 0.1 * largest);
                 assert!(
                     err <= 2.0 * tol,
                     "{name} {what}: worst error {err:.3e} against the kernel"
@@ -432,12 +361,12 @@ fn auto_times_both_and_runs_the_faster() {
     let (saved, [out, _]) = run_forward(&b, &cuda, AttentionApi::Auto, &c, &x, dtype);
     let grads = run_backward(&b, &cuda, AttentionApi::Auto, &c, &x, &saved, dtype);
     let [want_out, _] = forward_reference(&c, &x);
-    let err = relative_worst(&out, &want_out, 1e-3);
+    let err = relative_worst("out", &out, &want_out, 1e-3);
     assert!(err <= tolerance(dtype), "out under Auto: worst error {err:.3e}");
     let want = backward_reference(&c, &x);
     let largest = want.iter().flatten().fold(1e-3f64, |m, v| m.max(v.abs()));
     for n in 0..3 {
-        let err = relative_worst(&grads[n], &want[n], 0.1 * largest);
+        let err = relative_worst(&format!("gradient {n}"), &grads[n], &want[n], 0.1 * largest);
         assert!(
             err <= tolerance(dtype),
             "gradient {n} under Auto: worst error {err:.3e}"

@@ -13,37 +13,12 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionMask, AttentionSaved};
-use cartage_core::{Backend, DType, DeviceBuffer, Kernel, Layout, Op, TensorArg};
+use cartage_core::{Backend, DType, DeviceBuffer, Kernel, Layout, TensorArg};
 use cartage_cuda::{AttentionApi, AttentionPass, CudaBackend};
-
-/// The tests of this binary run one at a time: they flip the backend's attention switch.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// `cuda:0` and its CUDA backend, or `None` after a SKIP line.
-fn backend(test: &str) -> Option<(Arc<dyn Backend>, Arc<CudaBackend>)> {
-    let b = common::backend(test)?;
-    if !b.capabilities().supports(Op::Conv2d, DType::F32) {
-        eprintln!("SKIP cuda/{test}: cuDNN 9 not found on cuda:0 (conv2d is not listed)");
-        return None;
-    }
-    let cuda = cartage_cuda::open_cuda(0).expect("cuda:0 opened above");
-    Some((b, cuda))
-}
-
-/// The backend's switch, put back on drop.
-struct Restore(Arc<CudaBackend>, AttentionApi);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        self.0.set_attention_api(self.1);
-    }
-}
+use common::attention::{Restore, cudnn_backend as backend, one_at_a_time, relative_worst};
 
 /// The mask of a case.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -214,22 +189,6 @@ fn run(b: &Arc<dyn Backend>, cuda: &CudaBackend, api: AttentionApi, c: &Case, dt
     }
 }
 
-/// The largest difference relative to the largest magnitude of `want` (at least `floor`); a
-/// non-finite element counts as infinite.
-fn relative_worst(got: &[f64], want: &[f64], floor: f64) -> f64 {
-    let scale = want.iter().fold(floor, |m, v| m.max(v.abs()));
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_finite() {
-                (g - w).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
 /// Each side rounds P and dS to the dtype for its products: twice a few of its units.
 fn tolerance(dtype: DType) -> f64 {
     match dtype {
@@ -263,7 +222,7 @@ fn check_case(b: &Arc<dyn Backend>, cuda: &CudaBackend, c: &Case, dtype: DType, 
     check_ran_cudnn(cuda, c, dtype);
     let kernel = run(b, cuda, AttentionApi::Kernel, c, dtype, seed);
     let tol = tolerance(dtype);
-    let err = relative_worst(&cudnn.out, &kernel.out, 1e-3);
+    let err = relative_worst("out", &cudnn.out, &kernel.out, 1e-3);
     assert!(err <= tol, "out {what}: worst difference {err:.3e} from the kernel");
     for (i, (g, k)) in cudnn.lse.iter().zip(&kernel.lse).enumerate() {
         let same = if k.is_finite() {
@@ -283,7 +242,7 @@ fn check_case(b: &Arc<dyn Backend>, cuda: &CudaBackend, c: &Case, dtype: DType, 
     }
     let largest = kernel.grads.iter().flatten().fold(1e-3f64, |m, v| m.max(v.abs()));
     for (n, name) in ["grad_q", "grad_k", "grad_v"].into_iter().enumerate() {
-        let err = relative_worst(&cudnn.grads[n], &kernel.grads[n], 0.1 * largest);
+        let err = relative_worst(name, &cudnn.grads[n], &kernel.grads[n], 0.1 * largest);
         assert!(err <= tol, "{name} {what}: worst difference {err:.3e} from the kernel");
     }
 }
@@ -327,7 +286,7 @@ fn cudnn_takes_masks_and_packed_heads() {
     let Some((b, cuda)) = backend("cudnn_takes_masks_and_packed_heads") else {
         return;
     };
-    let _restore = Restore(cuda.clone(), cuda.attention_api());
+    let _restore = Restore::new(&cuda);
     for dtype in [DType::BF16, DType::F16] {
         for (i, c) in cases().iter().enumerate() {
             check_case(&b, &cuda, c, dtype, 17 * i as u64);

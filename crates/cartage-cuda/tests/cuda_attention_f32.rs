@@ -15,17 +15,11 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use cartage_core::kernel::{AttentionBackwardArgs, AttentionSaved};
 use cartage_core::{Backend, DType, DeviceBuffer, Error, Kernel, Layout, Op, TensorArg};
-
-/// The tests of this binary run one at a time: one of them reads the device's peak allocated
-/// memory, which the others' allocations would raise while they run beside it.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use common::attention::{deinterleave, one_at_a_time, operand, relative_worst};
 
 /// `cuda:0` with the fused f32 attention listed, or `None` after a SKIP line.
 fn backend(test: &str) -> Option<Arc<dyn Backend>> {
@@ -54,27 +48,6 @@ impl Case {
     fn scale(&self) -> f64 {
         1.0 / (self.e as f64).sqrt()
     }
-}
-
-/// The logical `[B, N, D]` values of a buffer laid out as `[N, B, D]` (interleaved heads).
-fn deinterleave(raw: &[f64], b: usize, n: usize, d: usize) -> Vec<f64> {
-    let mut out = vec![0.0; raw.len()];
-    for bi in 0..b {
-        for i in 0..n {
-            out[(bi * n + i) * d..][..d].copy_from_slice(&raw[(i * b + bi) * d..][..d]);
-        }
-    }
-    out
-}
-
-/// The f32 operand `[B, N, D]` over `buf`: dense, or with interleaved heads.
-fn operand(buf: &DeviceBuffer, [b, n, d]: [usize; 3], heads: bool) -> TensorArg {
-    let layout = if heads {
-        Layout::from_parts(&[b, n, d], &[d, b * d, 1], 0).expect("layout")
-    } else {
-        Layout::contiguous(&[b, n, d]).expect("layout")
-    };
-    buf.arg(layout, DType::F32)
 }
 
 /// What the composed formula gives in f64: the output, each row's log-sum-exp, and the three
@@ -135,23 +108,6 @@ fn composed(c: &Case, [q, k, v, g]: [&[f64]; 4]) -> Reference {
     r
 }
 
-/// The largest difference relative to the largest reference magnitude, at least `floor`
-/// (a non-finite element counts as infinitely far).
-fn relative_worst(what: &str, got: &[f64], want: &[f64], floor: f64) -> f64 {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(floor, |m, v| m.max(v.abs()));
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            if g.is_finite() {
-                (g - w).abs() / scale
-            } else {
-                f64::INFINITY
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
 /// The agreement asked of every f32 result, relative to its largest magnitude.
 const TOLERANCE: f64 = 1e-5;
 
@@ -183,9 +139,9 @@ fn check_case(b: &Arc<dyn Backend>, c: Case, seed: u64) {
     let out = common::poisoned(b, c.b * c.l * c.e, DType::F32);
     let lse = common::poisoned(b, c.b * c.l, DType::F32);
     Kernel::Attention {
-        q: operand(&bufs[0], shapes[0], c.heads),
-        k: operand(&bufs[1], shapes[1], c.heads),
-        v: operand(&bufs[2], shapes[2], c.heads),
+        q: operand(&bufs[0], shapes[0], c.heads, DType::F32),
+        k: operand(&bufs[1], shapes[1], c.heads, DType::F32),
+        v: operand(&bufs[2], shapes[2], c.heads, DType::F32),
         scale: c.scale(),
         causal: c.causal,
         mask: None,
@@ -213,10 +169,10 @@ fn check_case(b: &Arc<dyn Backend>, c: Case, seed: u64) {
         .map(|s| common::poisoned(b, s.iter().product(), DType::F32))
         .collect();
     Kernel::AttentionBackward(Box::new(AttentionBackwardArgs {
-        q: operand(&bufs[0], shapes[0], c.heads),
-        k: operand(&bufs[1], shapes[1], c.heads),
-        v: operand(&bufs[2], shapes[2], c.heads),
-        grad: operand(&bufs[3], shapes[3], c.heads),
+        q: operand(&bufs[0], shapes[0], c.heads, DType::F32),
+        k: operand(&bufs[1], shapes[1], c.heads, DType::F32),
+        v: operand(&bufs[2], shapes[2], c.heads, DType::F32),
+        grad: operand(&bufs[3], shapes[3], c.heads, DType::F32),
         scale: c.scale(),
         causal: c.causal,
         mask: None,

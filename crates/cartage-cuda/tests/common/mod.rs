@@ -1,8 +1,11 @@
 //! Helpers shared by the CUDA row-kernel tests: opening `cuda:0` (a SKIP line without it, a
 //! failure under `CARTAGE_REQUIRE=cuda`), deterministic inputs rounded to their dtype, and
-//! uploads and read-backs of f32, bf16, f16 and i64 buffers.
+//! uploads and read-backs of f32, bf16, f16 and i64 buffers; [`attention`] for the attention
+//! tests.
 
 #![allow(dead_code)]
+
+pub mod attention;
 
 use std::sync::Arc;
 
