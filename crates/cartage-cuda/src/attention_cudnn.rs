@@ -32,9 +32,7 @@
 //!   [`SEARCH_COUNT`] of cuDNN's engines on the call's own operands with scratch outputs, times
 //!   cartage's kernel the same way (`cudnn_graph::timing`), and the faster runs from then on;
 //!   with the search off cartage's kernel runs. `Cudnn` runs cuDNN whenever it can; `Kernel`
-//!   never. Calls with a mask or two batch dimensions try cuDNN under `Cudnn` only
-//!   (`may_take_layout`): `Auto` keeps them on the flash kernels until those graphs are timed on
-//!   hardware. Plans are cached per pass, sizes, strides, alignment, dtype, mask and search setting
+//!   never. Plans are cached per pass, sizes, strides, alignment, dtype, mask and search setting
 //!   beside the convolutions' (one cuDNN handle per device, on the compute stream).
 //! - A graph that does not finalize, an engine that refuses at execution, no workspace: logged
 //!   (`tracing` debug), and cartage's kernel runs. No plan is built and nothing is timed inside a
@@ -370,7 +368,7 @@ pub(crate) fn forward(
     lse: Option<&TensorArg>,
     kernel: &dyn Fn(&TensorArg, Option<&TensorArg>) -> Result<()>,
 ) -> Result<bool> {
-    if !may_try(backend) || !may_take_layout(backend, q, mask) {
+    if !may_try(backend) {
         return Ok(false);
     }
     let device = backend.device;
@@ -437,7 +435,7 @@ pub(crate) fn backward(
     let Some(saved) = a.saved.as_ref() else {
         return Ok(false);
     };
-    if !may_try(backend) || !may_take_layout(backend, &a.q, a.mask.as_ref()) {
+    if !may_try(backend) {
         return Ok(false);
     }
     let device = backend.device;
@@ -603,13 +601,6 @@ fn may_try(backend: &CudaBackend) -> bool {
         return false;
     }
     true
-}
-
-/// Whether cuDNN may take a call with an additive mask or two batch dimensions: only when asked
-/// for ([`AttentionApi::Cudnn`]). Those graphs have not yet been timed against the flash kernels
-/// on hardware, so `Auto` keeps such calls on the kernels; plain `[B, L, E]` calls are unaffected.
-fn may_take_layout(backend: &CudaBackend, q: &TensorArg, mask: Option<&AttentionMask>) -> bool {
-    (mask.is_none() && q.layout.rank() == 3) || backend.attention_api() == AttentionApi::Cudnn
 }
 
 /// Build `key`'s graph and its plans, or say why not.
