@@ -99,6 +99,22 @@ pub(super) fn plan(cols: usize, dtype: DType) -> Option<Plan> {
     })
 }
 
+/// Softmax's layout from the common one: f32 rows that take a 256-thread group with 4 vectors
+/// each (rows of 2052–4096 f32) run on 512 threads with 2 vectors instead, twice the threads in
+/// flight for the same bytes (rows of 4096 f32 on an H100: 111 µs against 119 µs for
+/// [8192, 4096], log_softmax 112 against 116). The norms keep the common layout.
+fn softmax_plan(p: Plan, dtype: DType) -> Plan {
+    if dtype == DType::F32 && p.group == 256 && p.vectors == 4 {
+        Plan {
+            group: 512,
+            block: 512,
+            vectors: 2,
+        }
+    } else {
+        p
+    }
+}
+
 /// The `v<V>` part of a fast kernel's name.
 pub(super) fn vector_name(v: u32) -> &'static str {
     match v {
@@ -169,7 +185,7 @@ pub(super) fn softmax_fast(
         return Ok(true);
     }
     let (pi, po) = (device_ptr(input), device_ptr(out));
-    let plan = match plan(cols, input.dtype) {
+    let plan = match plan(cols, input.dtype).map(|p| softmax_plan(p, input.dtype)) {
         Some(plan) => plan,
         None => {
             // Too long to hold: stream it twice.
@@ -404,6 +420,24 @@ mod tests {
         assert_eq!(plan(4097, DType::F32), None);
         assert_eq!(plan(1 << 16, DType::F32), None);
         assert_eq!(plan(1 << 16, DType::F64), None);
+    }
+
+    #[test]
+    fn softmax_takes_more_threads_for_rows_of_4096_f32() {
+        let p = plan(4096, DType::F32).expect("a register plan");
+        assert_eq!(
+            softmax_plan(p, DType::F32),
+            Plan {
+                group: 512,
+                block: 512,
+                vectors: 2
+            }
+        );
+        // Still the whole row: 512 threads × 2 vectors × 4 lanes.
+        assert_eq!(512 * 2 * lanes(DType::F32) as usize, 4096);
+        assert_eq!(softmax_plan(p, DType::BF16), p);
+        let short = plan(1024, DType::F32).expect("a register plan");
+        assert_eq!(softmax_plan(short, DType::F32), short);
     }
 
     #[test]
