@@ -22,17 +22,6 @@ __device__ void norm_fast(const T* in, T* out, const T* w, const T* b, const Row
     const C inv_cols = (C)1 / (C)g.cols;
     const C eps = (C)g.eps;
     const bool has_w = (g.flag & 1) != 0, has_b = (g.flag & 2) != 0;
-    // The weight and bias are the same for every row: read once, before the first row's loads,
-    // so that their latency hides behind the row's and no reduction waits on them.
-    P pw[V], pb[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-        u64 i = (u64)L.lane + (u64)v * L.group;
-        if (i < nv) {
-            if (has_w) pw[v] = ((const P*)w)[i];
-            if (has_b) pb[v] = ((const P*)b)[i];
-        }
-    }
     for (u64 row = L.first; L.more(row, g.rows); row += L.step) {
         const bool active = row < g.rows;
         Row r;
@@ -63,12 +52,14 @@ __device__ void norm_fast(const T* in, T* out, const T* w, const T* b, const Row
         for (int v = 0; v < V; ++v) {
             if (r.ok[v]) {
                 u64 i = (u64)L.lane + (u64)v * L.group;
-                P o;
+                P pw, pb, o;
+                if (has_w) pw = ((const P*)w)[i];
+                if (has_b) pb = ((const P*)b)[i];
 #pragma unroll
                 for (int k = 0; k < N; ++k) {
                     C y = (r.x[v][k] - mean) * rstd;
-                    if (has_w) y *= (C)load(pw[v].v[k]);
-                    if (has_b) y += (C)load(pb[v].v[k]);
+                    if (has_w) y *= (C)load(pw.v[k]);
+                    if (has_b) y += (C)load(pb.v[k]);
                     o.v[k] = out_r<T>(y);
                 }
                 orow[i] = o;
